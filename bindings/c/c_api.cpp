@@ -1,0 +1,274 @@
+// The C API, implemented only on the public C++ API. Every entry point catches everything:
+// no exception crosses into C.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "volt/volt.h"
+#include "volt/volt.hpp"
+
+struct volt_tensor {
+  volt::Tensor tensor;
+  std::vector<int64_t> shape;  // stable storage for volt_tensor_shape
+  std::vector<const char*> strings;
+};
+struct volt_options {
+  volt::SessionOptions options;
+};
+struct volt_session {
+  volt::Session session;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+volt_status status_of(volt::ErrorCode c) {
+  switch (c) {
+    case volt::ErrorCode::InvalidArgument:
+      return VOLT_ERR_INVALID_ARGUMENT;
+    case volt::ErrorCode::InvalidModel:
+      return VOLT_ERR_INVALID_MODEL;
+    case volt::ErrorCode::NotImplemented:
+      return VOLT_ERR_NOT_IMPLEMENTED;
+    case volt::ErrorCode::Io:
+      return VOLT_ERR_IO;
+    case volt::ErrorCode::OutOfMemory:
+      return VOLT_ERR_OUT_OF_MEMORY;
+    case volt::ErrorCode::Runtime:
+      return VOLT_ERR_RUNTIME;
+    case volt::ErrorCode::Device:
+      return VOLT_ERR_DEVICE;
+    case volt::ErrorCode::Cancelled:
+      return VOLT_ERR_CANCELLED;
+    case volt::ErrorCode::Timeout:
+      return VOLT_ERR_TIMEOUT;
+  }
+  return VOLT_ERR_RUNTIME;
+}
+
+volt_status set_error(volt_status s, const std::string& message) {
+  g_last_error = message;
+  return s;
+}
+
+// Runs f, mapping every exception to a status and a message.
+template <class F>
+volt_status guarded(F&& f) {
+  try {
+    f();
+    return VOLT_OK;
+  } catch (const volt::Error& e) {
+    return set_error(status_of(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return set_error(VOLT_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return set_error(VOLT_ERR_RUNTIME, e.what());
+  } catch (...) {
+    return set_error(VOLT_ERR_RUNTIME, "unknown error");
+  }
+}
+
+volt_status null_arg(const char* what) {
+  return set_error(VOLT_ERR_INVALID_ARGUMENT, std::string(what) + " is NULL");
+}
+
+volt_tensor* wrap_tensor(volt::Tensor t) {
+  auto* out = new volt_tensor{std::move(t), {}, {}};
+  out->shape = out->tensor.shape();
+  if (out->tensor.dtype() == volt::DType::String)
+    for (int64_t i = 0; i < out->tensor.numel(); ++i)
+      out->strings.push_back(out->tensor.data<std::string>()[i].c_str());
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* volt_version(void) {
+  return volt::version();
+}
+const char* volt_last_error(void) {
+  return g_last_error.c_str();
+}
+
+volt_status volt_tensor_create(volt_dtype dtype, const int64_t* shape, size_t rank,
+                               const void* data, volt_tensor** out) {
+  if (!out) return null_arg("out");
+  *out = nullptr;
+  if (rank > 0 && !shape) return null_arg("shape");
+  if (!volt::dtype_is_valid(dtype))
+    return set_error(VOLT_ERR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(dtype));
+  if (rank > 64)
+    return set_error(VOLT_ERR_INVALID_ARGUMENT, "rank " + std::to_string(rank) + " is over 64");
+  return guarded([&] {
+    volt::Shape s(shape, shape + rank);
+    volt::Tensor t = volt::Tensor::empty(static_cast<volt::DType>(dtype), s);
+    if (t.numel() > 0 && !data) throw volt::Error(volt::ErrorCode::InvalidArgument, "data is NULL");
+    if (t.dtype() == volt::DType::String) {
+      const auto* strs = static_cast<const char* const*>(data);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        if (!strs[i])
+          throw volt::Error(volt::ErrorCode::InvalidArgument,
+                            "string element " + std::to_string(i) + " is NULL");
+        t.data<std::string>()[i] = strs[i];
+      }
+    } else if (t.nbytes()) {
+      std::memcpy(t.raw(), data, t.nbytes());
+    }
+    *out = wrap_tensor(std::move(t));
+  });
+}
+
+volt_dtype volt_tensor_dtype(const volt_tensor* t) {
+  return t ? static_cast<volt_dtype>(t->tensor.dtype()) : VOLT_UNDEFINED;
+}
+size_t volt_tensor_rank(const volt_tensor* t) {
+  return t ? t->shape.size() : 0;
+}
+const int64_t* volt_tensor_shape(const volt_tensor* t) {
+  return t ? t->shape.data() : nullptr;
+}
+int64_t volt_tensor_numel(const volt_tensor* t) {
+  return t ? t->tensor.numel() : 0;
+}
+const void* volt_tensor_data(const volt_tensor* t) {
+  if (!t) return nullptr;
+  if (t->tensor.dtype() == volt::DType::String) return t->strings.data();
+  return t->tensor.raw();
+}
+void volt_tensor_free(volt_tensor* t) {
+  delete t;
+}
+
+volt_options* volt_options_create(void) {
+  return new (std::nothrow) volt_options{};
+}
+void volt_options_free(volt_options* o) {
+  delete o;
+}
+
+volt_status volt_options_set(volt_options* o, const char* key, const char* value) {
+  if (!o) return null_arg("options");
+  if (!key) return null_arg("key");
+  if (!value) return null_arg("value");
+  const std::string k = key, v = value;
+  auto parse_int = [&](int lo, int hi) {
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (end == value || *end != '\0' || n < lo || n > hi)
+      throw volt::Error(volt::ErrorCode::InvalidArgument,
+                        "option '" + k + "': '" + v + "' is not an integer in [" +
+                            std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return static_cast<int>(n);
+  };
+  return guarded([&] {
+    if (k == "threads")
+      o->options.threads = parse_int(0, 4096);
+    else if (k == "optimize")
+      o->options.optimization_level = parse_int(0, 2);
+    else if (k == "device") {
+      if (v != "cpu" && v.rfind("cuda", 0) != 0)
+        throw volt::Error(volt::ErrorCode::InvalidArgument,
+                          "option 'device': '" + v + "' is not cpu or cuda:N");
+      o->options.device = v;
+    } else if (k == "precision") {
+      if (v != "fp32" && v != "fp16" && v != "bf16")
+        throw volt::Error(volt::ErrorCode::InvalidArgument,
+                          "option 'precision': '" + v + "' is not fp32, fp16 or bf16");
+      o->options.precision = v;
+    } else {
+      throw volt::Error(volt::ErrorCode::InvalidArgument,
+                        "unknown option '" + k + "' (known: threads, device, precision, optimize)");
+    }
+  });
+}
+
+volt_status volt_session_create(const char* model_path, const volt_options* opts,
+                                volt_session** out) {
+  if (!out) return null_arg("out");
+  *out = nullptr;
+  if (!model_path) return null_arg("model_path");
+  return guarded([&] {
+    *out =
+        new volt_session{volt::Session(model_path, opts ? opts->options : volt::SessionOptions{})};
+  });
+}
+
+volt_status volt_session_create_from_memory(const void* bytes, size_t size,
+                                            const volt_options* opts, volt_session** out) {
+  if (!out) return null_arg("out");
+  *out = nullptr;
+  if (!bytes) return null_arg("bytes");
+  return guarded([&] {
+    *out = new volt_session{
+        volt::Session::from_bytes(bytes, size, opts ? opts->options : volt::SessionOptions{})};
+  });
+}
+
+size_t volt_session_input_count(const volt_session* s) {
+  return s ? s->session.inputs().size() : 0;
+}
+size_t volt_session_output_count(const volt_session* s) {
+  return s ? s->session.outputs().size() : 0;
+}
+const char* volt_session_input_name(const volt_session* s, size_t i) {
+  return s && i < s->session.inputs().size() ? s->session.inputs()[i].name.c_str() : nullptr;
+}
+const char* volt_session_output_name(const volt_session* s, size_t i) {
+  return s && i < s->session.outputs().size() ? s->session.outputs()[i].name.c_str() : nullptr;
+}
+
+volt_status volt_session_run(volt_session* s, size_t n_inputs, const char* const* input_names,
+                             const volt_tensor* const* inputs, size_t n_outputs,
+                             const char* const* output_names, volt_tensor** outputs) {
+  if (!s) return null_arg("session");
+  if (n_inputs && (!input_names || !inputs)) return null_arg("input_names or inputs");
+  if (n_outputs && !outputs) return null_arg("outputs");
+  for (size_t i = 0; i < n_outputs; ++i) outputs[i] = nullptr;
+  if (!output_names && n_outputs != s->session.outputs().size())
+    return set_error(VOLT_ERR_INVALID_ARGUMENT,
+                     "n_outputs is " + std::to_string(n_outputs) + ", the model has " +
+                         std::to_string(s->session.outputs().size()) + " outputs");
+  return guarded([&] {
+    volt::NamedValues feeds;
+    for (size_t i = 0; i < n_inputs; ++i) {
+      if (!input_names[i])
+        throw volt::Error(volt::ErrorCode::InvalidArgument,
+                          "input_names[" + std::to_string(i) + "] is NULL");
+      if (!inputs[i])
+        throw volt::Error(volt::ErrorCode::InvalidArgument,
+                          "inputs[" + std::to_string(i) + "] is NULL");
+      feeds.emplace_back(input_names[i], inputs[i]->tensor);
+    }
+    std::vector<std::string> names;
+    if (output_names)
+      for (size_t i = 0; i < n_outputs; ++i) {
+        if (!output_names[i])
+          throw volt::Error(volt::ErrorCode::InvalidArgument,
+                            "output_names[" + std::to_string(i) + "] is NULL");
+        names.emplace_back(output_names[i]);
+      }
+    std::vector<volt::Value> result = s->session.run(feeds, names);
+    std::vector<volt_tensor*> made;
+    try {
+      for (auto& v : result) {
+        if (!v.is_tensor())
+          throw volt::Error(volt::ErrorCode::NotImplemented,
+                            "an output is not a tensor; the C API returns tensors only");
+        made.push_back(wrap_tensor(v.tensor()));
+      }
+    } catch (...) {
+      for (auto* t : made) delete t;
+      throw;
+    }
+    for (size_t i = 0; i < made.size(); ++i) outputs[i] = made[i];
+  });
+}
+
+void volt_session_free(volt_session* s) {
+  delete s;
+}
+
+}  // extern "C"

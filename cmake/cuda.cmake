@@ -1,0 +1,16 @@
+# Resolves VOLT_CUDA (AUTO|ON|OFF) into VOLT_HAVE_CUDA. The CUDA backend itself lives in
+# operators/cuda/; this file only decides whether it is built.
+set(VOLT_HAVE_CUDA OFF)
+if(NOT VOLT_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(VOLT_HAVE_CUDA ON)
+  elseif(VOLT_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "VOLT_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+endif()
+message(STATUS "volt: CUDA backend ${VOLT_HAVE_CUDA} (VOLT_CUDA=${VOLT_CUDA})")

@@ -1,0 +1,90 @@
+/* volt — stable C API. Plain C, opaque handles. Every fallible call returns a volt_status;
+ * volt_last_error() gives the message of the last failed call on the calling thread. No
+ * exception or crash crosses this boundary. Element types use ONNX TensorProto numbers. */
+#ifndef VOLT_H
+#define VOLT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  VOLT_OK = 0,
+  VOLT_ERR_INVALID_ARGUMENT,
+  VOLT_ERR_INVALID_MODEL,
+  VOLT_ERR_NOT_IMPLEMENTED,
+  VOLT_ERR_IO,
+  VOLT_ERR_OUT_OF_MEMORY,
+  VOLT_ERR_RUNTIME,
+  VOLT_ERR_DEVICE,
+  VOLT_ERR_CANCELLED,
+  VOLT_ERR_TIMEOUT
+} volt_status;
+
+typedef enum {
+  VOLT_UNDEFINED = 0,
+  VOLT_FLOAT = 1,
+  VOLT_UINT8 = 2,
+  VOLT_INT8 = 3,
+  VOLT_UINT16 = 4,
+  VOLT_INT16 = 5,
+  VOLT_INT32 = 6,
+  VOLT_INT64 = 7,
+  VOLT_STRING = 8,
+  VOLT_BOOL = 9,
+  VOLT_FLOAT16 = 10,
+  VOLT_DOUBLE = 11,
+  VOLT_UINT32 = 12,
+  VOLT_UINT64 = 13,
+  VOLT_COMPLEX64 = 14,
+  VOLT_COMPLEX128 = 15,
+  VOLT_BFLOAT16 = 16
+} volt_dtype;
+
+typedef struct volt_tensor volt_tensor;
+typedef struct volt_options volt_options;
+typedef struct volt_session volt_session;
+
+const char* volt_version(void);
+const char* volt_last_error(void);
+
+/* Tensors. volt_tensor_create copies `data` (numel * element size bytes; for VOLT_STRING an
+ * array of NUL-terminated char pointers). */
+volt_status volt_tensor_create(volt_dtype dtype, const int64_t* shape, size_t rank,
+                               const void* data, volt_tensor** out);
+volt_dtype volt_tensor_dtype(const volt_tensor* t);
+size_t volt_tensor_rank(const volt_tensor* t);
+const int64_t* volt_tensor_shape(const volt_tensor* t);
+const void* volt_tensor_data(const volt_tensor* t);
+int64_t volt_tensor_numel(const volt_tensor* t);
+void volt_tensor_free(volt_tensor* t);
+
+/* Options: "threads", "device" ("cpu", "cuda:0"), "precision" ("fp32", "fp16", "bf16"),
+ * "optimize" ("0".."2"). */
+volt_options* volt_options_create(void);
+volt_status volt_options_set(volt_options* o, const char* key, const char* value);
+void volt_options_free(volt_options* o);
+
+volt_status volt_session_create(const char* model_path, const volt_options* opts,
+                                volt_session** out);
+volt_status volt_session_create_from_memory(const void* bytes, size_t size,
+                                            const volt_options* opts, volt_session** out);
+size_t volt_session_input_count(const volt_session* s);
+const char* volt_session_input_name(const volt_session* s, size_t i);
+size_t volt_session_output_count(const volt_session* s);
+const char* volt_session_output_name(const volt_session* s, size_t i);
+/* output_names NULL: all outputs, in graph order (n_outputs must then equal the output count).
+ * Each outputs[i] is a new tensor the caller frees. */
+volt_status volt_session_run(volt_session* s, size_t n_inputs, const char* const* input_names,
+                             const volt_tensor* const* inputs, size_t n_outputs,
+                             const char* const* output_names, volt_tensor** outputs);
+void volt_session_free(volt_session* s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* VOLT_H */

@@ -1,0 +1,308 @@
+// volt — public C++ API.
+//
+//   volt::Session s("model.onnx", {.threads = 2});
+//   auto out = s.run({{"x", volt::Tensor::from<float>({1, 2, 3, 4}, {1, 4})}});
+//   const float* y = out[0].tensor().data<float>();
+//
+// Everything outside include/volt/ is private and may change.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace volt {
+
+const char* version();
+
+// ---------------------------------------------------------------------------------------------
+// Errors: one exception type with a code. Codes mirror the C API's volt_status.
+enum class ErrorCode : int {
+  InvalidArgument = 1,  // bad input to a call: wrong name, shape, dtype, option
+  InvalidModel = 2,     // the model is malformed or inconsistent
+  NotImplemented = 3,   // valid ONNX that volt does not run (yet)
+  Io = 4,               // a file could not be read or written
+  OutOfMemory = 5,      // an allocation failed or would pass a configured limit
+  Runtime = 6,          // a failure while running (numerical, internal)
+  Device = 7,           // accelerator errors
+  Cancelled = 8,        // the run was cancelled
+  Timeout = 9,          // the run passed its deadline
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Element types, numbered as ONNX's TensorProto.DataType.
+enum class DType : int32_t {
+  Undefined = 0,
+  Float = 1,
+  UInt8 = 2,
+  Int8 = 3,
+  UInt16 = 4,
+  Int16 = 5,
+  Int32 = 6,
+  Int64 = 7,
+  String = 8,
+  Bool = 9,
+  Float16 = 10,
+  Double = 11,
+  UInt32 = 12,
+  UInt64 = 13,
+  Complex64 = 14,
+  Complex128 = 15,
+  BFloat16 = 16,
+};
+
+const char* dtype_name(DType t);  // "float32", "int64", ...
+size_t dtype_size(DType t);       // bytes per element; sizeof(std::string) for String
+bool dtype_is_valid(int32_t onnx_number);
+
+// IEEE half and bfloat16 storage types with round-to-nearest-even conversion.
+struct Float16 {
+  uint16_t bits = 0;
+  Float16() = default;
+  explicit Float16(float f);
+  explicit operator float() const;
+  static Float16 from_bits(uint16_t b) {
+    Float16 h;
+    h.bits = b;
+    return h;
+  }
+};
+struct BFloat16 {
+  uint16_t bits = 0;
+  BFloat16() = default;
+  explicit BFloat16(float f);
+  explicit operator float() const;
+  static BFloat16 from_bits(uint16_t b) {
+    BFloat16 h;
+    h.bits = b;
+    return h;
+  }
+};
+
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::Float;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::Double;
+}
+template <>
+constexpr DType dtype_of<int8_t>() {
+  return DType::Int8;
+}
+template <>
+constexpr DType dtype_of<int16_t>() {
+  return DType::Int16;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::Int32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::Int64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::UInt8;
+}
+template <>
+constexpr DType dtype_of<uint16_t>() {
+  return DType::UInt16;
+}
+template <>
+constexpr DType dtype_of<uint32_t>() {
+  return DType::UInt32;
+}
+template <>
+constexpr DType dtype_of<uint64_t>() {
+  return DType::UInt64;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
+template <>
+constexpr DType dtype_of<Float16>() {
+  return DType::Float16;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return DType::BFloat16;
+}
+template <>
+constexpr DType dtype_of<std::string>() {
+  return DType::String;
+}
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);  // "[1,3,224,224]"
+
+// ---------------------------------------------------------------------------------------------
+// A dense tensor: dtype, shape and a contiguous row-major buffer shared between copies of the
+// handle (copying a Tensor does not copy data; clone() does).
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // A new tensor of this dtype and shape; numeric data zero-filled, strings empty.
+  static Tensor empty(DType dtype, Shape shape);
+  // A new tensor holding a copy of `data` (numel(shape) elements of dtype).
+  static Tensor copy_of(DType dtype, Shape shape, const void* data);
+  // A tensor over memory someone else owns: `owner` keeps it alive, nothing is copied.
+  static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+
+  template <class T>
+  static Tensor from(const std::vector<T>& values, Shape shape) {
+    check_count(values.size(), shape);
+    Tensor t = empty(dtype_of<T>(), std::move(shape));
+    for (size_t i = 0; i < values.size(); ++i) t.data<T>()[i] = values[i];
+    return t;
+  }
+  template <class T>
+  static Tensor from(std::initializer_list<T> values, Shape shape) {
+    return from(std::vector<T>(values), std::move(shape));
+  }
+  template <class T>
+  static Tensor scalar(T v) {
+    return from(std::vector<T>{v}, {});
+  }
+
+  bool defined() const { return dtype_ != DType::Undefined; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  size_t rank() const { return shape_.size(); }
+  int64_t dim(size_t i) const { return shape_.at(i); }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+  template <class T>
+  T* data() {
+    check_dtype(dtype_of<T>());
+    return static_cast<T*>(data_);
+  }
+  template <class T>
+  const T* data() const {
+    check_dtype(dtype_of<T>());
+    return static_cast<const T*>(data_);
+  }
+
+  // The same buffer seen with another shape of the same element count.
+  Tensor reshaped(Shape shape) const;
+  // A deep copy that owns its buffer.
+  Tensor clone() const;
+  // The buffer's owner (for views that must keep it alive).
+  const std::shared_ptr<void>& owner() const { return owner_; }
+
+ private:
+  void check_dtype(DType requested) const;
+  static void check_count(size_t count, const Shape& shape);
+
+  DType dtype_ = DType::Undefined;
+  Shape shape_;
+  int64_t numel_ = 0;
+  void* data_ = nullptr;
+  std::shared_ptr<void> owner_;
+};
+
+int64_t numel_of(const Shape& shape);  // throws on negative dims or overflow
+
+// ---------------------------------------------------------------------------------------------
+// A runtime value: a tensor, a sequence of tensors, or an empty optional.
+class Value {
+ public:
+  enum class Kind { None, Tensor, Sequence };
+
+  Value() = default;                                               // empty optional
+  Value(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT: implicit on purpose
+  static Value sequence(std::vector<Tensor> items, DType elem_type = DType::Undefined);
+  static Value none() { return Value(); }
+
+  Kind kind() const { return kind_; }
+  bool is_tensor() const { return kind_ == Kind::Tensor; }
+  bool is_sequence() const { return kind_ == Kind::Sequence; }
+  bool is_none() const { return kind_ == Kind::None; }
+
+  const Tensor& tensor() const;
+  Tensor& tensor();
+  const std::vector<Tensor>& sequence_items() const;
+  DType sequence_dtype() const { return seq_dtype_; }
+
+ private:
+  Kind kind_ = Kind::None;
+  Tensor tensor_;
+  std::vector<Tensor> items_;
+  DType seq_dtype_ = DType::Undefined;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Model metadata.
+struct Dim {
+  int64_t value = -1;  // -1 when not a fixed number
+  std::string symbol;  // the symbolic name, if any ("batch")
+  bool is_fixed() const { return value >= 0; }
+};
+
+struct ValueInfo {
+  std::string name;
+  enum class Kind { Tensor, Sequence, Optional, SparseTensor, Other } kind = Kind::Tensor;
+  DType dtype = DType::Undefined;  // element type (for sequences/optionals, of the tensors within)
+  bool has_shape = false;          // false: rank unknown
+  std::vector<Dim> shape;
+  std::string describe() const;  // "float32[batch,784]"
+};
+
+struct SessionOptions {
+  int threads = 0;             // 0: one per core
+  int optimization_level = 2;  // 0: none, 1: basic, 2: all
+  std::string device = "cpu";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (the device must support it)
+};
+
+using NamedValues = std::vector<std::pair<std::string, Value>>;
+
+class Session {
+ public:
+  explicit Session(const std::string& model_path, SessionOptions options = {});
+  static Session from_bytes(const void* data, size_t size, SessionOptions options = {});
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+
+  // Graph inputs the caller must feed (initializers are not listed), and graph outputs.
+  const std::vector<ValueInfo>& inputs() const;
+  const std::vector<ValueInfo>& outputs() const;
+
+  // Runs the model; safe to call from several threads at once. Returns the requested outputs
+  // (all of them, in graph order, when `output_names` is empty).
+  std::vector<Value> run(const NamedValues& inputs,
+                         const std::vector<std::string>& output_names = {}) const;
+
+  struct Impl;
+
+ private:
+  explicit Session(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace volt

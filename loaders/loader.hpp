@@ -1,0 +1,26 @@
+// The ONNX file formats, for the rest of volt. No protobuf type appears here.
+#pragma once
+#include <string>
+
+#include "runtime/graph.hpp"
+#include "volt/volt.hpp"
+
+namespace volt {
+
+// Loads a model file. External data is resolved relative to the model's folder and
+// memory-mapped; locations that leave that folder are refused.
+Model load_model(const std::string& path);
+
+// Loads a model from bytes. `base_dir` is where external data is looked up; when empty, a
+// model that has external data is refused.
+Model load_model_from_bytes(const void* data, size_t size, const std::string& source = "<memory>",
+                            const std::string& base_dir = "");
+
+// Backend test-data files (input_0.pb, output_0.pb): a TensorProto, SequenceProto or
+// OptionalProto, chosen by `kind`.
+Value read_value_pb(const std::string& path, ValueInfo::Kind kind);
+
+// The same as serialized bytes of a TensorProto (for tests and tools).
+Tensor tensor_from_pb_bytes(const std::string& bytes, const std::string& what);
+
+}  // namespace volt

@@ -1,0 +1,72 @@
+#include "operators/common/dnnl_adapter.hpp"
+
+#include "operators/common/shape_util.hpp"
+
+namespace volt::dnnl_adapter {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+dnnl::memory::data_type to_dnnl(DType t) {
+  using dt = dnnl::memory::data_type;
+  switch (t) {
+    case DType::Float:
+      return dt::f32;
+    case DType::BFloat16:
+      return dt::bf16;
+    case DType::Float16:
+      return dt::f16;
+    case DType::Int8:
+      return dt::s8;
+    case DType::UInt8:
+      return dt::u8;
+    case DType::Int32:
+      return dt::s32;
+    default:
+      return dt::undef;
+  }
+}
+
+bool supported(DType t) {
+  return to_dnnl(t) != dnnl::memory::data_type::undef;
+}
+
+dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type dt) {
+  if (shape.empty()) return dnnl::memory::desc({1}, dt, dnnl::memory::dims{1});
+  return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dt, [&] {
+    auto s = strides_of(shape);
+    return dnnl::memory::dims(s.begin(), s.end());
+  }());
+}
+
+dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& strides,
+                              dnnl::memory::data_type dt) {
+  return dnnl::memory::desc(dnnl::memory::dims(shape.begin(), shape.end()), dt,
+                            dnnl::memory::dims(strides.begin(), strides.end()));
+}
+
+dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
+  return dnnl::memory(md, engine(), const_cast<void*>(data));
+}
+
+dnnl::primitive_attr scratch_attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
+             const dnnl::memory::desc& scratch_md, void* scratch) {
+  if (scratch_md.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, wrap(scratch_md, scratch));
+  p.execute(stream(), args);
+  stream().wait();
+}
+
+}  // namespace volt::dnnl_adapter

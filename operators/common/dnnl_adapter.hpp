@@ -1,0 +1,42 @@
+// The one place that talks to oneDNN's v2 API basics: the engine, per-thread streams, memory
+// descriptors from volt shapes, and dnnl::error -> volt::Error. Moving to oneDNN v3 starts here.
+#pragma once
+#include <dnnl.hpp>
+
+#include "operators/kernel.hpp"
+
+namespace volt::dnnl_adapter {
+
+dnnl::engine& engine();
+dnnl::stream& stream();  // one per thread
+
+// Plain (row-major) memory descriptor.
+dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type dt);
+dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& strides,
+                              dnnl::memory::data_type dt);
+dnnl::memory::data_type to_dnnl(DType t);  // f32, bf16, f16, s8, u8, s32; undef otherwise
+bool supported(DType t);
+
+// dnnl::memory over existing data (no copy).
+dnnl::memory wrap(const dnnl::memory::desc& md, const void* data);
+
+// Primitive attributes with a user-managed scratchpad: the scratchpad comes from the run's
+// arena, so primitives can run from several threads at once.
+dnnl::primitive_attr scratch_attr();
+
+// Runs `f`, turning dnnl::error into a volt::Error naming the node.
+template <class F>
+auto guarded(const Node& node, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) throw KernelUnsupported{std::string("oneDNN: ") + e.what()};
+    fail(ErrorCode::Runtime, node.describe() + ": oneDNN: " + e.what());
+  }
+}
+
+// Executes a primitive with the scratchpad from the run context, on this thread's stream.
+void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
+             const dnnl::memory::desc& scratch_md, void* scratch);
+
+}  // namespace volt::dnnl_adapter

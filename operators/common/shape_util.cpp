@@ -1,0 +1,66 @@
+#include "operators/common/shape_util.hpp"
+
+namespace volt {
+
+int64_t normalize_axis(int64_t axis, int64_t rank, const Node& node, bool inclusive) {
+  const int64_t hi = inclusive ? rank + 1 : rank;
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  VOLT_CHECK(a >= 0 && a < hi, InvalidModel,
+             node.describe() + ": axis " + std::to_string(axis) + " is out of range for rank " +
+                 std::to_string(rank));
+  return a;
+}
+
+Shape broadcast_shapes(const std::vector<Shape>& shapes, const Node& node) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  Shape out(rank, 1);
+  for (const auto& s : shapes) {
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[rank - s.size() + i];
+      const int64_t d = s[i];
+      if (d == o || d == 1) continue;
+      if (o == 1) {
+        o = d;
+        continue;
+      }
+      std::string all;
+      for (const auto& x : shapes) all += (all.empty() ? "" : " and ") + shape_str(x);
+      fail(ErrorCode::InvalidArgument, node.describe() + ": shapes " + all + " do not broadcast");
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> strides_of(const Shape& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  std::vector<int64_t> s(out.size(), 0);
+  const std::vector<int64_t> own = strides_of(in);
+  const size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) s[lead + i] = in[i] == 1 ? 0 : own[i];
+  return s;
+}
+
+BroadcastIterator::BroadcastIterator(const Shape& out,
+                                     std::vector<std::vector<int64_t>> operand_strides)
+    : shape_(out), strides_(std::move(operand_strides)) {}
+
+std::vector<int64_t> to_int64_vector(const Tensor& t, const Node& node, const char* what) {
+  std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+  if (t.dtype() == DType::Int64) {
+    std::copy(t.data<int64_t>(), t.data<int64_t>() + t.numel(), out.begin());
+  } else if (t.dtype() == DType::Int32) {
+    std::copy(t.data<int32_t>(), t.data<int32_t>() + t.numel(), out.begin());
+  } else {
+    fail(ErrorCode::InvalidModel,
+         node.describe() + ": " + what + " must be int32 or int64, got " + dtype_name(t.dtype()));
+  }
+  return out;
+}
+
+}  // namespace volt

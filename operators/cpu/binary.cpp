@@ -1,0 +1,431 @@
+// Broadcasting binary ops (Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, comparisons, logic).
+// f32/bf16 with a same-shaped first operand run on oneDNN's binary primitive; the reference
+// loop covers every dtype and broadcast pattern.
+#include <cmath>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+// Applies out[i] = f(a[ia], b[ib]) over the broadcast of a and b, one output row at a time:
+// the innermost loop has stride 0 or 1 in each operand, which the compiler vectorizes.
+template <class TA, class TB, class TO, class F>
+void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
+  const TA* pa = static_cast<const TA*>(a.raw());
+  const TB* pb = static_cast<const TB*>(b.raw());
+  TO* po = static_cast<TO*>(out.raw());
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  if (a.shape() == out.shape() && b.shape() == out.shape()) {
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    return;
+  }
+  if (a.shape() == out.shape() && b.numel() == 1) {
+    const TB s = pb[0];
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], s);
+    return;
+  }
+  const Shape& os = out.shape();
+  const size_t r = os.size();
+  const auto sa = broadcast_strides(a.shape(), os), sb = broadcast_strides(b.shape(), os);
+  const int64_t inner = os[r - 1], ia = sa[r - 1], ib = sb[r - 1];
+  const int64_t rows = n / inner;
+#pragma omp parallel for if (n > 32768)
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, oa = 0, ob = 0;
+    for (size_t d = r - 1; d-- > 0;) {
+      const int64_t i = rem % os[d];
+      rem /= os[d];
+      oa += i * sa[d];
+      ob += i * sb[d];
+    }
+    TO* o = po + row * inner;
+    for (int64_t i = 0; i < inner; ++i) o[i] = f(pa[oa + i * ia], pb[ob + i * ib]);
+  }
+}
+
+enum class Op {
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Max,
+  Min,
+  Mod,
+  FMod,
+  Equal,
+  Less,
+  Greater,
+  LessEq,
+  GreaterEq,
+  And,
+  Or,
+  Xor,
+  BitAnd,
+  BitOr,
+  BitXor
+};
+
+bool is_comparison(Op op) {
+  return op >= Op::Equal && op <= Op::GreaterEq;
+}
+bool is_logic(Op op) {
+  return op == Op::And || op == Op::Or || op == Op::Xor;
+}
+
+template <class T>
+void binary_typed(Op op, const Tensor& a, const Tensor& b, Tensor& out, const RunContext& ctx) {
+  using C = typename Compute<T>::type;
+  auto w = [](T v) { return static_cast<C>(v); };
+  auto nw = [](C v) { return static_cast<T>(v); };
+  switch (op) {
+    case Op::Add:
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) + w(y)); });
+    case Op::Sub:
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) - w(y)); });
+    case Op::Mul:
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) * w(y)); });
+    case Op::Div:
+      if constexpr (std::is_integral_v<C>) {
+        const T* pb = static_cast<const T*>(b.raw());
+        for (int64_t i = 0; i < b.numel(); ++i)
+          if (pb[i] == T(0)) ctx.error("integer division by zero");
+      }
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) / w(y)); });
+    case Op::Max:
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) {
+        if constexpr (std::is_floating_point_v<C>) {
+          if (std::isnan(w(x)) || std::isnan(w(y))) return nw(std::numeric_limits<C>::quiet_NaN());
+        }
+        return w(x) >= w(y) ? x : y;
+      });
+    case Op::Min:
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) {
+        if constexpr (std::is_floating_point_v<C>) {
+          if (std::isnan(w(x)) || std::isnan(w(y))) return nw(std::numeric_limits<C>::quiet_NaN());
+        }
+        return w(x) <= w(y) ? x : y;
+      });
+    case Op::Mod:
+    case Op::FMod:
+      if constexpr (std::is_integral_v<C>) {
+        const T* pb = static_cast<const T*>(b.raw());
+        for (int64_t i = 0; i < b.numel(); ++i)
+          if (pb[i] == T(0)) ctx.error("integer modulo by zero");
+        if (op == Op::FMod)
+          return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) % w(y)); });
+        return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) {
+          C m = w(x) % w(y);
+          if constexpr (std::is_signed_v<C>) {
+            if (m != 0 && ((m < 0) != (w(y) < 0))) m += w(y);
+          }
+          return nw(m);
+        });
+      } else {
+        if (op == Op::FMod)
+          return broadcast_apply<T, T, T>(a, b, out,
+                                          [&](T x, T y) { return nw(std::fmod(w(x), w(y))); });
+        ctx.error("Mod of floating-point values needs fmod=1");
+      }
+    case Op::Equal:
+      return broadcast_apply<T, T, bool>(a, b, out, [&](T x, T y) { return w(x) == w(y); });
+    case Op::Less:
+      return broadcast_apply<T, T, bool>(a, b, out, [&](T x, T y) { return w(x) < w(y); });
+    case Op::Greater:
+      return broadcast_apply<T, T, bool>(a, b, out, [&](T x, T y) { return w(x) > w(y); });
+    case Op::LessEq:
+      return broadcast_apply<T, T, bool>(a, b, out, [&](T x, T y) { return w(x) <= w(y); });
+    case Op::GreaterEq:
+      return broadcast_apply<T, T, bool>(a, b, out, [&](T x, T y) { return w(x) >= w(y); });
+    case Op::BitAnd:
+    case Op::BitOr:
+    case Op::BitXor:
+      if constexpr (std::is_integral_v<C> && !std::is_same_v<T, bool>) {
+        if (op == Op::BitAnd)
+          return broadcast_apply<T, T, T>(a, b, out, [](T x, T y) { return T(x & y); });
+        if (op == Op::BitOr)
+          return broadcast_apply<T, T, T>(a, b, out, [](T x, T y) { return T(x | y); });
+        return broadcast_apply<T, T, T>(a, b, out, [](T x, T y) { return T(x ^ y); });
+      }
+      ctx.error("bitwise ops need integer inputs");
+    default:
+      ctx.error("unsupported binary op");
+  }
+}
+
+class Binary final : public Kernel {
+ public:
+  Binary(const Node& n, Op op) : op_(op) {
+    // Before opset 7, broadcasting was opt-in with an explicit axis.
+    legacy_broadcast_ = n.opset < 7 && n.attr_int("broadcast", 0) != 0;
+    legacy_axis_ = n.attr_int("axis", INT64_MIN);
+  }
+  void infer(InferContext& ctx) const override {
+    VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
+               ctx.node().describe() + ": inputs are " + dtype_name(ctx.dtype(0)) + " and " +
+                   dtype_name(ctx.dtype(1)) + "; they must match");
+    const Shape out = broadcast_shapes(
+        {ctx.shape(0), legacy_b_shape(ctx.shape(0), ctx.shape(1), ctx.node())}, ctx.node());
+    const DType dt = is_comparison(op_) || is_logic(op_) ? DType::Bool : ctx.dtype(0);
+    ctx.set_output(0, dt, out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& a = ctx.input(0);
+    Tensor b = ctx.input(1);
+    if (legacy_broadcast_) b = b.reshaped(legacy_b_shape(a.shape(), b.shape(), ctx.node()));
+    Tensor& out = ctx.output(0);
+    if (is_logic(op_)) {
+      VOLT_CHECK(a.dtype() == DType::Bool, InvalidModel,
+                 ctx.node().describe() + ": inputs must be bool");
+      if (op_ == Op::And)
+        return broadcast_apply<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x && y; });
+      if (op_ == Op::Or)
+        return broadcast_apply<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x || y; });
+      return broadcast_apply<bool, bool, bool>(a, b, out, [](bool x, bool y) { return x != y; });
+    }
+    dispatch_numeric(
+        a.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if constexpr (std::is_same_v<T, bool>) {
+            if (op_ == Op::Equal)
+              return broadcast_apply<bool, bool, bool>(a, b, out,
+                                                       [](bool x, bool y) { return x == y; });
+            ctx.error("does not apply to bool");
+          } else {
+            binary_typed<T>(op_, a, b, out, ctx);
+          }
+        },
+        ctx.node().op_type.c_str());
+  }
+
+ private:
+  // Opset < 7 with broadcast=1: B's dims line up with A's starting at `axis` (default: the end).
+  Shape legacy_b_shape(const Shape& a, const Shape& b, const Node& node) const {
+    if (!legacy_broadcast_) return b;
+    const int64_t axis = legacy_axis_ == INT64_MIN
+                             ? static_cast<int64_t>(a.size() - b.size())
+                             : normalize_axis(legacy_axis_, static_cast<int64_t>(a.size()), node);
+    Shape s(static_cast<size_t>(axis), 1);
+    s.insert(s.end(), b.begin(), b.end());
+    while (s.size() < a.size()) s.push_back(1);
+    return s;
+  }
+  Op op_;
+  bool legacy_broadcast_ = false;
+  int64_t legacy_axis_;
+};
+
+// --- Pow: base and exponent may differ in type; the result has the base's type -----------------
+class Pow final : public Kernel {
+ public:
+  explicit Pow(const Node& n) : legacy_(n.opset < 7 && n.attr_int("broadcast", 0) != 0) {}
+  void infer(InferContext& ctx) const override {
+    Shape b = ctx.shape(1);
+    if (legacy_)
+      while (b.size() < ctx.shape(0).size()) b.push_back(1);
+    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), b}, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& a = ctx.input(0);
+    Tensor b = ctx.input(1);
+    if (legacy_) {
+      Shape s = b.shape();
+      while (s.size() < a.rank()) s.push_back(1);
+      b = b.reshaped(s);
+    }
+    Tensor& out = ctx.output(0);
+    dispatch_numeric(a.dtype(), [&](auto ta) {
+      using TA = typename decltype(ta)::type;
+      dispatch_numeric(b.dtype(), [&](auto tb) {
+        using TB = typename decltype(tb)::type;
+        if constexpr (std::is_same_v<TA, bool> || std::is_same_v<TB, bool>) {
+          ctx.error("does not apply to bool");
+        } else {
+          broadcast_apply<TA, TB, TA>(a, b, out, [](TA x, TB y) {
+            const double r =
+                std::pow(static_cast<double>(static_cast<typename Compute<TA>::type>(x)),
+                         static_cast<double>(static_cast<typename Compute<TB>::type>(y)));
+            if constexpr (std::is_integral_v<TA>)
+              return static_cast<TA>(static_cast<int64_t>(r));
+            else
+              return static_cast<TA>(static_cast<typename Compute<TA>::type>(r));
+          });
+        }
+      });
+    });
+  }
+
+ private:
+  bool legacy_;
+};
+
+// --- variadic: Sum, Mean, Max, Min fold their inputs pairwise ------------------------------------
+class Variadic final : public Kernel {
+ public:
+  Variadic(const Node&, Op op, bool mean) : op_(op), mean_(mean) {}
+  void infer(InferContext& ctx) const override {
+    std::vector<Shape> shapes;
+    for (size_t i = 0; i < ctx.input_count(); ++i) {
+      VOLT_CHECK(ctx.dtype(i) == ctx.dtype(0), InvalidModel,
+                 ctx.node().describe() + ": inputs must share one dtype");
+      shapes.push_back(ctx.shape(i));
+    }
+    ctx.set_output(0, ctx.dtype(0), broadcast_shapes(shapes, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    Tensor& out = ctx.output(0);
+    dispatch_numeric(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>) {
+        ctx.error("does not apply to bool");
+      } else {
+        // out = in0 broadcast, then out = op(out, in_i).
+        const Tensor& first = ctx.input(0);
+        Tensor zero = Tensor::empty(out.dtype(), {});
+        broadcast_apply<T, T, T>(first, zero, out, [](T x, T) { return x; });
+        for (size_t i = 1; i < ctx.input_count(); ++i)
+          binary_typed<T>(op_, out, ctx.input(i), out, ctx);
+        if (mean_) {
+          T* p = out.data<T>();
+          const auto n = static_cast<typename Compute<T>::type>(ctx.input_count());
+          for (int64_t i = 0; i < out.numel(); ++i)
+            p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(p[i]) / n);
+        }
+      }
+    });
+  }
+
+ private:
+  Op op_;
+  bool mean_;
+};
+
+// --- oneDNN
+// ----------------------------------------------------------------------------------------
+constexpr int64_t kDnnlMinElements = 4096;
+
+struct BinaryState {
+  dnnl::binary prim;
+  dnnl::memory::desc a, b, out, scratch;
+  bool swapped = false;
+};
+
+class DnnlBinary final : public Kernel {
+ public:
+  DnnlBinary(const Node&, dnnl::algorithm alg, bool commutative)
+      : alg_(alg), commutative_(commutative) {}
+  void infer(InferContext& ctx) const override {
+    if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
+    const Shape out = broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node());
+    if (numel_of(out) < kDnnlMinElements || out.size() > 6)
+      throw KernelUnsupported{"small or high-rank tensor"};
+    auto st = std::make_shared<BinaryState>();
+    // oneDNN broadcasts only the second source.
+    Shape a = ctx.shape(0), b = ctx.shape(1);
+    if (a != out) {
+      if (!commutative_ || b != out) throw KernelUnsupported{"first operand broadcasts"};
+      std::swap(a, b);
+      st->swapped = true;
+    }
+    while (b.size() < out.size()) b.insert(b.begin(), 1);
+    ctx.set_output(0, ctx.dtype(0), out);
+    dnnl_adapter::guarded(ctx.node(), [&] {
+      const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+      st->a = dnnl_adapter::plain_md(a, dt);
+      st->b = dnnl_adapter::plain_md(b, dt);
+      st->out = dnnl_adapter::plain_md(out, dt);
+      dnnl::binary::desc d(alg_, st->a, st->b, st->out);
+      dnnl::binary::primitive_desc pd(d, dnnl_adapter::scratch_attr(), dnnl_adapter::engine());
+      st->prim = dnnl::binary(pd);
+      st->scratch = pd.scratchpad_desc();
+      return 0;
+    });
+    ctx.request_scratch(st->scratch.get_size());
+    ctx.set_state(st);
+  }
+  void run(RunContext& ctx) const override {
+    const auto& st = ctx.state<BinaryState>();
+    const void* a = ctx.input(st.swapped ? 1 : 0).raw();
+    const void* b = ctx.input(st.swapped ? 0 : 1).raw();
+    dnnl_adapter::execute(st.prim,
+                          {{DNNL_ARG_SRC_0, dnnl_adapter::wrap(st.a, a)},
+                           {DNNL_ARG_SRC_1, dnnl_adapter::wrap(st.b, b)},
+                           {DNNL_ARG_DST, dnnl_adapter::wrap(st.out, ctx.output(0).raw())}},
+                          st.scratch, ctx.scratch());
+  }
+
+ private:
+  dnnl::algorithm alg_;
+  bool commutative_;
+};
+
+KernelDef binary(const char* op, int since, Op kind, std::vector<DType> types = kNumericTypes) {
+  return {.op = op,
+          .since = since,
+          .types = std::move(types),
+          .inplace_input = 0,
+          .create = [=](const Node& n) { return std::make_unique<Binary>(n, kind); }};
+}
+KernelDef compare(const char* op, int since, Op kind) {
+  std::vector<DType> types = kNumericTypes;
+  types.push_back(DType::Bool);
+  return {.op = op, .since = since, .types = types, .create = [=](const Node& n) {
+            return std::make_unique<Binary>(n, kind);
+          }};
+}
+KernelDef variadic(const char* op, Op kind, bool mean) {
+  return {.op = op, .types = kNumericTypes, .create = [=](const Node& n) {
+            return std::make_unique<Variadic>(n, kind, mean);
+          }};
+}
+KernelDef dnnl_binary(const char* op, dnnl::algorithm alg, bool commutative) {
+  return {
+      .op = op,
+      .since = 7,
+      .types = {DType::Float, DType::BFloat16},
+      .priority = 10,
+      .inplace_input = 0,
+      .create = [=](const Node& n) { return std::make_unique<DnnlBinary>(n, alg, commutative); }};
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(add, binary("Add", 1, Op::Add));
+VOLT_REGISTER_KERNEL(sub, binary("Sub", 1, Op::Sub));
+VOLT_REGISTER_KERNEL(mul, binary("Mul", 1, Op::Mul));
+VOLT_REGISTER_KERNEL(div, binary("Div", 1, Op::Div));
+VOLT_REGISTER_KERNEL(
+    mod, {.op = "Mod", .since = 10, .types = kNumericTypes, .create = [](const Node& n) {
+            return std::make_unique<Binary>(n, n.attr_int("fmod", 0) ? Op::FMod : Op::Mod);
+          }});
+VOLT_REGISTER_KERNEL(bitwise_and, binary("BitwiseAnd", 18, Op::BitAnd));
+VOLT_REGISTER_KERNEL(bitwise_or, binary("BitwiseOr", 18, Op::BitOr));
+VOLT_REGISTER_KERNEL(bitwise_xor, binary("BitwiseXor", 18, Op::BitXor));
+VOLT_REGISTER_KERNEL(equal, compare("Equal", 1, Op::Equal));
+VOLT_REGISTER_KERNEL(less, compare("Less", 1, Op::Less));
+VOLT_REGISTER_KERNEL(greater, compare("Greater", 1, Op::Greater));
+VOLT_REGISTER_KERNEL(less_eq, compare("LessOrEqual", 12, Op::LessEq));
+VOLT_REGISTER_KERNEL(greater_eq, compare("GreaterOrEqual", 12, Op::GreaterEq));
+VOLT_REGISTER_KERNEL(and_op, binary("And", 1, Op::And, {DType::Bool}));
+VOLT_REGISTER_KERNEL(or_op, binary("Or", 1, Op::Or, {DType::Bool}));
+VOLT_REGISTER_KERNEL(xor_op, binary("Xor", 1, Op::Xor, {DType::Bool}));
+VOLT_REGISTER_KERNEL(pow, {.op = "Pow", .types = kNumericTypes, .create = make_kernel<Pow>});
+VOLT_REGISTER_KERNEL(sum, variadic("Sum", Op::Add, false));
+VOLT_REGISTER_KERNEL(mean, variadic("Mean", Op::Add, true));
+VOLT_REGISTER_KERNEL(max, variadic("Max", Op::Max, false));
+VOLT_REGISTER_KERNEL(min, variadic("Min", Op::Min, false));
+
+using alg = dnnl::algorithm;
+VOLT_REGISTER_KERNEL(dnnl_add, dnnl_binary("Add", alg::binary_add, true));
+VOLT_REGISTER_KERNEL(dnnl_sub, dnnl_binary("Sub", alg::binary_sub, false));
+VOLT_REGISTER_KERNEL(dnnl_mul, dnnl_binary("Mul", alg::binary_mul, true));
+VOLT_REGISTER_KERNEL(dnnl_div, dnnl_binary("Div", alg::binary_div, false));
+
+}  // namespace volt

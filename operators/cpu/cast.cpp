@@ -1,0 +1,124 @@
+// Cast (and CastLike): every numeric dtype, bool, float16/bfloat16 and strings.
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+template <class S, class D>
+D convert(S v) {
+  if constexpr (std::is_same_v<D, bool>) {
+    return static_cast<typename Compute<S>::type>(v) != 0;
+  } else if constexpr (std::is_same_v<S, bool>) {
+    return static_cast<D>(static_cast<typename Compute<D>::type>(v ? 1 : 0));
+  } else if constexpr (std::is_same_v<D, Float16> || std::is_same_v<D, BFloat16>) {
+    return D(static_cast<float>(static_cast<typename Compute<S>::type>(v)));
+  } else {
+    using CS = typename Compute<S>::type;
+    const CS c = static_cast<CS>(v);
+    if constexpr (std::is_floating_point_v<CS> && std::is_integral_v<D>) {
+      // Out-of-range and NaN conversions are undefined in C++; saturate-free wrap like numpy
+      // would crash, so go through int64 which every finite float below 2^63 fits.
+      if (!std::isfinite(c)) return D(0);
+      const double d = static_cast<double>(c);
+      if (d >= 9.2e18 || d <= -9.2e18) return D(0);
+      return static_cast<D>(static_cast<int64_t>(d));
+    } else {
+      return static_cast<D>(c);
+    }
+  }
+}
+
+template <class S>
+std::string to_string_value(S v) {
+  if constexpr (std::is_same_v<S, bool>) {
+    return v ? "1" : "0";
+  } else {
+    using C = typename Compute<S>::type;
+    const C c = static_cast<C>(v);
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(c)) return "NaN";
+      if (std::isinf(c)) return c > 0 ? "INF" : "-INF";
+      char buf[64];
+      // Shortest representation that reads back exactly, like numpy's str().
+      auto res = std::to_chars(buf, buf + sizeof buf, c);
+      return std::string(buf, res.ptr);
+    } else {
+      return std::to_string(c);
+    }
+  }
+}
+
+template <class D>
+D from_string_value(const std::string& s, const Node& node) {
+  if constexpr (std::is_same_v<D, bool>) {
+    return !(s.empty() || s == "0" || s == "false" || s == "False");
+  } else {
+    char* end = nullptr;
+    const double d = std::strtod(s.c_str(), &end);
+    VOLT_CHECK(end != s.c_str(), InvalidArgument,
+               node.describe() + ": cannot convert '" + s + "' to a number");
+    if constexpr (std::is_integral_v<D>)
+      return convert<double, D>(d);
+    else
+      return convert<double, D>(d);
+  }
+}
+
+class Cast final : public Kernel {
+ public:
+  explicit Cast(const Node& n, bool like) : like_(like) {
+    if (!like) {
+      const int64_t to = n.attr_int("to");
+      VOLT_CHECK(dtype_is_valid(static_cast<int32_t>(to)), InvalidModel,
+                 n.describe() + ": 'to' = " + std::to_string(to) + " is not a known dtype");
+      to_ = static_cast<DType>(to);
+    }
+  }
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, like_ ? ctx.dtype(1) : to_, ctx.shape(0));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    const int64_t n = x.numel();
+    const Node& node = ctx.node();
+    dispatch_any(x.dtype(), [&](auto st) {
+      using S = typename decltype(st)::type;
+      dispatch_any(y.dtype(), [&](auto dt) {
+        using D = typename decltype(dt)::type;
+        const S* src = static_cast<const S*>(x.raw());
+        D* dst = static_cast<D*>(y.raw());
+        if constexpr (std::is_same_v<S, std::string> && std::is_same_v<D, std::string>) {
+          for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+        } else if constexpr (std::is_same_v<S, std::string>) {
+          for (int64_t i = 0; i < n; ++i) dst[i] = from_string_value<D>(src[i], node);
+        } else if constexpr (std::is_same_v<D, std::string>) {
+          for (int64_t i = 0; i < n; ++i) dst[i] = to_string_value<S>(src[i]);
+        } else {
+#pragma omp parallel for if (n > 65536)
+          for (int64_t i = 0; i < n; ++i) dst[i] = convert<S, D>(src[i]);
+        }
+      });
+    });
+  }
+
+ private:
+  bool like_;
+  DType to_ = DType::Undefined;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(cast, {.op = "Cast", .create = [](const Node& n) {
+                              return std::make_unique<Cast>(n, false);
+                            }});
+VOLT_REGISTER_KERNEL(cast_like, {.op = "CastLike", .since = 15, .create = [](const Node& n) {
+                                   return std::make_unique<Cast>(n, true);
+                                 }});
+
+}  // namespace volt

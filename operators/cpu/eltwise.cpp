@@ -1,0 +1,277 @@
+// Elementwise unary ops. f32 (and bf16) tensors of useful size run on oneDNN's eltwise
+// primitive; everything else, and every other dtype, on the reference loop below.
+#include <cmath>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+// Each functor computes one element in the compute type C (float for 16-bit floats).
+struct Params {
+  float alpha = 0, beta = 0, gamma = 0;
+};
+
+#define VOLT_UNARY(Name, expr)               \
+  struct Name {                              \
+    static constexpr bool kIntegers = false; \
+    Params p;                                \
+    template <class C>                       \
+    C operator()(C x) const {                \
+      (void)p;                               \
+      return expr;                           \
+    }                                        \
+  };
+
+VOLT_UNARY(ReluFn, x > C(0) ? x : C(0))
+VOLT_UNARY(LeakyReluFn, x >= C(0) ? x : C(p.alpha * x))
+VOLT_UNARY(EluFn, x >= C(0) ? x : C(p.alpha * (std::exp(x) - C(1))))
+VOLT_UNARY(SeluFn, C(p.gamma*(x > C(0) ? x : C(p.alpha * (std::exp(x) - C(1))))))
+VOLT_UNARY(CeluFn,
+           C(std::max(C(0), x) + std::min(C(0), C(p.alpha*(std::exp(x / C(p.alpha)) - C(1))))))
+VOLT_UNARY(SigmoidFn, x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
+VOLT_UNARY(HardSigmoidFn, std::max(C(0), std::min(C(1), C(p.alpha* x + p.beta))))
+VOLT_UNARY(HardSwishFn, x* std::max(C(0), std::min(C(1), C(x / C(6) + C(0.5)))))
+VOLT_UNARY(TanhFn, std::tanh(x))
+VOLT_UNARY(SoftplusFn, x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
+VOLT_UNARY(SoftsignFn, x / (C(1) + std::abs(x)))
+VOLT_UNARY(ExpFn, std::exp(x))
+VOLT_UNARY(LogFn, std::log(x))
+VOLT_UNARY(SqrtFn, std::sqrt(x))
+VOLT_UNARY(ReciprocalFn, C(1) / x)
+VOLT_UNARY(FloorFn, std::floor(x))
+VOLT_UNARY(CeilFn, std::ceil(x))
+VOLT_UNARY(RoundFn, std::nearbyint(x))
+VOLT_UNARY(ErfFn, std::erf(x))
+VOLT_UNARY(SinFn, std::sin(x))
+VOLT_UNARY(CosFn, std::cos(x))
+VOLT_UNARY(TanFn, std::tan(x))
+VOLT_UNARY(AsinFn, std::asin(x))
+VOLT_UNARY(AcosFn, std::acos(x))
+VOLT_UNARY(AtanFn, std::atan(x))
+VOLT_UNARY(SinhFn, std::sinh(x))
+VOLT_UNARY(CoshFn, std::cosh(x))
+VOLT_UNARY(AsinhFn, std::asinh(x))
+VOLT_UNARY(AcoshFn, std::acosh(x))
+VOLT_UNARY(AtanhFn, std::atanh(x))
+VOLT_UNARY(ThresholdedReluFn, x > C(p.alpha) ? x : C(0))
+VOLT_UNARY(MishFn, x* std::tanh(x > C(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
+VOLT_UNARY(GeluFn, C(0.5) * x * (C(1) + std::erf(x / std::sqrt(C(2)))))
+VOLT_UNARY(GeluTanhFn, C(0.5) * x *
+                           (C(1) + std::tanh(std::sqrt(C(2) / C(3.14159265358979323846)) *
+                                             (x + C(0.044715) * x * x * x))))
+#undef VOLT_UNARY
+
+// Ops that also apply to integers.
+struct AbsFn {
+  static constexpr bool kIntegers = true;
+  Params p;
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>)
+      return x;
+    else
+      return x < C(0) ? C(-x) : x;
+  }
+};
+struct NegFn {
+  static constexpr bool kIntegers = true;
+  Params p;
+  template <class C>
+  C operator()(C x) const {
+    return static_cast<C>(-x);
+  }
+};
+struct SignFn {
+  static constexpr bool kIntegers = true;
+  Params p;
+  template <class C>
+  C operator()(C x) const {
+    return x > C(0) ? C(1) : (x < C(0) ? static_cast<C>(-1) : C(0));
+  }
+};
+struct IntReluFn {
+  static constexpr bool kIntegers = true;
+  Params p;
+  template <class C>
+  C operator()(C x) const {
+    return x > C(0) ? x : C(0);
+  }
+};
+
+Params params_of(const Node& n, float alpha, float beta, float gamma) {
+  return {n.attr_float("alpha", alpha), n.attr_float("beta", beta), n.attr_float("gamma", gamma)};
+}
+
+template <class Fn>
+class Unary final : public Kernel {
+ public:
+  Unary(const Node& n, Params p) : fn_{p} { (void)n; }
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    dispatch_numeric(
+        in.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          using C0 = typename Compute<T>::type;
+          if constexpr (std::is_same_v<T, bool> ||
+                        (!std::is_floating_point_v<C0> && !Fn::kIntegers)) {
+            ctx.error(std::string("does not apply to ") + dtype_name(in.dtype()));
+          } else {
+            using C = typename Compute<T>::type;
+            const T* x = static_cast<const T*>(in.raw());
+            T* y = static_cast<T*>(out.raw());
+            const int64_t n = in.numel();
+#pragma omp parallel for simd if (n > 32768)
+            for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(fn_(static_cast<C>(x[i])));
+          }
+        },
+        ctx.node().op_type.c_str());
+  }
+
+ private:
+  Fn fn_;
+};
+
+// --- oneDNN
+// ----------------------------------------------------------------------------------------
+constexpr int64_t kDnnlMinElements = 4096;  // below this the primitive's fixed cost dominates
+
+struct EltwiseState {
+  dnnl::eltwise_forward prim;
+  dnnl::memory::desc md, scratch;
+};
+
+class DnnlEltwise final : public Kernel {
+ public:
+  DnnlEltwise(const Node&, dnnl::algorithm alg, float alpha, float beta)
+      : alg_(alg), alpha_(alpha), beta_(beta) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& s = ctx.shape(0);
+    if (numel_of(s) < kDnnlMinElements) throw KernelUnsupported{"small tensor"};
+    ctx.set_output(0, ctx.dtype(0), s);
+    dnnl_adapter::guarded(ctx.node(), [&] {
+      auto st = std::make_shared<EltwiseState>();
+      st->md = dnnl_adapter::plain_md({numel_of(s)}, dnnl_adapter::to_dnnl(ctx.dtype(0)));
+      dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_inference, alg_, st->md, alpha_,
+                                    beta_);
+      dnnl::eltwise_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                               dnnl_adapter::engine());
+      st->prim = dnnl::eltwise_forward(pd);
+      st->scratch = pd.scratchpad_desc();
+      ctx.request_scratch(st->scratch.get_size());
+      ctx.set_state(st);
+      return 0;
+    });
+  }
+  void run(RunContext& ctx) const override {
+    const auto& st = ctx.state<EltwiseState>();
+    dnnl_adapter::execute(st.prim,
+                          {{DNNL_ARG_SRC, dnnl_adapter::wrap(st.md, ctx.input(0).raw())},
+                           {DNNL_ARG_DST, dnnl_adapter::wrap(st.md, ctx.output(0).raw())}},
+                          st.scratch, ctx.scratch());
+  }
+
+ private:
+  dnnl::algorithm alg_;
+  float alpha_, beta_;
+};
+
+const std::vector<DType> kDnnlFloat = {DType::Float, DType::BFloat16};
+const std::vector<DType> kSignedTypes = {DType::Float,    DType::Double, DType::Float16,
+                                         DType::BFloat16, DType::Int8,   DType::Int16,
+                                         DType::Int32,    DType::Int64};
+
+template <class Fn>
+KernelDef unary(const char* op, int since, std::vector<DType> types, float alpha = 0,
+                float beta = 0, float gamma = 0) {
+  return {.op = op,
+          .since = since,
+          .types = std::move(types),
+          .inplace_input = 0,
+          .create = [=](const Node& n) {
+            return std::make_unique<Unary<Fn>>(n, params_of(n, alpha, beta, gamma));
+          }};
+}
+
+KernelDef dnnl_unary(const char* op, int since, dnnl::algorithm alg, float alpha_default = 0,
+                     float beta_default = 0) {
+  return {.op = op,
+          .since = since,
+          .types = kDnnlFloat,
+          .priority = 10,
+          .inplace_input = 0,
+          .create = [=](const Node& n) {
+            return std::make_unique<DnnlEltwise>(n, alg, n.attr_float("alpha", alpha_default),
+                                                 n.attr_float("beta", beta_default));
+          }};
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(relu, unary<ReluFn>("Relu", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(relu_int,
+                     unary<IntReluFn>("Relu", 14,
+                                      {DType::Int8, DType::Int16, DType::Int32, DType::Int64}));
+VOLT_REGISTER_KERNEL(leaky_relu, unary<LeakyReluFn>("LeakyRelu", 1, kFloatTypes, 0.01f));
+VOLT_REGISTER_KERNEL(elu, unary<EluFn>("Elu", 1, kFloatTypes, 1.0f));
+VOLT_REGISTER_KERNEL(selu, unary<SeluFn>("Selu", 1, kFloatTypes, 1.67326319217681884765625f, 0,
+                                         1.05070102214813232421875f));
+VOLT_REGISTER_KERNEL(celu, unary<CeluFn>("Celu", 12, kFloatTypes, 1.0f));
+VOLT_REGISTER_KERNEL(sigmoid, unary<SigmoidFn>("Sigmoid", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(hard_sigmoid, unary<HardSigmoidFn>("HardSigmoid", 1, kFloatTypes, 0.2f, 0.5f));
+VOLT_REGISTER_KERNEL(hard_swish, unary<HardSwishFn>("HardSwish", 14, kFloatTypes));
+VOLT_REGISTER_KERNEL(tanh, unary<TanhFn>("Tanh", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(softplus, unary<SoftplusFn>("Softplus", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(softsign, unary<SoftsignFn>("Softsign", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(exp, unary<ExpFn>("Exp", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(log, unary<LogFn>("Log", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(sqrt, unary<SqrtFn>("Sqrt", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(reciprocal, unary<ReciprocalFn>("Reciprocal", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(floor, unary<FloorFn>("Floor", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(ceil, unary<CeilFn>("Ceil", 1, kFloatTypes));
+VOLT_REGISTER_KERNEL(round, unary<RoundFn>("Round", 11, kFloatTypes));
+VOLT_REGISTER_KERNEL(erf, unary<ErfFn>("Erf", 9, kFloatTypes));
+VOLT_REGISTER_KERNEL(sin, unary<SinFn>("Sin", 7, kFloatTypes));
+VOLT_REGISTER_KERNEL(cos, unary<CosFn>("Cos", 7, kFloatTypes));
+VOLT_REGISTER_KERNEL(tan, unary<TanFn>("Tan", 7, kFloatTypes));
+VOLT_REGISTER_KERNEL(asin, unary<AsinFn>("Asin", 7, kFloatTypes));
+VOLT_REGISTER_KERNEL(acos, unary<AcosFn>("Acos", 7, kFloatTypes));
+VOLT_REGISTER_KERNEL(atan, unary<AtanFn>("Atan", 7, kFloatTypes));
+VOLT_REGISTER_KERNEL(sinh, unary<SinhFn>("Sinh", 9, kFloatTypes));
+VOLT_REGISTER_KERNEL(cosh, unary<CoshFn>("Cosh", 9, kFloatTypes));
+VOLT_REGISTER_KERNEL(asinh, unary<AsinhFn>("Asinh", 9, kFloatTypes));
+VOLT_REGISTER_KERNEL(acosh, unary<AcoshFn>("Acosh", 9, kFloatTypes));
+VOLT_REGISTER_KERNEL(atanh, unary<AtanhFn>("Atanh", 9, kFloatTypes));
+VOLT_REGISTER_KERNEL(thresholded_relu,
+                     unary<ThresholdedReluFn>("ThresholdedRelu", 10, kFloatTypes, 1.0f));
+VOLT_REGISTER_KERNEL(mish, unary<MishFn>("Mish", 18, kFloatTypes));
+VOLT_REGISTER_KERNEL(abs, unary<AbsFn>("Abs", 1, kNumericTypes));
+VOLT_REGISTER_KERNEL(neg, unary<NegFn>("Neg", 1, kSignedTypes));
+VOLT_REGISTER_KERNEL(sign, unary<SignFn>("Sign", 9, kNumericTypes));
+VOLT_REGISTER_KERNEL(gelu, {.op = "Gelu",
+                            .since = 20,
+                            .types = kFloatTypes,
+                            .inplace_input = 0,
+                            .create = [](const Node& n) -> std::unique_ptr<Kernel> {
+                              if (n.attr_string("approximate", "none") == "tanh")
+                                return std::make_unique<Unary<GeluTanhFn>>(n, Params{});
+                              return std::make_unique<Unary<GeluFn>>(n, Params{});
+                            }});
+
+using alg = dnnl::algorithm;
+VOLT_REGISTER_KERNEL(dnnl_relu, dnnl_unary("Relu", 1, alg::eltwise_relu));
+VOLT_REGISTER_KERNEL(dnnl_leaky_relu, dnnl_unary("LeakyRelu", 1, alg::eltwise_relu, 0.01f));
+VOLT_REGISTER_KERNEL(dnnl_elu, dnnl_unary("Elu", 1, alg::eltwise_elu, 1.0f));
+VOLT_REGISTER_KERNEL(dnnl_sigmoid, dnnl_unary("Sigmoid", 1, alg::eltwise_logistic));
+VOLT_REGISTER_KERNEL(dnnl_tanh, dnnl_unary("Tanh", 1, alg::eltwise_tanh));
+VOLT_REGISTER_KERNEL(dnnl_exp, dnnl_unary("Exp", 1, alg::eltwise_exp));
+VOLT_REGISTER_KERNEL(dnnl_log, dnnl_unary("Log", 1, alg::eltwise_log));
+VOLT_REGISTER_KERNEL(dnnl_sqrt, dnnl_unary("Sqrt", 1, alg::eltwise_sqrt));
+VOLT_REGISTER_KERNEL(dnnl_abs, dnnl_unary("Abs", 1, alg::eltwise_abs));
+
+}  // namespace volt

@@ -1,0 +1,307 @@
+// MatMul and Gemm. f32/bf16 run on oneDNN's matmul primitive (constant weights reordered once
+// per plan into the layout the primitive prefers); other dtypes on a reference loop.
+#include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+#include "runtime/tensor_alloc.hpp"
+
+namespace volt {
+namespace {
+
+// The shapes of one batched product, after numpy's 1-D promotion and batch broadcasting.
+struct MatMulShapes {
+  Shape a, b, out;  // rank-equalized operand shapes [..., M, K], [..., K, N], [..., M, N]
+  Shape result;     // the ONNX output shape (1-D operands' axes dropped)
+  int64_t m = 0, k = 0, n = 0;
+};
+
+MatMulShapes matmul_shapes(Shape a, Shape b, const Node& node) {
+  VOLT_CHECK(!a.empty() && !b.empty(), InvalidArgument,
+             node.describe() + ": MatMul operands must have rank >= 1");
+  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
+  if (a_vec) a.insert(a.begin(), 1);
+  if (b_vec) b.push_back(1);
+  VOLT_CHECK(a.back() == b[b.size() - 2], InvalidArgument,
+             node.describe() + ": shapes " + shape_str(a) + " and " + shape_str(b) +
+                 " do not multiply (K differs)");
+  MatMulShapes s;
+  s.m = a[a.size() - 2];
+  s.k = a.back();
+  s.n = b.back();
+  const Shape batch =
+      broadcast_shapes({Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)}, node);
+  while (a.size() < batch.size() + 2) a.insert(a.begin(), 1);
+  while (b.size() < batch.size() + 2) b.insert(b.begin(), 1);
+  s.a = a;
+  s.b = b;
+  s.out = batch;
+  s.out.push_back(s.m);
+  s.out.push_back(s.n);
+  s.result = batch;
+  if (!a_vec) s.result.push_back(s.m);
+  if (!b_vec) s.result.push_back(s.n);
+  return s;
+}
+
+template <class T>
+void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
+  using C = typename Compute<T>::type;
+  const Shape batch(s.out.begin(), s.out.end() - 2);
+  const int64_t batches = numel_of(batch);
+  const auto sa = broadcast_strides(Shape(s.a.begin(), s.a.end() - 2), batch);
+  const auto sb = broadcast_strides(Shape(s.b.begin(), s.b.end() - 2), batch);
+#pragma omp parallel for if (batches * s.m * s.n * s.k > 1 << 20)
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    int64_t rem = bi, oa = 0, ob = 0;
+    for (size_t d = batch.size(); d-- > 0;) {
+      oa += (rem % batch[d]) * sa[d];
+      ob += (rem % batch[d]) * sb[d];
+      rem /= batch[d];
+    }
+    const T* pa = a + oa * s.m * s.k;
+    const T* pb = b + ob * s.k * s.n;
+    T* po = out + bi * s.m * s.n;
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t j = 0; j < s.n; ++j) {
+        C acc = 0;
+        for (int64_t p = 0; p < s.k; ++p)
+          acc += static_cast<C>(pa[i * s.k + p]) * static_cast<C>(pb[p * s.n + j]);
+        po[i * s.n + j] = static_cast<T>(acc);
+      }
+  }
+}
+
+class MatMulRef final : public Kernel {
+ public:
+  explicit MatMulRef(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
+               ctx.node().describe() + ": operands must share one dtype");
+    ctx.set_output(0, ctx.dtype(0), matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node()).result);
+  }
+  void run(RunContext& ctx) const override {
+    const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
+    dispatch_numeric(ctx.input(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>)
+        ctx.error("does not apply to bool");
+      else
+        reference_matmul<T>(s, static_cast<const T*>(ctx.input(0).raw()),
+                            static_cast<const T*>(ctx.input(1).raw()),
+                            static_cast<T*>(ctx.output(0).raw()));
+    });
+  }
+};
+
+// --- oneDNN
+// ----------------------------------------------------------------------------------------
+struct MatMulState {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, bias, out, scratch;
+  Tensor packed_b;  // weights reordered once, when constant
+  bool has_bias = false;
+};
+
+// Builds the primitive; `b_const` (may be null) is reordered into the primitive's layout.
+std::shared_ptr<MatMulState> make_matmul(const Node& node, const dnnl::memory::desc& a,
+                                         const dnnl::memory::desc& b, const dnnl::memory::desc& out,
+                                         const dnnl::memory::desc* bias, const Tensor* b_const,
+                                         float alpha, InferContext& ctx) {
+  return dnnl_adapter::guarded(node, [&] {
+    auto st = std::make_shared<MatMulState>();
+    st->a = a;
+    st->out = out;
+    dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    const dnnl::memory::desc b_any =
+        b_const ? dnnl::memory::desc(b.dims(), b.data_type(), dnnl::memory::format_tag::any) : b;
+    std::unique_ptr<dnnl::matmul::desc> d;
+    if (bias) {
+      st->bias = *bias;
+      st->has_bias = true;
+      d = std::make_unique<dnnl::matmul::desc>(a, b_any, *bias, out);
+    } else {
+      d = std::make_unique<dnnl::matmul::desc>(a, b_any, out);
+    }
+    dnnl::matmul::primitive_desc pd(*d, attr, dnnl_adapter::engine());
+    st->prim = dnnl::matmul(pd);
+    st->b = pd.weights_desc();
+    st->scratch = pd.scratchpad_desc();
+    if (b_const) {
+      st->packed_b = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st->b.get_size())});
+      dnnl::memory src = dnnl_adapter::wrap(b, b_const->raw());
+      dnnl::memory dst = dnnl_adapter::wrap(st->b, st->packed_b.raw());
+      dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
+      dnnl_adapter::stream().wait();
+    } else {
+      st->b = b;
+    }
+    ctx.request_scratch(st->scratch.get_size());
+    return st;
+  });
+}
+
+void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const void* b,
+                const void* bias, void* out) {
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, dnnl_adapter::wrap(st.a, a)},
+      {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.b, st.packed_b.defined() ? st.packed_b.raw() : b)},
+      {DNNL_ARG_DST, dnnl_adapter::wrap(st.out, out)}};
+  if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, bias));
+  dnnl_adapter::execute(st.prim, std::move(args), st.scratch, ctx.scratch());
+}
+
+class DnnlMatMul final : public Kernel {
+ public:
+  explicit DnnlMatMul(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
+    const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node());
+    if (s.out.size() > 6 || numel_of(s.out) == 0 || s.k == 0) throw KernelUnsupported{"shape"};
+    ctx.set_output(0, ctx.dtype(0), s.result);
+    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+    const Tensor* b_const = ctx.input_tensor(1);
+    ctx.set_state(make_matmul(ctx.node(), dnnl_adapter::plain_md(s.a, dt),
+                              dnnl_adapter::plain_md(s.b, dt), dnnl_adapter::plain_md(s.out, dt),
+                              nullptr, b_const, 1.0f, ctx));
+  }
+  void run(RunContext& ctx) const override {
+    run_matmul(ctx.state<MatMulState>(), ctx, ctx.input(0).raw(), ctx.input(1).raw(), nullptr,
+               ctx.output(0).raw());
+  }
+};
+
+// --- Gemm: Y = alpha * A' B' + beta * C
+// -------------------------------------------------------------
+struct GemmDims {
+  int64_t m, k, n;
+};
+
+GemmDims gemm_dims(const Shape& a, const Shape& b, bool ta, bool tb, const Node& node) {
+  VOLT_CHECK(
+      a.size() == 2 && b.size() == 2, InvalidArgument,
+      node.describe() + ": A and B must be 2-D, got " + shape_str(a) + " and " + shape_str(b));
+  GemmDims d{ta ? a[1] : a[0], ta ? a[0] : a[1], tb ? b[0] : b[1]};
+  VOLT_CHECK(
+      (tb ? b[1] : b[0]) == d.k, InvalidArgument,
+      node.describe() + ": shapes " + shape_str(a) + " and " + shape_str(b) + " do not multiply");
+  return d;
+}
+
+class Gemm final : public Kernel {
+ public:
+  explicit Gemm(const Node& n)
+      : ta_(n.attr_int("transA", 0) != 0),
+        tb_(n.attr_int("transB", 0) != 0),
+        alpha_(n.attr_float("alpha", 1)),
+        beta_(n.attr_float("beta", 1)),
+        legacy_broadcast_(n.opset < 7) {}
+
+  void infer(InferContext& ctx) const override {
+    const GemmDims d = gemm_dims(ctx.shape(0), ctx.shape(1), ta_, tb_, ctx.node());
+    const Shape out{d.m, d.n};
+    if (ctx.has_input(2)) broadcast_shapes({out, ctx.shape(2)}, ctx.node());
+    ctx.set_output(0, ctx.dtype(0), out);
+    if (!dnnl_adapter::supported(ctx.dtype(0)) || ctx.dtype(0) != DType::Float || d.k == 0 ||
+        d.m == 0 || d.n == 0)
+      return;
+    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+    const Shape& as = ctx.shape(0);
+    const Shape& bs = ctx.shape(1);
+    // Transposes are strides, not copies.
+    const auto a_md = dnnl_adapter::strided_md(
+        {d.m, d.k}, ta_ ? std::vector<int64_t>{1, as[1]} : std::vector<int64_t>{as[1], 1}, dt);
+    const auto b_md = dnnl_adapter::strided_md(
+        {d.k, d.n}, tb_ ? std::vector<int64_t>{1, bs[1]} : std::vector<int64_t>{bs[1], 1}, dt);
+    dnnl::memory::desc bias_md;
+    const dnnl::memory::desc* bias = nullptr;
+    if (ctx.has_input(2) && beta_ == 1.0f && alpha_ == 1.0f) {
+      const Shape& cs = ctx.shape(2);
+      if (numel_of(cs) == d.n && (cs.size() == 1 || (cs.size() == 2 && cs[0] == 1)))
+        bias_md = dnnl_adapter::plain_md({1, d.n}, dt);
+      else if (cs == out)
+        bias_md = dnnl_adapter::plain_md(out, dt);
+      if (bias_md.get_size() > 0) bias = &bias_md;
+    }
+    try {
+      ctx.set_state(make_matmul(ctx.node(), a_md, b_md, dnnl_adapter::plain_md(out, dt), bias,
+                                ctx.input_tensor(1), alpha_, ctx));
+    } catch (const KernelUnsupported&) {
+      // the reference loop in run() takes over
+    }
+  }
+
+  void run(RunContext& ctx) const override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    const GemmDims d = gemm_dims(a.shape(), b.shape(), ta_, tb_, ctx.node());
+    const auto* st = static_cast<const MatMulState*>(ctx.state_ptr());
+    if (st) {
+      run_matmul(*st, ctx, a.raw(), b.raw(), ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
+                 y.raw());
+      if (st->has_bias || !ctx.has_input(2)) return;
+      add_c(ctx, y, /*scale_product=*/1.0f);
+      return;
+    }
+    dispatch_numeric(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>) {
+        ctx.error("does not apply to bool");
+      } else {
+        using C = typename Compute<T>::type;
+        const T* pa = static_cast<const T*>(a.raw());
+        const T* pb = static_cast<const T*>(b.raw());
+        T* py = static_cast<T*>(y.raw());
+        const int64_t lda = a.dim(1), ldb = b.dim(1);
+#pragma omp parallel for if (d.m * d.n * d.k > 1 << 20)
+        for (int64_t i = 0; i < d.m; ++i)
+          for (int64_t j = 0; j < d.n; ++j) {
+            C acc = 0;
+            for (int64_t p = 0; p < d.k; ++p)
+              acc += static_cast<C>(pa[ta_ ? p * lda + i : i * lda + p]) *
+                     static_cast<C>(pb[tb_ ? j * ldb + p : p * ldb + j]);
+            py[i * d.n + j] = static_cast<T>(static_cast<C>(alpha_) * acc);
+          }
+      }
+    });
+    if (ctx.has_input(2)) add_c(ctx, y, 1.0f);
+  }
+
+ private:
+  // y += beta * C, C broadcast to y.
+  void add_c(RunContext& ctx, Tensor& y, float) const {
+    const Tensor& c = ctx.input(2);
+    const auto strides = broadcast_strides(c.shape(), y.shape());
+    const int64_t m = y.dim(0), n = y.dim(1);
+    dispatch_numeric(y.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<T, bool>) {
+        using C = typename Compute<T>::type;
+        const T* pc = static_cast<const T*>(c.raw());
+        T* py = static_cast<T*>(y.raw());
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            py[i * n + j] = static_cast<T>(static_cast<C>(py[i * n + j]) +
+                                           static_cast<C>(beta_) *
+                                               static_cast<C>(pc[i * strides[0] + j * strides[1]]));
+      }
+    });
+  }
+  bool ta_, tb_;
+  float alpha_, beta_;
+  bool legacy_broadcast_;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(matmul,
+                     {.op = "MatMul", .types = kNumericTypes, .create = make_kernel<MatMulRef>});
+VOLT_REGISTER_KERNEL(dnnl_matmul, {.op = "MatMul",
+                                   .types = {DType::Float, DType::BFloat16},
+                                   .priority = 10,
+                                   .create = make_kernel<DnnlMatMul>});
+VOLT_REGISTER_KERNEL(gemm, {.op = "Gemm", .types = kNumericTypes, .create = make_kernel<Gemm>});
+
+}  // namespace volt

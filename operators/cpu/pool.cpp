@@ -1,0 +1,221 @@
+// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool. f32/bf16 run on oneDNN's
+// pooling primitive; the reference loop covers other dtypes, MaxPool's Indices output and
+// ceil_mode averaging that counts padding.
+#include <cmath>
+#include <limits>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
+#include "operators/cpu/conv_geometry.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+enum class PoolKind { Max, Average, Lp };
+
+struct PoolShapes {
+  WindowGeometry win;
+  Shape out;
+};
+
+class Pool final : public Kernel {
+ public:
+  Pool(const Node& n, PoolKind kind, bool global)
+      : attrs_(n),
+        kind_(kind),
+        global_(global),
+        count_include_pad_(n.attr_int("count_include_pad", 0) != 0),
+        storage_order_(n.attr_int("storage_order", 0)),
+        p_(n.attr_int("p", 2)) {
+    if (!global_)
+      VOLT_CHECK(!attrs_.kernel_shape.empty(), InvalidModel,
+                 n.describe() + ": kernel_shape is required");
+  }
+
+  void infer(InferContext& ctx) const override {
+    const PoolShapes s = shapes(ctx.shape(0), ctx.node());
+    ctx.set_output(0, ctx.dtype(0), s.out);
+    if (ctx.output_count() > 1 && ctx.node().has_output(1)) {
+      ctx.set_output(1, DType::Int64, s.out);
+      return;  // Indices: reference only
+    }
+    const DType dt = ctx.dtype(0);
+    if ((dt != DType::Float && dt != DType::BFloat16) || kind_ == PoolKind::Lp ||
+        s.win.in.size() > 3 || numel_of(s.out) == 0)
+      return;
+    if (attrs_.ceil_mode && kind_ == PoolKind::Average && count_include_pad_) return;
+    try {
+      ctx.set_state(prepare(ctx, s));
+    } catch (const KernelUnsupported&) {
+    }
+  }
+
+  void run(RunContext& ctx) const override {
+    if (const auto* st = static_cast<const DnnlPool*>(ctx.state_ptr())) {
+      dnnl_adapter::execute(st->prim,
+                            {{DNNL_ARG_SRC, dnnl_adapter::wrap(st->src, ctx.input(0).raw())},
+                             {DNNL_ARG_DST, dnnl_adapter::wrap(st->dst, ctx.output(0).raw())}},
+                            st->scratch, ctx.scratch());
+      return;
+    }
+    const Tensor& x = ctx.input(0);
+    const PoolShapes s = shapes(x.shape(), ctx.node());
+    int64_t* indices = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>) {
+        ctx.error("does not apply to bool");
+      } else {
+        reference(s, x.shape(), static_cast<const T*>(x.raw()),
+                  static_cast<T*>(ctx.output(0).raw()), indices);
+      }
+    });
+  }
+
+ private:
+  struct DnnlPool {
+    dnnl::pooling_v2_forward prim;
+    dnnl::memory::desc src, dst, scratch;
+  };
+
+  PoolShapes shapes(const Shape& x, const Node& node) const {
+    VOLT_CHECK(x.size() >= 3, InvalidArgument,
+               node.describe() + ": input must be N x C x spatial..., got " + shape_str(x));
+    const std::vector<int64_t> spatial(x.begin() + 2, x.end());
+    PoolShapes s;
+    if (global_) {
+      WindowAttributes a = attrs_;
+      a.pads.clear();
+      a.strides.clear();
+      a.auto_pad = "NOTSET";
+      s.win = resolve_window(a, spatial, spatial, node);
+    } else {
+      s.win = resolve_window(attrs_, spatial, attrs_.kernel_shape, node);
+    }
+    s.out = {x[0], x[1]};
+    s.out.insert(s.out.end(), s.win.out.begin(), s.win.out.end());
+    return s;
+  }
+
+  std::shared_ptr<DnnlPool> prepare(InferContext& ctx, const PoolShapes& s) const {
+    return dnnl_adapter::guarded(ctx.node(), [&] {
+      using dims = dnnl::memory::dims;
+      auto st = std::make_shared<DnnlPool>();
+      const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+      st->src = dnnl_adapter::plain_md(ctx.shape(0), dt);
+      st->dst = dnnl_adapter::plain_md(s.out, dt);
+      dims strides(s.win.strides.begin(), s.win.strides.end()),
+          kernel(s.win.kernel.begin(), s.win.kernel.end()),
+          pl(s.win.pad_begin.begin(), s.win.pad_begin.end()), pr, dil;
+      for (size_t i = 0; i < s.win.in.size(); ++i) {
+        const int64_t eff = (s.win.kernel[i] - 1) * s.win.dilations[i] + 1;
+        // Right padding that makes oneDNN's floor formula give ceil_mode's size.
+        pr.push_back(std::max<int64_t>(
+            s.win.pad_end[i],
+            (s.win.out[i] - 1) * s.win.strides[i] + eff - s.win.in[i] - s.win.pad_begin[i]));
+        dil.push_back(s.win.dilations[i] - 1);
+      }
+      const auto alg = kind_ == PoolKind::Max ? dnnl::algorithm::pooling_max
+                       : count_include_pad_   ? dnnl::algorithm::pooling_avg_include_padding
+                                              : dnnl::algorithm::pooling_avg_exclude_padding;
+      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, st->src, st->dst,
+                                       strides, kernel, dil, pl, pr);
+      dnnl::pooling_v2_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                  dnnl_adapter::engine());
+      st->prim = dnnl::pooling_v2_forward(pd);
+      st->scratch = pd.scratchpad_desc();
+      ctx.request_scratch(st->scratch.get_size());
+      return st;
+    });
+  }
+
+  template <class T>
+  void reference(const PoolShapes& s, const Shape& xs, const T* x, T* y, int64_t* indices) const {
+    using C = typename Compute<T>::type;
+    const size_t r = s.win.in.size();
+    const int64_t planes = xs[0] * xs[1];
+    const int64_t in_sp = numel_of(s.win.in), out_sp = numel_of(s.win.out),
+                  k_sp = numel_of(s.win.kernel);
+#pragma omp parallel for
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      std::vector<int64_t> o(r), k(r), pos(r);
+      for (int64_t op = 0; op < out_sp; ++op) {
+        int64_t rem = op;
+        for (size_t d = r; d-- > 0;) {
+          o[d] = rem % s.win.out[d];
+          rem /= s.win.out[d];
+        }
+        C acc = kind_ == PoolKind::Max ? std::numeric_limits<C>::lowest() : C(0);
+        int64_t arg = -1, counted = 0, padded_count = 0;
+        for (int64_t kp = 0; kp < k_sp; ++kp) {
+          int64_t krem = kp;
+          for (size_t d = r; d-- > 0;) {
+            k[d] = krem % s.win.kernel[d];
+            krem /= s.win.kernel[d];
+          }
+          bool inside = true, in_padded = true;
+          int64_t off = 0;
+          for (size_t d = 0; d < r; ++d) {
+            pos[d] = o[d] * s.win.strides[d] - s.win.pad_begin[d] + k[d] * s.win.dilations[d];
+            inside &= pos[d] >= 0 && pos[d] < s.win.in[d];
+            in_padded &= pos[d] < s.win.in[d] + s.win.pad_end[d];
+            off = off * s.win.in[d] + pos[d];
+          }
+          if (in_padded) ++padded_count;
+          if (!inside) continue;
+          const C v = static_cast<C>(x[plane * in_sp + off]);
+          ++counted;
+          if (kind_ == PoolKind::Max) {
+            if (v > acc || arg < 0) {
+              acc = v;
+              arg = off;
+            }
+          } else if (kind_ == PoolKind::Lp) {
+            acc += static_cast<C>(std::pow(v < C(0) ? C(-v) : v, static_cast<C>(p_)));
+          } else {
+            acc += v;
+          }
+        }
+        C result = acc;
+        if (kind_ == PoolKind::Average)
+          result = acc / static_cast<C>(count_include_pad_ ? padded_count
+                                                           : std::max<int64_t>(counted, 1));
+        if (kind_ == PoolKind::Lp)
+          result = static_cast<C>(std::pow(acc, C(1) / static_cast<C>(p_)));
+        y[plane * out_sp + op] = static_cast<T>(result);
+        if (indices) {
+          // Indices are flat over the whole input, row-major unless storage_order = 1.
+          int64_t flat = arg;
+          if (storage_order_ == 1 && r == 2)
+            flat = (arg % s.win.in[1]) * s.win.in[0] + arg / s.win.in[1];
+          indices[plane * out_sp + op] = plane * in_sp + flat;
+        }
+      }
+    }
+  }
+
+  WindowAttributes attrs_;
+  PoolKind kind_;
+  bool global_;
+  bool count_include_pad_;
+  int64_t storage_order_;
+  int64_t p_;
+};
+
+KernelDef pool(const char* op, PoolKind kind, bool global) {
+  return {.op = op, .types = kNumericTypes, .create = [=](const Node& n) {
+            return std::make_unique<Pool>(n, kind, global);
+          }};
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(max_pool, pool("MaxPool", PoolKind::Max, false));
+VOLT_REGISTER_KERNEL(average_pool, pool("AveragePool", PoolKind::Average, false));
+VOLT_REGISTER_KERNEL(lp_pool, pool("LpPool", PoolKind::Lp, false));
+VOLT_REGISTER_KERNEL(global_average_pool, pool("GlobalAveragePool", PoolKind::Average, true));
+VOLT_REGISTER_KERNEL(global_max_pool, pool("GlobalMaxPool", PoolKind::Max, true));
+VOLT_REGISTER_KERNEL(global_lp_pool, pool("GlobalLpPool", PoolKind::Lp, true));
+
+}  // namespace volt

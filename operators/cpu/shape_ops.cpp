@@ -1,0 +1,458 @@
+// Reference kernels that reshape or move data: Identity, Reshape, Flatten, Squeeze, Unsqueeze
+// (views of their input), Shape, Size, Constant, Transpose, Concat, Gather.
+#include <algorithm>
+#include <cstring>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+#include "runtime/tensor_alloc.hpp"
+
+namespace volt {
+namespace {
+
+// --- views ---------------------------------------------------------------------------------------
+// Kernels whose output is input 0 with another shape. infer() computes the shape; run() makes
+// the view (a copy only for strings, which cannot live in the arena anyway).
+class ViewKernel : public Kernel {
+ public:
+  void run(RunContext& ctx) const override {
+    const Value& in = ctx.input_value(0);
+    if (!in.is_tensor()) {  // Identity of a sequence or optional
+      ctx.set_output(0, in);
+      return;
+    }
+    ctx.set_output(0, in.tensor().reshaped(out_shape(ctx)));
+  }
+
+ protected:
+  virtual Shape out_shape(RunContext& ctx) const = 0;
+};
+
+class Identity final : public ViewKernel {
+ public:
+  explicit Identity(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    if (ctx.input(0).kind != ValueInfo::Kind::Tensor) return ctx.set_output(0, ctx.input(0));
+    ctx.set_output(0, ctx.dtype(0), ctx.shape(0));
+  }
+  Shape out_shape(RunContext& ctx) const override { return ctx.input(0).shape(); }
+};
+
+class Reshape final : public ViewKernel {
+ public:
+  explicit Reshape(const Node& n) : allowzero_(n.attr_int("allowzero", 0) != 0) {
+    if (n.opset < 5) attr_shape_ = n.attr_ints("shape");
+    legacy_ = n.opset < 5;
+  }
+  void infer(InferContext& ctx) const override {
+    std::vector<int64_t> target;
+    if (legacy_) {
+      target = attr_shape_;
+    } else {
+      const Tensor* t = ctx.input_tensor(1);
+      if (!t) return ctx.set_output_unknown(0, ctx.dtype(0));
+      target = to_int64_vector(*t, ctx.node(), "the shape input");
+    }
+    ctx.set_output(0, ctx.dtype(0), resolve(ctx.shape(0), target, ctx.node()));
+  }
+  Shape out_shape(RunContext& ctx) const override {
+    std::vector<int64_t> target =
+        legacy_ ? attr_shape_ : to_int64_vector(ctx.input(1), ctx.node(), "the shape input");
+    return resolve(ctx.input(0).shape(), target, ctx.node());
+  }
+
+ private:
+  Shape resolve(const Shape& in, const std::vector<int64_t>& target, const Node& node) const {
+    Shape out(target.begin(), target.end());
+    int64_t infer_at = -1, known = 1;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i] == 0 && !allowzero_) {
+        VOLT_CHECK(i < in.size(), InvalidArgument,
+                   node.describe() + ": shape " + shape_str(target) + " copies dimension " +
+                       std::to_string(i) + " of input " + shape_str(in) + ", which does not exist");
+        out[i] = in[i];
+      }
+      if (out[i] == -1) {
+        VOLT_CHECK(infer_at < 0, InvalidArgument,
+                   node.describe() + ": shape " + shape_str(target) + " has more than one -1");
+        infer_at = static_cast<int64_t>(i);
+        continue;
+      }
+      VOLT_CHECK(out[i] >= 0, InvalidArgument,
+                 node.describe() + ": shape " + shape_str(target) + " has a negative dimension");
+      known *= out[i];
+    }
+    const int64_t total = numel_of(in);
+    if (infer_at >= 0) {
+      VOLT_CHECK(
+          known != 0 && total % known == 0, InvalidArgument,
+          node.describe() + ": cannot reshape " + shape_str(in) + " to " + shape_str(target));
+      out[infer_at] = total / known;
+    }
+    VOLT_CHECK(numel_of(out) == total, InvalidArgument,
+               node.describe() + ": cannot reshape " + shape_str(in) + " (" +
+                   std::to_string(total) + " elements) to " + shape_str(target));
+    return out;
+  }
+  bool allowzero_;
+  bool legacy_;
+  std::vector<int64_t> attr_shape_;
+};
+
+class Flatten final : public ViewKernel {
+ public:
+  explicit Flatten(const Node& n) : axis_(n.attr_int("axis", 1)) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), flat(ctx.shape(0), ctx.node()));
+  }
+  Shape out_shape(RunContext& ctx) const override { return flat(ctx.input(0).shape(), ctx.node()); }
+
+ private:
+  Shape flat(const Shape& in, const Node& node) const {
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(in.size()), node, true);
+    int64_t a = 1, b = 1;
+    for (int64_t i = 0; i < static_cast<int64_t>(in.size()); ++i) (i < axis ? a : b) *= in[i];
+    return {a, b};
+  }
+  int64_t axis_;
+};
+
+// Squeeze and Unsqueeze take axes from an attribute before opset 13 and from input 1 after.
+class Squeeze final : public ViewKernel {
+ public:
+  explicit Squeeze(const Node& n)
+      : from_input_(n.opset >= 13),
+        attr_axes_(n.attr_ints("axes")),
+        has_attr_(n.has_attr("axes")) {}
+  void infer(InferContext& ctx) const override {
+    std::vector<int64_t> axes;
+    if (!axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1), axes,
+                 ctx.node()))
+      return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), squeeze(ctx.shape(0), axes, ctx.node()));
+  }
+  Shape out_shape(RunContext& ctx) const override {
+    std::vector<int64_t> axes;
+    axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), axes, ctx.node());
+    return squeeze(ctx.input(0).shape(), axes, ctx.node());
+  }
+
+ private:
+  bool axes_of(const Tensor* t, bool given, std::vector<int64_t>& axes, const Node& node) const {
+    if (!from_input_) {
+      axes = attr_axes_;
+      return true;
+    }
+    if (!given) return true;
+    if (!t) return false;
+    axes = to_int64_vector(*t, node, "axes");
+    return true;
+  }
+  Shape squeeze(const Shape& in, std::vector<int64_t> axes, const Node& node) const {
+    const int64_t rank = static_cast<int64_t>(in.size());
+    std::vector<char> drop(in.size(), 0);
+    if (axes.empty() && !(has_attr_ && !from_input_)) {
+      for (size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
+    }
+    for (int64_t a : axes) {
+      const int64_t ax = normalize_axis(a, rank, node);
+      VOLT_CHECK(in[ax] == 1, InvalidArgument,
+                 node.describe() + ": cannot squeeze axis " + std::to_string(a) + " of shape " +
+                     shape_str(in));
+      drop[ax] = 1;
+    }
+    Shape out;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!drop[i]) out.push_back(in[i]);
+    return out;
+  }
+  bool from_input_;
+  std::vector<int64_t> attr_axes_;
+  bool has_attr_;
+};
+
+class Unsqueeze final : public ViewKernel {
+ public:
+  explicit Unsqueeze(const Node& n) : from_input_(n.opset >= 13), attr_axes_(n.attr_ints("axes")) {}
+  void infer(InferContext& ctx) const override {
+    if (from_input_ && !ctx.input_tensor(1)) return ctx.set_output_unknown(0, ctx.dtype(0));
+    const auto axes =
+        from_input_ ? to_int64_vector(*ctx.input_tensor(1), ctx.node(), "axes") : attr_axes_;
+    ctx.set_output(0, ctx.dtype(0), unsqueeze(ctx.shape(0), axes, ctx.node()));
+  }
+  Shape out_shape(RunContext& ctx) const override {
+    const auto axes = from_input_ ? to_int64_vector(ctx.input(1), ctx.node(), "axes") : attr_axes_;
+    return unsqueeze(ctx.input(0).shape(), axes, ctx.node());
+  }
+
+ private:
+  static Shape unsqueeze(const Shape& in, const std::vector<int64_t>& axes, const Node& node) {
+    const int64_t rank = static_cast<int64_t>(in.size() + axes.size());
+    std::vector<char> insert(static_cast<size_t>(rank), 0);
+    for (int64_t a : axes) {
+      const int64_t ax = normalize_axis(a, rank, node);
+      VOLT_CHECK(!insert[ax], InvalidModel,
+                 node.describe() + ": axis " + std::to_string(a) + " is given twice");
+      insert[ax] = 1;
+    }
+    Shape out;
+    size_t j = 0;
+    for (int64_t i = 0; i < rank; ++i) out.push_back(insert[i] ? 1 : in[j++]);
+    return out;
+  }
+  bool from_input_;
+  std::vector<int64_t> attr_axes_;
+};
+
+// --- shape-only ---------------------------------------------------------------------------------
+class ShapeOp final : public Kernel {
+ public:
+  explicit ShapeOp(const Node& n)
+      : start_(n.attr_int("start", 0)), end_(n.attr_int("end", INT64_MAX)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output_value(0, compute(ctx.shape(0))); }
+  void run(RunContext& ctx) const override {
+    const Tensor t = compute(ctx.input(0).shape());
+    std::memcpy(ctx.output(0).raw(), t.raw(), t.nbytes());
+  }
+
+ private:
+  Tensor compute(const Shape& s) const {
+    const int64_t r = static_cast<int64_t>(s.size());
+    auto clamp = [r](int64_t a) { return std::clamp<int64_t>(a < 0 ? a + r : a, 0, r); };
+    const int64_t b = clamp(start_), e = clamp(end_);
+    std::vector<int64_t> v(s.begin() + b, s.begin() + std::max(b, e));
+    return Tensor::from(v, {static_cast<int64_t>(v.size())});
+  }
+  int64_t start_, end_;
+};
+
+class SizeOp final : public Kernel {
+ public:
+  explicit SizeOp(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output_value(0, Tensor::scalar<int64_t>(numel_of(ctx.shape(0))));
+  }
+  void run(RunContext& ctx) const override {
+    ctx.output(0).data<int64_t>()[0] = ctx.input(0).numel();
+  }
+};
+
+class Constant final : public Kernel {
+ public:
+  explicit Constant(const Node& n) {
+    if (n.has_attr("value"))
+      value_ = n.attr_tensor("value");
+    else if (n.has_attr("value_float"))
+      value_ = Tensor::scalar(n.attr_float("value_float", 0));
+    else if (n.has_attr("value_int"))
+      value_ = Tensor::scalar(n.attr_int("value_int"));
+    else if (n.has_attr("value_floats")) {
+      auto v = n.attr_floats("value_floats");
+      value_ = Tensor::from(v, {static_cast<int64_t>(v.size())});
+    } else if (n.has_attr("value_ints")) {
+      auto v = n.attr_ints("value_ints");
+      value_ = Tensor::from(v, {static_cast<int64_t>(v.size())});
+    } else if (n.has_attr("value_string"))
+      value_ = Tensor::scalar(n.attr_string("value_string", ""));
+    else if (n.has_attr("value_strings")) {
+      auto v = n.attr_strings("value_strings");
+      value_ = Tensor::from(v, {static_cast<int64_t>(v.size())});
+    } else
+      fail(ErrorCode::InvalidModel, n.describe() + ": Constant has no value attribute");
+  }
+  void infer(InferContext& ctx) const override { ctx.set_output_value(0, value_); }
+  void run(RunContext& ctx) const override { ctx.set_output(0, value_); }
+
+ private:
+  Tensor value_;
+};
+
+// --- data movement -------------------------------------------------------------------------------
+class Transpose final : public Kernel {
+ public:
+  explicit Transpose(const Node& n) : perm_(n.attr_ints("perm")) {}
+  void infer(InferContext& ctx) const override {
+    const auto perm = resolve(ctx.shape(0).size(), ctx.node());
+    Shape out;
+    for (int64_t p : perm) out.push_back(ctx.shape(0)[p]);
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    const auto perm = resolve(in.rank(), ctx.node());
+    const auto in_strides = strides_of(in.shape());
+    std::vector<int64_t> strides;  // input stride for each output axis
+    for (int64_t p : perm) strides.push_back(in_strides[p]);
+    dispatch_any(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(in.raw());
+      T* dst = static_cast<T*>(out.raw());
+      const Shape& os = out.shape();
+      const size_t r = os.size();
+      if (r == 0 || out.numel() == 0) {
+        if (out.numel()) dst[0] = src[0];
+        return;
+      }
+      // Parallel over the outer output rows; the innermost axis is a strided gather.
+      const int64_t inner = os[r - 1], inner_stride = strides[r - 1];
+      const int64_t rows = out.numel() / inner;
+#pragma omp parallel for if (out.numel() > 65536)
+      for (int64_t row = 0; row < rows; ++row) {
+        int64_t rem = row, off = 0;
+        for (size_t d = r - 1; d-- > 0;) {
+          off += (rem % os[d]) * strides[d];
+          rem /= os[d];
+        }
+        T* o = dst + row * inner;
+        for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * inner_stride];
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> resolve(size_t rank, const Node& node) const {
+    if (perm_.empty()) {
+      std::vector<int64_t> p(rank);
+      for (size_t i = 0; i < rank; ++i) p[i] = static_cast<int64_t>(rank - 1 - i);
+      return p;
+    }
+    VOLT_CHECK(perm_.size() == rank, InvalidArgument,
+               node.describe() + ": perm has " + std::to_string(perm_.size()) +
+                   " entries for an input of rank " + std::to_string(rank));
+    std::vector<char> seen(rank, 0);
+    std::vector<int64_t> p;
+    for (int64_t a : perm_) {
+      const int64_t ax = normalize_axis(a, static_cast<int64_t>(rank), node);
+      VOLT_CHECK(!seen[ax], InvalidModel,
+                 node.describe() + ": perm repeats axis " + std::to_string(a));
+      seen[ax] = 1;
+      p.push_back(ax);
+    }
+    return p;
+  }
+  std::vector<int64_t> perm_;
+};
+
+class Concat final : public Kernel {
+ public:
+  explicit Concat(const Node& n) : axis_(n.attr_int("axis")) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& first = ctx.shape(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(first.size()), ctx.node());
+    Shape out = first;
+    out[axis] = 0;
+    for (size_t i = 0; i < ctx.input_count(); ++i) {
+      const Shape& s = ctx.shape(i);
+      VOLT_CHECK(ctx.dtype(i) == ctx.dtype(0), InvalidModel,
+                 ctx.node().describe() + ": inputs have different dtypes");
+      bool ok = s.size() == first.size();
+      for (size_t d = 0; ok && d < s.size(); ++d)
+        ok = static_cast<int64_t>(d) == axis || s[d] == first[d];
+      VOLT_CHECK(ok, InvalidArgument,
+                 ctx.node().describe() + ": input " + std::to_string(i) + " has shape " +
+                     shape_str(s) + ", which does not concatenate with " + shape_str(first) +
+                     " on axis " + std::to_string(axis_));
+      out[axis] += s[axis];
+    }
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    Tensor& out = ctx.output(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(out.rank()), ctx.node());
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= out.dim(d);
+    const int64_t out_row = out.numel() / std::max<int64_t>(outer, 1);
+    dispatch_any(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* dst = static_cast<T*>(out.raw());
+      int64_t col = 0;
+      for (size_t i = 0; i < ctx.input_count(); ++i) {
+        const Tensor& in = ctx.input(i);
+        const T* src = static_cast<const T*>(in.raw());
+        const int64_t row = outer ? in.numel() / outer : 0;
+#pragma omp parallel for if (in.numel() > 65536)
+        for (int64_t o = 0; o < outer; ++o)
+          std::copy(src + o * row, src + (o + 1) * row, dst + o * out_row + col);
+        col += row;
+      }
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+class Gather final : public Kernel {
+ public:
+  explicit Gather(const Node& n) : axis_(n.attr_int("axis", 0)) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& data = ctx.shape(0);
+    VOLT_CHECK(!data.empty(), InvalidArgument,
+               ctx.node().describe() + ": data must have rank >= 1");
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.size()), ctx.node());
+    Shape out(data.begin(), data.begin() + axis);
+    const Shape& idx = ctx.shape(1);
+    out.insert(out.end(), idx.begin(), idx.end());
+    out.insert(out.end(), data.begin() + axis + 1, data.end());
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    Tensor& out = ctx.output(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
+    const std::vector<int64_t> idx = to_int64_vector(indices, ctx.node(), "indices");
+    const int64_t n = data.dim(axis);
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= data.dim(d);
+    for (size_t d = axis + 1; d < data.rank(); ++d) inner *= data.dim(d);
+    for (int64_t i : idx)
+      VOLT_CHECK(i >= -n && i < n, InvalidArgument,
+                 ctx.node().describe() + ": index " + std::to_string(i) +
+                     " is out of range for axis of size " + std::to_string(n));
+    const int64_t k = static_cast<int64_t>(idx.size());
+    dispatch_any(data.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(data.raw());
+      T* dst = static_cast<T*>(out.raw());
+#pragma omp parallel for collapse(2) if (out.numel() > 65536)
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t i = idx[j] < 0 ? idx[j] + n : idx[j];
+          const T* s = src + (o * n + i) * inner;
+          std::copy(s, s + inner, dst + (o * k + j) * inner);
+        }
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(identity, {.op = "Identity",
+                                .output_aliases_input = true,
+                                .create = make_kernel<Identity>});
+VOLT_REGISTER_KERNEL(reshape, {.op = "Reshape",
+                               .output_aliases_input = true,
+                               .create = make_kernel<Reshape>});
+VOLT_REGISTER_KERNEL(flatten, {.op = "Flatten",
+                               .output_aliases_input = true,
+                               .create = make_kernel<Flatten>});
+VOLT_REGISTER_KERNEL(squeeze, {.op = "Squeeze",
+                               .output_aliases_input = true,
+                               .create = make_kernel<Squeeze>});
+VOLT_REGISTER_KERNEL(unsqueeze, {.op = "Unsqueeze",
+                                 .output_aliases_input = true,
+                                 .create = make_kernel<Unsqueeze>});
+VOLT_REGISTER_KERNEL(shape, {.op = "Shape", .create = make_kernel<ShapeOp>});
+VOLT_REGISTER_KERNEL(size, {.op = "Size", .create = make_kernel<SizeOp>});
+VOLT_REGISTER_KERNEL(constant, {.op = "Constant", .create = make_kernel<Constant>});
+VOLT_REGISTER_KERNEL(transpose, {.op = "Transpose", .create = make_kernel<Transpose>});
+VOLT_REGISTER_KERNEL(concat, {.op = "Concat", .create = make_kernel<Concat>});
+VOLT_REGISTER_KERNEL(gather, {.op = "Gather", .create = make_kernel<Gather>});
+
+}  // namespace volt

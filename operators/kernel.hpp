@@ -1,0 +1,112 @@
+// The kernel interface. A kernel is created per node from its attributes; at plan time it
+// infers output types and shapes from concrete input shapes (and constant values where known)
+// and may prepare state (a oneDNN primitive, reordered weights); at run time it computes.
+#pragma once
+#include <any>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "runtime/graph.hpp"
+#include "volt/volt.hpp"
+
+namespace volt {
+
+// The type of a value as the planner knows it: kind, dtype and (when known) exact shape.
+struct TypeShape {
+  ValueInfo::Kind kind = ValueInfo::Kind::Tensor;
+  DType dtype = DType::Undefined;
+  Shape shape;
+  bool shape_known = true;
+  static TypeShape of(const Value& v);
+};
+
+// Thrown by InferContext::input() when an input's shape is only known at run time; the
+// planner then defers the node's kernel choice and inference to the run.
+struct ShapeUnknown {};
+
+// Thrown by a kernel's infer() when it cannot handle this particular configuration, so that the
+// planner falls back to the next kernel registered for the op (e.g. oneDNN -> reference).
+struct KernelUnsupported {
+  std::string reason;
+};
+
+class SubgraphRunner;  // runtime/subgraph.hpp: runs a node's graph attribute
+
+class InferContext {
+ public:
+  virtual ~InferContext() = default;
+  virtual const Node& node() const = 0;
+  virtual size_t input_count() const = 0;
+  virtual bool has_input(size_t i) const = 0;
+  virtual const TypeShape& input(size_t i) const = 0;
+  // The input's content when known now (constants at plan time; everything at run time).
+  virtual const Value* input_value(size_t i) const = 0;
+  virtual size_t output_count() const = 0;
+  virtual void set_output(size_t i, TypeShape t) = 0;
+  // The output's content, when infer() can compute it from shapes alone (Shape, Size): the
+  // planner then treats it as a constant.
+  virtual void set_output_value(size_t i, Value v) = 0;
+  virtual void set_state(std::shared_ptr<void> state) = 0;
+  virtual void request_scratch(size_t bytes) = 0;
+  virtual int threads() const = 0;
+
+  // Helpers.
+  const Tensor* input_tensor(size_t i) const {
+    const Value* v = input_value(i);
+    return v && v->is_tensor() ? &v->tensor() : nullptr;
+  }
+  const Shape& shape(size_t i) const { return input(i).shape; }
+  DType dtype(size_t i) const { return input(i).dtype; }
+  void set_output(size_t i, DType dtype, Shape shape) {
+    set_output(i, TypeShape{ValueInfo::Kind::Tensor, dtype, std::move(shape), true});
+  }
+  void set_output_unknown(size_t i, DType dtype) {
+    set_output(i, TypeShape{ValueInfo::Kind::Tensor, dtype, {}, false});
+  }
+  [[noreturn]] void error(const std::string& message) const {
+    fail(ErrorCode::InvalidModel, node().describe() + ": " + message);
+  }
+  [[noreturn]] void input_error(const std::string& message) const {
+    fail(ErrorCode::InvalidArgument, node().describe() + ": " + message);
+  }
+};
+
+class RunContext {
+ public:
+  virtual ~RunContext() = default;
+  virtual const Node& node() const = 0;
+  virtual size_t input_count() const = 0;
+  virtual bool has_input(size_t i) const = 0;
+  virtual const Value& input_value(size_t i) const = 0;
+  virtual size_t output_count() const = 0;
+  // The output the planner allocated (its shape is the one infer() set).
+  virtual Tensor& output(size_t i) = 0;
+  // For outputs whose shape infer() could not know: allocate now.
+  virtual Tensor& allocate_output(size_t i, DType dtype, Shape shape) = 0;
+  // For views of inputs, sequences and optionals.
+  virtual void set_output(size_t i, Value v) = 0;
+  virtual const void* state_ptr() const = 0;
+  virtual void* scratch() const = 0;
+  virtual int threads() const = 0;
+
+  const Tensor& input(size_t i) const { return input_value(i).tensor(); }
+  bool has_output(size_t i) const { return node().has_output(i); }
+  template <class T>
+  const T& state() const {
+    return *static_cast<const T*>(state_ptr());
+  }
+  [[noreturn]] void error(const std::string& message) const {
+    fail(ErrorCode::Runtime, node().describe() + ": " + message);
+  }
+};
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void infer(InferContext& ctx) const = 0;
+  virtual void run(RunContext& ctx) const = 0;
+};
+
+}  // namespace volt

@@ -1,0 +1,50 @@
+#include "operators/registry.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace volt {
+
+KernelRegistry& KernelRegistry::instance() {
+  static KernelRegistry registry;
+  return registry;
+}
+
+void KernelRegistry::add(KernelDef def) {
+  def.domain = canonical_domain(def.domain);
+  defs_.push_back(std::make_unique<KernelDef>(std::move(def)));
+  std::stable_sort(defs_.begin(), defs_.end(),
+                   [](const auto& a, const auto& b) { return a->priority > b->priority; });
+}
+
+std::vector<const KernelDef*> KernelRegistry::candidates(const Node& node,
+                                                         const std::string& device,
+                                                         DType type) const {
+  std::vector<const KernelDef*> out;
+  for (const auto& d : defs_) {
+    if (d->op != node.op_type || d->domain != node.domain || d->device != device) continue;
+    if (node.opset < d->since || node.opset > d->until) continue;
+    if (type != DType::Undefined && !d->types.empty() &&
+        std::find(d->types.begin(), d->types.end(), type) == d->types.end())
+      continue;
+    out.push_back(d.get());
+  }
+  return out;
+}
+
+bool KernelRegistry::has_op(const std::string& domain, const std::string& op, int opset,
+                            const std::string& device) const {
+  for (const auto& d : defs_)
+    if (d->op == op && d->domain == domain && d->device == device && opset >= d->since &&
+        opset <= d->until)
+      return true;
+  return false;
+}
+
+std::vector<std::pair<std::string, std::string>> KernelRegistry::ops() const {
+  std::set<std::pair<std::string, std::string>> s;
+  for (const auto& d : defs_) s.insert({d->domain, d->op});
+  return {s.begin(), s.end()};
+}
+
+}  // namespace volt

@@ -1,0 +1,72 @@
+// The one kernel registry: (domain, op_type, opset range, device, dtype) -> kernel factory.
+// Registration sits at the bottom of the file that defines the kernel:
+//
+//   VOLT_REGISTER_KERNEL(relu, {.op = "Relu", .since = 6, .types = kFloatTypes, .create = ...});
+#pragma once
+#include <climits>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "operators/kernel.hpp"
+
+namespace volt {
+
+struct KernelDef {
+  std::string domain = kOnnxDomain;
+  std::string op;
+  int since = 1;        // first opset version this kernel implements
+  int until = INT_MAX;  // last opset version
+  std::string device = "cpu";
+  std::vector<DType> types;  // accepted dtypes of input `type_input`; empty: any
+  int type_input = 0;
+  int priority = 0;  // higher is tried first (oneDNN before reference)
+  // Output 0 is a view of input 0's buffer (Reshape family): the planner allocates nothing.
+  bool output_aliases_input = false;
+  // Output 0 may be written over input `inplace_input` when that input dies here.
+  int inplace_input = -1;
+  // False for ops whose output must not be computed at plan time (random generators).
+  bool foldable = true;
+  std::function<std::unique_ptr<Kernel>(const Node&)> create;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& instance();
+  void add(KernelDef def);
+  // Kernels for this node on this device, best first, filtered by dtype when it is known.
+  std::vector<const KernelDef*> candidates(const Node& node, const std::string& device,
+                                           DType type = DType::Undefined) const;
+  bool has_op(const std::string& domain, const std::string& op, int opset,
+              const std::string& device) const;
+  // Every registered (domain, op) once, for listings.
+  std::vector<std::pair<std::string, std::string>> ops() const;
+
+ private:
+  std::vector<std::unique_ptr<KernelDef>> defs_;
+};
+
+struct KernelRegistrar {
+  explicit KernelRegistrar(KernelDef def) { KernelRegistry::instance().add(std::move(def)); }
+};
+
+#define VOLT_REGISTER_KERNEL(id, ...)                               \
+  static const ::volt::KernelRegistrar volt_kernel_registrar_##id { \
+    __VA_ARGS__                                                     \
+  }
+
+// A kernel factory for kernels constructed from the node.
+template <class K>
+std::unique_ptr<Kernel> make_kernel(const Node& n) {
+  return std::make_unique<K>(n);
+}
+
+// Common dtype sets.
+inline const std::vector<DType> kFloatTypes = {DType::Float, DType::Double, DType::Float16,
+                                               DType::BFloat16};
+inline const std::vector<DType> kNumericTypes = {
+    DType::Float, DType::Double, DType::Float16, DType::BFloat16, DType::Int8,   DType::Int16,
+    DType::Int32, DType::Int64,  DType::UInt8,   DType::UInt16,   DType::UInt32, DType::UInt64};
+
+}  // namespace volt

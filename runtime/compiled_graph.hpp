@@ -1,0 +1,42 @@
+// A validated graph with dense value ids and a topological node order. Built once per session
+// (and per subgraph); shape-independent. Errors here are model errors: cycles, undefined
+// values, values defined twice, ops with no kernel.
+#pragma once
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/graph.hpp"
+
+namespace volt {
+
+struct CompiledGraph {
+  std::shared_ptr<const Graph> graph;
+  std::string source;  // the model file, for messages
+  std::string device;
+
+  std::vector<std::string> names;            // value id -> name
+  std::unordered_map<std::string, int> ids;  // name -> value id
+  std::vector<int> graph_inputs;             // ids, in graph order (initializer-backed too)
+  std::vector<int> required_inputs;          // the graph inputs without an initializer
+  std::vector<int> graph_outputs;
+  std::vector<int> outer_scope;  // ids of values taken from an enclosing graph
+  std::vector<int> order;        // node indices, topologically sorted
+  std::vector<std::vector<int>>
+      node_inputs;  // per node: explicit inputs, then values its subgraphs capture (-1 = omitted)
+  std::vector<std::vector<int>> node_outputs;  // per node (-1 = omitted)
+  std::vector<char> is_graph_output;           // by value id
+
+  int id(const std::string& name) const;
+};
+
+// `outer_scope`: names visible from enclosing graphs (empty for the main graph).
+CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::string& source,
+                            const std::string& device,
+                            const std::vector<std::string>& outer_scope = {});
+
+// Names a graph reads without defining them (including through nested subgraphs).
+std::vector<std::string> free_values(const Graph& graph);
+
+}  // namespace volt

@@ -1,0 +1,124 @@
+// The concrete InferContext and RunContext used by the planner and the executor.
+#pragma once
+#include <vector>
+
+#include "operators/kernel.hpp"
+#include "runtime/tensor_alloc.hpp"
+
+namespace volt {
+
+class NodeInferContext final : public InferContext {
+ public:
+  NodeInferContext(const Node& node, std::vector<const TypeShape*> inputs,
+                   std::vector<const Value*> values, int threads)
+      : node_(node), inputs_(std::move(inputs)), values_(std::move(values)), threads_(threads) {
+    outputs.resize(node.outputs.size());
+    output_values.resize(node.outputs.size());
+    output_set.assign(node.outputs.size(), 0);
+  }
+  const Node& node() const override { return node_; }
+  size_t input_count() const override { return inputs_.size(); }
+  bool has_input(size_t i) const override { return i < inputs_.size() && inputs_[i] != nullptr; }
+  const TypeShape& input(size_t i) const override {
+    if (!has_input(i))
+      fail(ErrorCode::InvalidModel,
+           node_.describe() + ": required input " + std::to_string(i) + " is missing");
+    if (!inputs_[i]->shape_known) throw ShapeUnknown{};
+    return *inputs_[i];
+  }
+  const Value* input_value(size_t i) const override {
+    return i < values_.size() ? values_[i] : nullptr;
+  }
+  size_t output_count() const override { return outputs.size(); }
+  void set_output(size_t i, TypeShape t) override {
+    if (i >= outputs.size()) return;  // an output the node does not name
+    outputs[i] = std::move(t);
+    output_set[i] = 1;
+  }
+  void set_output_value(size_t i, Value v) override {
+    if (i >= outputs.size()) return;
+    set_output(i, TypeShape::of(v));
+    output_values[i] = std::move(v);
+    if (output_values[i].is_none()) output_values[i] = Value::none();
+    has_values = true;
+  }
+  void set_state(std::shared_ptr<void> s) override { state = std::move(s); }
+  void request_scratch(size_t bytes) override { scratch_bytes = std::max(scratch_bytes, bytes); }
+  int threads() const override { return threads_; }
+
+  std::vector<TypeShape> outputs;
+  std::vector<Value> output_values;
+  std::vector<char> output_set;
+  bool has_values = false;
+  std::shared_ptr<void> state;
+  size_t scratch_bytes = 0;
+
+ private:
+  const Node& node_;
+  std::vector<const TypeShape*> inputs_;
+  std::vector<const Value*> values_;
+  int threads_;
+};
+
+class NodeRunContext final : public RunContext {
+ public:
+  NodeRunContext(const Node& node, std::vector<const Value*> inputs, std::vector<Value*> outputs,
+                 std::vector<char>* fresh, const void* state, void* scratch, int threads)
+      : node_(node),
+        inputs_(std::move(inputs)),
+        outputs_(std::move(outputs)),
+        fresh_(fresh),
+        state_(state),
+        scratch_(scratch),
+        threads_(threads) {}
+  const Node& node() const override { return node_; }
+  size_t input_count() const override { return inputs_.size(); }
+  bool has_input(size_t i) const override { return i < inputs_.size() && inputs_[i] != nullptr; }
+  const Value& input_value(size_t i) const override {
+    if (!has_input(i))
+      fail(ErrorCode::InvalidModel,
+           node_.describe() + ": required input " + std::to_string(i) + " is missing");
+    return *inputs_[i];
+  }
+  size_t output_count() const override { return outputs_.size(); }
+  Tensor& output(size_t i) override {
+    Value* v = slot(i);
+    if (!v->is_tensor() || !v->tensor().defined())
+      error("output " + std::to_string(i) + " was not allocated");
+    return v->tensor();
+  }
+  Tensor& allocate_output(size_t i, DType dtype, Shape shape) override {
+    Value* v = slot(i);
+    *v = allocate_tensor(dtype, std::move(shape));
+    if (fresh_) (*fresh_)[i] = 1;
+    return v->tensor();
+  }
+  void set_output(size_t i, Value value) override {
+    if (i >= outputs_.size() || !outputs_[i]) return;
+    *outputs_[i] = std::move(value);
+    if (fresh_) (*fresh_)[i] = 0;
+  }
+  const void* state_ptr() const override { return state_; }
+  void* scratch() const override { return scratch_; }
+  int threads() const override { return threads_; }
+
+ private:
+  Value* slot(size_t i) {
+    if (i >= outputs_.size() || !outputs_[i]) {
+      // An omitted optional output: give the kernel a scratch slot to write into.
+      if (i >= spare_.size()) spare_.resize(i + 1);
+      return &spare_[i];
+    }
+    return outputs_[i];
+  }
+  const Node& node_;
+  std::vector<const Value*> inputs_;
+  std::vector<Value*> outputs_;
+  std::vector<char>* fresh_;
+  const void* state_;
+  void* scratch_;
+  int threads_;
+  std::vector<Value> spare_;
+};
+
+}  // namespace volt

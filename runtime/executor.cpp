@@ -1,0 +1,188 @@
+#include "runtime/executor.hpp"
+
+#include <omp.h>
+
+#include <cstdlib>
+
+#include "runtime/contexts.hpp"
+
+namespace volt {
+namespace {
+
+std::shared_ptr<void> take_arena(const Plan& plan) {
+  {
+    std::lock_guard<std::mutex> lock(plan.arena_mutex);
+    if (!plan.free_arenas.empty()) {
+      auto a = std::move(plan.free_arenas.back());
+      plan.free_arenas.pop_back();
+      return a;
+    }
+  }
+  if (plan.arena_bytes == 0) return nullptr;
+  void* p = std::aligned_alloc(64, (plan.arena_bytes + 63) / 64 * 64);
+  VOLT_CHECK(p, OutOfMemory,
+             "out of memory allocating a " + std::to_string(plan.arena_bytes) + "-byte arena");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+void give_back_arena(const Plan& plan, std::shared_ptr<void> arena) {
+  if (!arena) return;
+  std::lock_guard<std::mutex> lock(plan.arena_mutex);
+  plan.free_arenas.push_back(std::move(arena));
+}
+
+// Returns the arena to the plan's pool when the run ends, normally or by an exception.
+struct ArenaLease {
+  const Plan& plan;
+  std::shared_ptr<void> arena;
+  ~ArenaLease() { give_back_arena(plan, std::move(arena)); }
+};
+
+std::string where(const Plan& plan, const PlanStep& st) {
+  return plan.graph->source + ": " + plan.graph->graph->nodes[st.node].describe() + ": ";
+}
+
+// Rethrows a kernel's failure with the model and node named, unless it already names them.
+[[noreturn]] void rethrow_at(const Plan& plan, const PlanStep& st, const std::exception& e) {
+  const std::string prefix = where(plan, st);
+  const Error* ve = dynamic_cast<const Error*>(&e);
+  const std::string msg = e.what();
+  const std::string node_part = plan.graph->graph->nodes[st.node].describe();
+  const std::string full =
+      msg.find(node_part) != std::string::npos
+          ? (msg.rfind(plan.graph->source, 0) == 0 ? msg : plan.graph->source + ": " + msg)
+          : prefix + msg;
+  if (dynamic_cast<const std::bad_alloc*>(&e)) throw Error(ErrorCode::OutOfMemory, full);
+  throw Error(ve ? ve->code() : ErrorCode::Runtime, full);
+}
+
+}  // namespace
+
+std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*>& fed) {
+  const CompiledGraph& cg = *plan.graph;
+  const size_t n = cg.names.size();
+  if (plan.threads > 0) omp_set_num_threads(plan.threads);
+
+  std::vector<Value> vals(n);
+  std::vector<const Value*> slot(n, nullptr);
+  std::vector<char> fresh(n, 0);
+  for (size_t id = 0; id < n; ++id) {
+    if (plan.placement[id] == Placement::Constant)
+      slot[id] = &plan.constants[id];
+    else if (id < fed.size() && fed[id])
+      slot[id] = fed[id];
+  }
+  ArenaLease lease{plan, take_arena(plan)};
+  char* arena = static_cast<char*>(lease.arena.get());
+
+  const Graph& g = *cg.graph;
+  std::vector<const Value*> ins;
+  std::vector<Value*> outs;
+  std::vector<char> out_fresh;
+  for (const PlanStep& st : plan.steps) {
+    const Node& node = g.nodes[st.node];
+    try {
+      ins.assign(st.inputs.size(), nullptr);
+      for (size_t i = 0; i < st.inputs.size(); ++i) {
+        const int id = st.inputs[i];
+        if (id < 0) continue;
+        if (!slot[id])
+          fail(ErrorCode::Runtime,
+               "input '" + cg.names[id] + "' has no value (internal planning error)");
+        ins[i] = slot[id];
+      }
+      const Kernel* kernel = st.kernel.get();
+      const void* state = st.state.get();
+      const std::vector<TypeShape>* types = &st.output_types;
+      // Steps whose shapes depend on run-time values choose and prepare their kernel now.
+      std::unique_ptr<Kernel> run_kernel;
+      std::unique_ptr<NodeInferContext> run_infer;
+      if (!st.shapes_static) {
+        std::vector<TypeShape> in_types(ins.size());
+        std::vector<const TypeShape*> in_type_ptrs(ins.size(), nullptr);
+        for (size_t i = 0; i < ins.size(); ++i)
+          if (ins[i]) {
+            in_types[i] = TypeShape::of(*ins[i]);
+            in_type_ptrs[i] = &in_types[i];
+          }
+        std::string reasons;
+        for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
+          const size_t ti = static_cast<size_t>(def->type_input);
+          if (!def->types.empty() && ti < ins.size() && ins[ti] &&
+              std::find(def->types.begin(), def->types.end(), in_types[ti].dtype) ==
+                  def->types.end())
+            continue;
+          auto k = def->create(node);
+          auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
+          try {
+            k->infer(*ictx);
+          } catch (const KernelUnsupported& u) {
+            reasons += "; " + u.reason;
+            continue;
+          }
+          run_kernel = std::move(k);
+          run_infer = std::move(ictx);
+          break;
+        }
+        if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
+        kernel = run_kernel.get();
+        state = run_infer->state.get();
+        types = &run_infer->outputs;
+      }
+      outs.assign(st.outputs.size(), nullptr);
+      out_fresh.assign(st.outputs.size(), 0);
+      for (size_t j = 0; j < st.outputs.size(); ++j) {
+        const int id = st.outputs[j];
+        if (id < 0) continue;
+        outs[j] = &vals[id];
+        const TypeShape& t = (*types)[j];
+        const Placement p = plan.placement[id];
+        if (p == Placement::Arena && st.shapes_static) {
+          vals[id] = Tensor::view(t.dtype, t.shape, arena + plan.arena_offset[id], lease.arena);
+        } else if (p != Placement::View && t.kind == ValueInfo::Kind::Tensor && t.shape_known &&
+                   t.dtype != DType::Undefined) {
+          vals[id] = allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
+          out_fresh[j] = 1;
+        }
+      }
+      std::unique_ptr<char[]> run_scratch;
+      void* scratch = st.scratch_offset >= 0 ? arena + st.scratch_offset : nullptr;
+      if (run_infer && run_infer->scratch_bytes) {
+        run_scratch.reset(new char[run_infer->scratch_bytes + 64]);
+        scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(run_scratch.get()) + 63) &
+                                          ~uintptr_t{63});
+      }
+      NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads);
+      kernel->run(ctx);
+      for (size_t j = 0; j < st.outputs.size(); ++j) {
+        const int id = st.outputs[j];
+        if (id < 0) continue;
+        slot[id] = &vals[id];
+        fresh[id] = out_fresh[j];
+      }
+    } catch (const std::exception& e) {
+      rethrow_at(plan, st, e);
+    }
+    for (int id : st.release) {
+      vals[id] = Value();
+      slot[id] = nullptr;
+    }
+  }
+
+  std::vector<Value> result;
+  result.reserve(cg.graph_outputs.size());
+  for (int id : cg.graph_outputs) {
+    VOLT_CHECK(slot[id], Runtime,
+               cg.source + ": graph output '" + cg.names[id] + "' was not computed");
+    const Value& v = *slot[id];
+    if (fresh[id] || !v.is_tensor()) {
+      result.push_back(v);
+    } else {
+      result.push_back(v.tensor().clone());
+    }
+    fresh[id] = 0;  // the same value listed twice as an output is copied the second time
+  }
+  return result;
+}
+
+}  // namespace volt

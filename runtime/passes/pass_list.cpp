@@ -1,0 +1,19 @@
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+
+const std::vector<Pass>& optimization_passes() {
+  static const std::vector<Pass> passes = {
+      {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
+  };
+  return passes;
+}
+
+Graph run_passes(const Graph& graph, int level) {
+  Graph g = graph;
+  for (const Pass& p : optimization_passes())
+    if (level >= p.min_level) g = p.apply(g);
+  return g;
+}
+
+}  // namespace volt

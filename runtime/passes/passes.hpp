@@ -1,0 +1,24 @@
+// Graph passes: each is a pure function Graph -> Graph in a file of its own, run in the order
+// of optimization_passes() at session creation.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/graph.hpp"
+
+namespace volt {
+
+struct Pass {
+  std::string name;
+  int min_level;  // runs when SessionOptions::optimization_level >= min_level
+  std::function<Graph(const Graph&)> apply;
+};
+
+const std::vector<Pass>& optimization_passes();
+Graph run_passes(const Graph& graph, int level);
+
+// The passes themselves.
+Graph eliminate_dead_nodes(const Graph& graph);
+
+}  // namespace volt

@@ -1,0 +1,59 @@
+// A Plan: what running a CompiledGraph on one set of input shapes takes. Steps in order, each
+// with its kernel, prepared state and output types; constants computed at plan time; every
+// intermediate's offset in one arena. Immutable once built, so runs may share it.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "operators/kernel.hpp"
+#include "operators/registry.hpp"
+#include "runtime/compiled_graph.hpp"
+
+namespace volt {
+
+struct PlanStep {
+  int node = -1;  // index into graph nodes
+  const KernelDef* def = nullptr;
+  std::unique_ptr<Kernel> kernel;
+  std::shared_ptr<void> state;
+  std::vector<int> inputs;   // value ids of the node's explicit inputs (-1 = omitted)
+  std::vector<int> outputs;  // value ids (-1 = omitted)
+  std::vector<TypeShape> output_types;
+  bool shapes_static = true;  // false: infer() runs again at run time with the real inputs
+  int64_t scratch_offset = -1;
+  size_t scratch_bytes = 0;
+  std::vector<int> release;  // heap values to drop after this step (last use)
+};
+
+// Where a value lives during a run.
+enum class Placement : uint8_t { None, Constant, Input, Arena, Heap, View };
+
+struct Plan {
+  const CompiledGraph* graph = nullptr;
+  std::vector<PlanStep> steps;
+  std::vector<Value> constants;       // by value id (initializers and plan-time results)
+  std::vector<TypeShape> types;       // by value id, as known at plan time
+  std::vector<Placement> placement;   // by value id
+  std::vector<int64_t> arena_offset;  // by value id; -1 when not in the arena
+  size_t arena_bytes = 0;
+  int threads = 1;
+
+  // Arenas of finished runs, reused by the next (one per concurrent run).
+  mutable std::mutex arena_mutex;
+  mutable std::vector<std::shared_ptr<void>> free_arenas;
+
+  // One line per step and per value: where it lives and what is freed. For debugging.
+  std::string describe() const;
+};
+
+struct PlanInputs {
+  std::vector<TypeShape> types;  // by value id; kind Undefined dtype = not fed
+  std::vector<char>
+      fed;  // by value id: graph inputs (and overridden initializers) given by the caller
+};
+
+std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& inputs, int threads);
+
+}  // namespace volt

@@ -1,0 +1,312 @@
+// Builds a Plan for one set of input types and shapes: kernel choice, shape inference,
+// plan-time constant evaluation, and the arena layout by liveness.
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "runtime/contexts.hpp"
+#include "runtime/memory_plan.hpp"
+#include "runtime/plan.hpp"
+
+namespace volt {
+
+TypeShape TypeShape::of(const Value& v) {
+  TypeShape t;
+  if (v.is_tensor()) {
+    t.dtype = v.tensor().dtype();
+    t.shape = v.tensor().shape();
+  } else if (v.is_sequence()) {
+    t.kind = ValueInfo::Kind::Sequence;
+    t.dtype = v.sequence_dtype();
+    t.shape_known = true;
+  } else {
+    t.kind = ValueInfo::Kind::Optional;
+  }
+  return t;
+}
+
+namespace {
+
+// Plan-time evaluation is for small shape arithmetic; large constant subgraphs are folded once
+// per session by the constant-folding pass instead of once per plan.
+constexpr int64_t kFoldMaxElements = 1 << 16;
+
+struct Choice {
+  const KernelDef* def = nullptr;
+  std::unique_ptr<Kernel> kernel;
+  std::unique_ptr<NodeInferContext> ctx;
+  bool deferred = false;  // an input shape is only known at run time
+};
+
+Choice choose_kernel(const CompiledGraph& cg, const Node& node,
+                     const std::vector<const TypeShape*>& in_types,
+                     const std::vector<const Value*>& in_values, int threads) {
+  Choice c;
+  std::string reasons;
+  for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
+    const size_t ti = static_cast<size_t>(def->type_input);
+    if (!def->types.empty() && ti < in_types.size() && in_types[ti] &&
+        std::find(def->types.begin(), def->types.end(), in_types[ti]->dtype) == def->types.end()) {
+      continue;
+    }
+    auto kernel = def->create(node);
+    auto ctx = std::make_unique<NodeInferContext>(node, in_types, in_values, threads);
+    try {
+      kernel->infer(*ctx);
+    } catch (const KernelUnsupported& u) {
+      reasons += "; " + u.reason;
+      continue;
+    } catch (const ShapeUnknown&) {
+      c.deferred = true;
+      c.def = def;
+      return c;
+    }
+    c.def = def;
+    c.kernel = std::move(kernel);
+    c.ctx = std::move(ctx);
+    return c;
+  }
+  std::string types;
+  for (size_t i = 0; i < in_types.size(); ++i)
+    types += std::string(i ? ", " : "") + (in_types[i] ? dtype_name(in_types[i]->dtype) : "-");
+  fail(ErrorCode::NotImplemented, cg.source + ": " + node.describe() + ": no kernel on " +
+                                      cg.device + " for inputs (" + types + ")" + reasons);
+}
+
+bool all_known(const NodeInferContext& ctx) {
+  for (size_t i = 0; i < ctx.outputs.size(); ++i)
+    if (!ctx.output_set[i] || !ctx.outputs[i].shape_known) return false;
+  return true;
+}
+
+int64_t total_elements(const NodeInferContext& ctx) {
+  int64_t n = 0;
+  for (const auto& t : ctx.outputs)
+    if (t.kind == ValueInfo::Kind::Tensor) n += numel_of(t.shape);
+  return n;
+}
+
+// Runs a kernel now, on heap buffers, to turn its outputs into constants.
+std::vector<Value> evaluate_now(const Node& node, const Kernel& kernel,
+                                const NodeInferContext& ictx,
+                                const std::vector<const Value*>& in_values, int threads) {
+  std::vector<Value> outs(ictx.outputs.size());
+  std::vector<Value*> slots;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const TypeShape& t = ictx.outputs[i];
+    if (t.kind == ValueInfo::Kind::Tensor && t.shape_known && t.dtype != DType::Undefined)
+      outs[i] = allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
+    slots.push_back(node.has_output(i) ? &outs[i] : nullptr);
+  }
+  std::vector<char> scratch_mem(ictx.scratch_bytes + 64);
+  void* scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch_mem.data()) + 63) &
+                                          ~uintptr_t{63});
+  NodeRunContext rctx(node, in_values, slots, nullptr, ictx.state.get(), scratch, threads);
+  kernel.run(rctx);
+  return outs;
+}
+
+bool is_pod_tensor(const TypeShape& t) {
+  return t.kind == ValueInfo::Kind::Tensor && t.shape_known && t.dtype != DType::String &&
+         t.dtype != DType::Undefined;
+}
+
+}  // namespace
+
+std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, int threads) {
+  auto plan = std::make_unique<Plan>();
+  plan->graph = &cg;
+  plan->threads = threads;
+  const size_t n = cg.names.size();
+  const Graph& g = *cg.graph;
+  plan->types.assign(n, TypeShape{});
+  plan->constants.assign(n, Value());
+  plan->placement.assign(n, Placement::None);
+  plan->arena_offset.assign(n, -1);
+  std::vector<char> known(n, 0);
+
+  for (size_t id = 0; id < n && id < in.fed.size(); ++id)
+    if (in.fed[id]) {
+      plan->types[id] = in.types[id];
+      plan->placement[id] = Placement::Input;
+      known[id] = 1;
+    }
+  for (const auto& [name, tensor] : g.initializers) {
+    const int id = cg.id(name);
+    if (id < 0 || known[id]) continue;
+    plan->constants[id] = tensor;
+    plan->types[id] = TypeShape::of(tensor);
+    plan->placement[id] = Placement::Constant;
+    known[id] = 1;
+  }
+
+  for (int node_index : cg.order) {
+    const Node& node = g.nodes[node_index];
+    const auto& ids = cg.node_inputs[node_index];
+    std::vector<const TypeShape*> in_types(node.inputs.size(), nullptr);
+    std::vector<const Value*> in_values(node.inputs.size(), nullptr);
+    bool inputs_constant = true;
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      const int id = ids[i];
+      if (id < 0) continue;
+      in_types[i] = &plan->types[id];
+      if (plan->placement[id] == Placement::Constant)
+        in_values[i] = &plan->constants[id];
+      else
+        inputs_constant = false;
+    }
+    for (size_t i = node.inputs.size(); i < ids.size(); ++i)
+      if (plan->placement[ids[i]] != Placement::Constant) inputs_constant = false;
+
+    Choice c = choose_kernel(cg, node, in_types, in_values, threads);
+    PlanStep step;
+    step.node = node_index;
+    step.def = c.def;
+    step.inputs.assign(ids.begin(), ids.begin() + static_cast<long>(node.inputs.size()));
+    step.outputs = cg.node_outputs[node_index];
+    if (c.deferred) {
+      step.shapes_static = false;
+      step.output_types.assign(node.outputs.size(),
+                               TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false});
+    } else {
+      NodeInferContext& ictx = *c.ctx;
+      // Outputs computed from shapes alone, or from constants: no step at run time.
+      const bool values_given = ictx.has_values && all_known(ictx);
+      const bool fold =
+          c.def->foldable && all_known(ictx) &&
+          (values_given || (inputs_constant && total_elements(ictx) <= kFoldMaxElements));
+      if (fold) {
+        std::vector<Value> outs = values_given
+                                      ? ictx.output_values
+                                      : evaluate_now(node, *c.kernel, ictx, in_values, threads);
+        for (size_t i = 0; i < step.outputs.size(); ++i) {
+          const int id = step.outputs[i];
+          if (id < 0) continue;
+          plan->constants[id] = std::move(outs[i]);
+          plan->types[id] = TypeShape::of(plan->constants[id]);
+          plan->placement[id] = Placement::Constant;
+        }
+        continue;
+      }
+      step.kernel = std::move(c.kernel);
+      step.state = std::move(ictx.state);
+      step.scratch_bytes = ictx.scratch_bytes;
+      step.output_types = std::move(ictx.outputs);
+      step.shapes_static = all_known(ictx);
+    }
+    for (size_t i = 0; i < step.outputs.size(); ++i)
+      if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];
+    plan->steps.push_back(std::move(step));
+  }
+
+  // --- liveness ------------------------------------------------------------------------------
+  const int end = static_cast<int>(plan->steps.size());
+  std::vector<int> last_use(n, -1), producer(n, -1);
+  for (int s = 0; s < end; ++s) {
+    const PlanStep& st = plan->steps[s];
+    for (int id : cg.node_inputs[st.node])
+      if (id >= 0) last_use[id] = s;
+    for (int id : st.outputs)
+      if (id >= 0) producer[id] = s;
+  }
+  for (int id : cg.graph_outputs) last_use[id] = end;
+
+  // --- buffers: each arena value belongs to one buffer; views and in-place outputs share ------
+  std::vector<BufferLifetime> buffers;
+  std::vector<int> buffer_of(n, -1);
+  std::vector<std::vector<int>> members;
+  auto buffer_last = [&](int b) {
+    int last = -1;
+    for (int v : members[b]) last = std::max(last, last_use[v] < 0 ? producer[v] : last_use[v]);
+    return last;
+  };
+  for (int s = 0; s < end; ++s) {
+    PlanStep& st = plan->steps[s];
+    for (size_t j = 0; j < st.outputs.size(); ++j) {
+      const int id = st.outputs[j];
+      if (id < 0) continue;
+      const TypeShape& t = st.output_types[j];
+      const bool alias = st.def && st.def->output_aliases_input && j == 0;
+      if (alias) {
+        plan->placement[id] = Placement::View;
+        const int src = st.inputs.empty() ? -1 : st.inputs[0];
+        if (src >= 0 && buffer_of[src] >= 0) {
+          buffer_of[id] = buffer_of[src];
+          members[buffer_of[src]].push_back(id);
+        }
+        continue;
+      }
+      if (!st.shapes_static || !is_pod_tensor(t) || cg.is_graph_output[id]) {
+        plan->placement[id] = Placement::Heap;
+        continue;
+      }
+      plan->placement[id] = Placement::Arena;
+      const size_t bytes = static_cast<size_t>(numel_of(t.shape)) * dtype_size(t.dtype);
+      if (st.def && st.def->inplace_input >= 0 && j == 0 &&
+          static_cast<size_t>(st.def->inplace_input) < st.inputs.size()) {
+        const int src = st.inputs[st.def->inplace_input];
+        if (src >= 0 && buffer_of[src] >= 0 && plan->placement[src] == Placement::Arena &&
+            buffers[buffer_of[src]].bytes == bytes && buffer_last(buffer_of[src]) <= s) {
+          buffer_of[id] = buffer_of[src];
+          members[buffer_of[src]].push_back(id);
+          continue;
+        }
+      }
+      buffer_of[id] = static_cast<int>(buffers.size());
+      buffers.push_back({bytes, s, s});
+      members.push_back({id});
+    }
+  }
+  for (size_t b = 0; b < buffers.size(); ++b)
+    buffers[b].last = std::max(buffers[b].first, buffer_last(static_cast<int>(b)));
+  std::vector<int> scratch_buffer(end, -1);
+  for (int s = 0; s < end; ++s)
+    if (plan->steps[s].scratch_bytes > 0) {
+      scratch_buffer[s] = static_cast<int>(buffers.size());
+      buffers.push_back({plan->steps[s].scratch_bytes, s, s});
+    }
+  const ArenaLayout layout = layout_arena(buffers);
+  plan->arena_bytes = layout.total_bytes;
+  for (size_t id = 0; id < n; ++id)
+    if (buffer_of[id] >= 0 && plan->placement[id] == Placement::Arena)
+      plan->arena_offset[id] = layout.offsets[buffer_of[id]];
+  for (int s = 0; s < end; ++s)
+    if (scratch_buffer[s] >= 0) plan->steps[s].scratch_offset = layout.offsets[scratch_buffer[s]];
+
+  // Heap values (and views of them) are dropped after their last use to keep peak memory low.
+  for (size_t id = 0; id < n; ++id) {
+    const Placement p = plan->placement[id];
+    if ((p != Placement::Heap && p != Placement::View) || cg.is_graph_output[id] ||
+        producer[id] < 0)
+      continue;
+    const int at = last_use[id] >= 0 ? last_use[id] : producer[id];
+    plan->steps[at].release.push_back(static_cast<int>(id));
+  }
+  return plan;
+}
+
+std::string Plan::describe() const {
+  static const char* kPlacement[] = {"none", "constant", "input", "arena", "heap", "view"};
+  std::ostringstream out;
+  out << "plan: " << steps.size() << " steps, arena " << arena_bytes << " bytes\n";
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const PlanStep& st = steps[s];
+    out << "  [" << s << "] " << graph->graph->nodes[st.node].describe()
+        << (st.shapes_static ? "" : " (shapes at run time)") << "\n";
+    for (size_t j = 0; j < st.outputs.size(); ++j) {
+      const int id = st.outputs[j];
+      if (id < 0) continue;
+      out << "      -> " << graph->names[id] << " " << dtype_name(types[id].dtype)
+          << (types[id].shape_known ? shape_str(types[id].shape) : "[?]") << " "
+          << kPlacement[static_cast<int>(placement[id])];
+      if (arena_offset[id] >= 0) out << " @" << arena_offset[id];
+      out << "\n";
+    }
+    if (st.scratch_bytes)
+      out << "      scratch " << st.scratch_bytes << " @" << st.scratch_offset << "\n";
+    for (int id : st.release) out << "      frees " << graph->names[id] << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace volt

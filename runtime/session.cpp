@@ -1,0 +1,201 @@
+// Session: load, optimize, compile once; per run, validate inputs, find the plan for their
+// shapes, execute.
+#include <omp.h>
+
+#include <algorithm>
+
+#include "loaders/loader.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/passes/passes.hpp"
+#include "runtime/session_impl.hpp"
+
+namespace volt {
+
+// --- plan cache
+// ------------------------------------------------------------------------------------
+std::shared_ptr<const Plan> PlanCache::find(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
+
+std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
+                                              std::shared_ptr<const Plan> plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second->second;  // another thread built it first
+  lru_.emplace_front(key, std::move(plan));
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return lru_.front().second;
+}
+
+size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lru_.size();
+}
+
+// --- session
+// -----------------------------------------------------------------------------------------
+namespace {
+
+int resolve_threads(int requested) {
+  VOLT_CHECK(requested >= 0, InvalidArgument,
+             "threads must be >= 0, got " + std::to_string(requested));
+  return requested > 0 ? requested : omp_get_num_procs();
+}
+
+void check_options(const SessionOptions& o) {
+  VOLT_CHECK(o.optimization_level >= 0 && o.optimization_level <= 2, InvalidArgument,
+             "optimization_level must be 0, 1 or 2, got " + std::to_string(o.optimization_level));
+  VOLT_CHECK(o.device == "cpu", Device,
+             "device '" + o.device + "' is not available (this build runs on: cpu)");
+  VOLT_CHECK(o.precision == "fp32", NotImplemented,
+             "precision '" + o.precision + "' is not supported on cpu yet (use fp32)");
+}
+
+// "x:float32[1,3]|..." — what a plan depends on.
+void append_signature(std::string& key, const Value& v) {
+  key += std::to_string(static_cast<int>(v.kind()));
+  if (v.is_tensor()) {
+    key += ':';
+    key += std::to_string(static_cast<int>(v.tensor().dtype()));
+    for (int64_t d : v.tensor().shape()) {
+      key += ',';
+      key += std::to_string(d);
+    }
+  } else if (v.is_sequence()) {
+    key += ':';
+    key += std::to_string(static_cast<int>(v.sequence_dtype()));
+  }
+  key += '|';
+}
+
+}  // namespace
+
+Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
+  check_options(options);
+  threads = resolve_threads(options.threads);
+  graph = std::make_shared<const Graph>(run_passes(model.graph, options.optimization_level));
+  compiled = compile_graph(graph, model.source, options.device);
+  for (const auto& v : model.graph.inputs)
+    if (!model.graph.is_initializer(v.name)) inputs.push_back(v);
+  outputs = model.graph.outputs;
+}
+
+std::shared_ptr<const Plan> Session::Impl::plan_for(const std::vector<const Value*>& fed) {
+  std::string key;
+  for (size_t id = 0; id < fed.size(); ++id)
+    if (fed[id]) {
+      key += std::to_string(id) + "=";
+      append_signature(key, *fed[id]);
+    }
+  if (auto p = plans.find(key)) return p;
+  PlanInputs in;
+  in.types.resize(compiled.names.size());
+  in.fed.assign(compiled.names.size(), 0);
+  for (size_t id = 0; id < fed.size(); ++id)
+    if (fed[id]) {
+      in.types[id] = TypeShape::of(*fed[id]);
+      in.fed[id] = 1;
+    }
+  return plans.insert(key, build_plan(compiled, in, threads));
+}
+
+namespace {
+void check_input(const ValueInfo& info, const Value& v, const std::string& source) {
+  const std::string what = source + ": input '" + info.name + "'";
+  const bool want_seq = info.kind == ValueInfo::Kind::Sequence;
+  if (info.kind == ValueInfo::Kind::Optional) return;  // none, a tensor or a sequence
+  VOLT_CHECK(!v.is_none(), InvalidArgument, what + " is empty, but it is not optional");
+  VOLT_CHECK(want_seq == v.is_sequence(), InvalidArgument,
+             what + (want_seq ? " must be a sequence" : " must be a tensor, got a sequence"));
+  if (v.is_sequence()) return;
+  const Tensor& t = v.tensor();
+  VOLT_CHECK(t.defined(), InvalidArgument, what + " is an undefined tensor");
+  VOLT_CHECK(info.dtype == DType::Undefined || t.dtype() == info.dtype, InvalidArgument,
+             what + " must be " + dtype_name(info.dtype) + ", got " + dtype_name(t.dtype()));
+  if (!info.has_shape) return;
+  bool ok = t.rank() == info.shape.size();
+  for (size_t i = 0; ok && i < info.shape.size(); ++i)
+    ok = !info.shape[i].is_fixed() || info.shape[i].value == t.dim(i);
+  VOLT_CHECK(ok, InvalidArgument,
+             what + " must have shape " + info.describe() + ", got " + shape_str(t.shape()));
+}
+}  // namespace
+
+std::vector<Value> Session::Impl::run(const NamedValues& feeds,
+                                      const std::vector<std::string>& output_names) {
+  const Graph& g = model.graph;
+  std::vector<const Value*> fed(compiled.names.size(), nullptr);
+  for (const auto& [name, value] : feeds) {
+    auto it = std::find_if(g.inputs.begin(), g.inputs.end(),
+                           [&](const ValueInfo& v) { return v.name == name; });
+    if (it == g.inputs.end()) {
+      std::string known;
+      for (const auto& v : inputs) known += (known.empty() ? "" : ", ") + v.name;
+      fail(ErrorCode::InvalidArgument,
+           model.source + ": unknown input '" + name + "' (the model's inputs are: " + known + ")");
+    }
+    check_input(*it, value, model.source);
+    const int id = compiled.id(name);
+    VOLT_CHECK(!fed[id], InvalidArgument, model.source + ": input '" + name + "' is given twice");
+    fed[id] = &value;
+  }
+  for (int id : compiled.required_inputs) {
+    if (fed[id]) continue;
+    const auto& info = *std::find_if(g.inputs.begin(), g.inputs.end(), [&](const ValueInfo& v) {
+      return v.name == compiled.names[id];
+    });
+    if (info.kind == ValueInfo::Kind::Optional) continue;
+    fail(ErrorCode::InvalidArgument, model.source + ": input '" + compiled.names[id] + "' (" +
+                                         info.describe() + ") is missing");
+  }
+  // Optional inputs left out are fed as empty optionals.
+  std::vector<Value> empties(compiled.required_inputs.size());
+  size_t e = 0;
+  for (int id : compiled.required_inputs)
+    if (!fed[id]) fed[id] = &empties[e++];
+
+  auto plan = plan_for(fed);
+  std::vector<Value> all = execute_plan(*plan, fed);
+  if (output_names.empty()) return all;
+  std::vector<Value> picked;
+  for (const auto& name : output_names) {
+    auto it = std::find_if(outputs.begin(), outputs.end(),
+                           [&](const ValueInfo& v) { return v.name == name; });
+    VOLT_CHECK(it != outputs.end(), InvalidArgument,
+               model.source + ": unknown output '" + name + "'");
+    picked.push_back(all[static_cast<size_t>(it - outputs.begin())]);
+  }
+  return picked;
+}
+
+// --- public API
+// ----------------------------------------------------------------------------------------
+Session::Session(const std::string& model_path, SessionOptions options)
+    : impl_(std::make_shared<Impl>(load_model(model_path), std::move(options))) {}
+Session::Session(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session Session::from_bytes(const void* data, size_t size, SessionOptions options) {
+  return Session(std::make_shared<Impl>(load_model_from_bytes(data, size), std::move(options)));
+}
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+const std::vector<ValueInfo>& Session::inputs() const {
+  return impl_->inputs;
+}
+const std::vector<ValueInfo>& Session::outputs() const {
+  return impl_->outputs;
+}
+std::vector<Value> Session::run(const NamedValues& inputs,
+                                const std::vector<std::string>& output_names) const {
+  return impl_->run(inputs, output_names);
+}
+
+}  // namespace volt

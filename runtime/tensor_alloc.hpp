@@ -1,0 +1,8 @@
+// Internal tensor allocation: like Tensor::empty, with the choice not to zero-fill.
+#pragma once
+#include "volt/volt.hpp"
+
+namespace volt {
+// A fresh 64-byte aligned tensor; zero-filled when `zero`, uninitialized otherwise.
+Tensor allocate_tensor(DType dtype, Shape shape, bool zero = false);
+}  // namespace volt

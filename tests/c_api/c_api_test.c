@@ -1,0 +1,100 @@
+/* The C API from a program compiled as C: a full inference round trip, and misuse that must
+ * come back as statuses with messages. Exits non-zero on the first failed check. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "volt/volt.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+#define CHECK_MSG(fragment) CHECK(strstr(volt_last_error(), fragment) != NULL)
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: c_api_test MODEL.onnx\n");
+    return 2;
+  }
+  CHECK(strlen(volt_version()) > 0);
+
+  volt_options* opts = volt_options_create();
+  CHECK(opts != NULL);
+  CHECK(volt_options_set(opts, "threads", "2") == VOLT_OK);
+  CHECK(volt_options_set(opts, "threads", "many") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("threads");
+  CHECK(volt_options_set(opts, "colour", "blue") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("colour");
+  CHECK(volt_options_set(NULL, "threads", "1") == VOLT_ERR_INVALID_ARGUMENT);
+
+  volt_session* s = NULL;
+  CHECK(volt_session_create("/nonexistent/model.onnx", opts, &s) == VOLT_ERR_IO);
+  CHECK(s == NULL);
+  CHECK_MSG("nonexistent");
+  CHECK(volt_session_create(NULL, opts, &s) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_session_create_from_memory("garbage", 7, NULL, &s) == VOLT_ERR_INVALID_MODEL);
+  CHECK(volt_session_create(argv[1], opts, &s) == VOLT_OK);
+  volt_options_free(opts);
+  if (!s) return 1;
+  CHECK(volt_session_input_count(s) == 1);
+  CHECK(strcmp(volt_session_input_name(s, 0), "x") == 0);
+  CHECK(volt_session_output_count(s) == 1);
+  CHECK(strcmp(volt_session_output_name(s, 0), "logits") == 0);
+  CHECK(volt_session_input_name(s, 5) == NULL);
+
+  int64_t shape[2] = {2, 784};
+  float* data = calloc(2 * 784, sizeof(float));
+  for (int i = 0; i < 2 * 784; ++i) data[i] = (float)(i % 17) / 17.0f;
+  volt_tensor* x = NULL;
+  CHECK(volt_tensor_create(VOLT_FLOAT, shape, 2, data, &x) == VOLT_OK);
+  CHECK(volt_tensor_rank(x) == 2 && volt_tensor_shape(x)[1] == 784 &&
+        volt_tensor_dtype(x) == VOLT_FLOAT);
+  const char* names[1] = {"x"};
+  const volt_tensor* inputs[1] = {x};
+  volt_tensor* out[1] = {NULL};
+  CHECK(volt_session_run(s, 1, names, inputs, 1, NULL, out) == VOLT_OK);
+  CHECK(out[0] != NULL && volt_tensor_shape(out[0])[0] == 2 && volt_tensor_shape(out[0])[1] == 10);
+  volt_tensor_free(out[0]);
+
+  /* Misuse. */
+  const char* bad_names[1] = {"nope"};
+  CHECK(volt_session_run(s, 1, bad_names, inputs, 1, NULL, out) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("nope");
+  CHECK(out[0] == NULL);
+  CHECK(volt_session_run(s, 0, NULL, NULL, 1, NULL, out) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("missing");
+  int64_t wrong_shape[2] = {2, 783};
+  volt_tensor* bad = NULL;
+  CHECK(volt_tensor_create(VOLT_FLOAT, wrong_shape, 2, data, &bad) == VOLT_OK);
+  const volt_tensor* bad_inputs[1] = {bad};
+  CHECK(volt_session_run(s, 1, names, bad_inputs, 1, NULL, out) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("783");
+  volt_tensor_free(bad);
+  int64_t ids[2] = {1, 2};
+  int64_t id_shape[2] = {1, 2};
+  CHECK(volt_tensor_create(VOLT_INT64, id_shape, 2, ids, &bad) == VOLT_OK);
+  bad_inputs[0] = bad;
+  CHECK(volt_session_run(s, 1, names, bad_inputs, 1, NULL, out) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("int64");
+  volt_tensor_free(bad);
+  CHECK(volt_session_run(NULL, 1, names, inputs, 1, NULL, out) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_session_run(s, 1, names, inputs, 3, NULL, out) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_tensor_create((volt_dtype)99, shape, 2, data, &bad) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_tensor_create(VOLT_FLOAT, shape, 2, NULL, &bad) == VOLT_ERR_INVALID_ARGUMENT);
+  int64_t neg[1] = {-4};
+  CHECK(volt_tensor_create(VOLT_FLOAT, neg, 1, data, &bad) == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("negative");
+
+  volt_tensor_free(x);
+  volt_tensor_free(NULL);
+  volt_session_free(s);
+  volt_session_free(NULL);
+  free(data);
+  if (failures == 0) printf("c_api: all checks passed\n");
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,137 @@
+// Builds small ONNX models in tests, good and deliberately bad.
+#pragma once
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "onnx/onnx_pb.h"
+
+namespace volt::testing {
+
+class ModelBuilder {
+ public:
+  explicit ModelBuilder(int opset = 13, int ir = 8) {
+    m_.set_ir_version(ir);
+    auto* op = m_.add_opset_import();
+    op->set_domain("");
+    op->set_version(opset);
+    m_.mutable_graph()->set_name("test");
+  }
+  ModelBuilder& input(const std::string& name, int elem, const std::vector<int64_t>& dims) {
+    set_type(m_.mutable_graph()->add_input(), name, elem, dims);
+    return *this;
+  }
+  // A tensor value with element type only (rank unknown).
+  ModelBuilder& input_any(const std::string& name, int elem) {
+    auto* v = m_.mutable_graph()->add_input();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
+    return *this;
+  }
+  ModelBuilder& output_any(const std::string& name, int elem) {
+    auto* v = m_.mutable_graph()->add_output();
+    v->set_name(name);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
+    return *this;
+  }
+  ModelBuilder& output(const std::string& name, int elem, const std::vector<int64_t>& dims) {
+    set_type(m_.mutable_graph()->add_output(), name, elem, dims);
+    return *this;
+  }
+  // `attrs` may add attributes to the node.
+  ModelBuilder& node(const std::string& op, const std::vector<std::string>& ins,
+                     const std::vector<std::string>& outs,
+                     const std::function<void(onnx::NodeProto&)>& attrs = {},
+                     const std::string& name = "") {
+    auto* n = m_.mutable_graph()->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? op + std::to_string(m_.graph().node_size()) : name);
+    for (const auto& i : ins) n->add_input(i);
+    for (const auto& o : outs) n->add_output(o);
+    if (attrs) attrs(*n);
+    return *this;
+  }
+  ModelBuilder& initializer(const std::string& name, const std::vector<int64_t>& dims,
+                            const std::vector<float>& values) {
+    auto* t = m_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+    return *this;
+  }
+  ModelBuilder& initializer_i64(const std::string& name, const std::vector<int64_t>& dims,
+                                const std::vector<int64_t>& values) {
+    auto* t = m_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int64_t v : values) t->add_int64_data(v);
+    return *this;
+  }
+  onnx::ModelProto& proto() { return m_; }
+  std::string bytes() const { return m_.SerializeAsString(); }
+  void save(const std::string& path) const {
+    std::ofstream out(path, std::ios::binary);
+    out << bytes();
+  }
+
+  static void set_int(onnx::NodeProto& n, const std::string& key, int64_t v) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  static void set_ints(onnx::NodeProto& n, const std::string& key, const std::vector<int64_t>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t x : v) a->add_ints(x);
+  }
+  static void set_float(onnx::NodeProto& n, const std::string& key, float v) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  static void set_string(onnx::NodeProto& n, const std::string& key, const std::string& v) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  }
+
+ private:
+  static void set_type(onnx::ValueInfoProto* v, const std::string& name, int elem,
+                       const std::vector<int64_t>& dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(elem);
+    auto* s = t->mutable_shape();
+    for (int64_t d : dims) {
+      auto* dim = s->add_dim();
+      if (d >= 0)
+        dim->set_dim_value(d);
+      else
+        dim->set_dim_param("N");
+    }
+  }
+  onnx::ModelProto m_;
+};
+
+// Asserts that `f` throws volt::Error whose message contains every fragment.
+#define EXPECT_VOLT_ERROR(statement, code_, ...)                                   \
+  do {                                                                             \
+    try {                                                                          \
+      statement;                                                                   \
+      ADD_FAILURE() << "expected a volt::Error from: " #statement;                 \
+    } catch (const ::volt::Error& e) {                                             \
+      EXPECT_EQ(e.code(), ::volt::ErrorCode::code_) << e.what();                   \
+      for (const char* fragment : std::initializer_list<const char*>{__VA_ARGS__}) \
+        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)         \
+            << "message '" << e.what() << "' lacks '" << fragment << "'";          \
+    }                                                                              \
+  } while (0)
+
+}  // namespace volt::testing

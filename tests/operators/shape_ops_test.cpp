@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include "operators/op_runner.hpp"
+
+namespace volt {
+namespace {
+
+using testing::ModelBuilder;
+
+Session single(ModelBuilder& b) {
+  const std::string bytes = b.bytes();
+  return Session::from_bytes(bytes.data(), bytes.size());
+}
+
+TEST(ShapeOps, TransposeMovesElements) {
+  ModelBuilder b;
+  b.input_any("x", 1).output_any("y", 1).node("Transpose", {"x"}, {"y"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {2, 0, 1});
+  });
+  Session s = single(b);
+  Tensor x = Tensor::empty(DType::Float, {2, 3, 4});
+  for (int i = 0; i < 24; ++i) x.data<float>()[i] = static_cast<float>(i);
+  Tensor y = s.run({{"x", x}})[0].tensor();
+  ASSERT_EQ(y.shape(), (Shape{4, 2, 3}));
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t bb = 0; bb < 3; ++bb)
+      for (int64_t c = 0; c < 4; ++c)
+        EXPECT_EQ(y.data<float>()[(c * 2 + a) * 3 + bb], x.data<float>()[(a * 3 + bb) * 4 + c]);
+}
+
+TEST(ShapeOps, ConcatAndGatherWithNegativeIndices) {
+  ModelBuilder b;
+  b.input_any("a", 7).input_any("b", 7).input_any("i", 7).output_any("g", 7);
+  b.node("Concat", {"a", "b"}, {"c"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  b.node("Gather", {"c", "i"}, {"g"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  Session s = single(b);
+  auto out = s.run({{"a", Tensor::from<int64_t>({1, 2, 3, 4}, {2, 2})},
+                    {"b", Tensor::from<int64_t>({5, 6}, {2, 1})},
+                    {"i", Tensor::from<int64_t>({-1, 0}, {2})}});
+  const Tensor& g = out[0].tensor();
+  ASSERT_EQ(g.shape(), (Shape{2, 2}));
+  EXPECT_EQ(std::vector<int64_t>(g.data<int64_t>(), g.data<int64_t>() + 4),
+            (std::vector<int64_t>{5, 1, 6, 3}));
+  EXPECT_VOLT_ERROR(s.run({{"a", Tensor::from<int64_t>({1, 2, 3, 4}, {2, 2})},
+                           {"b", Tensor::from<int64_t>({5, 6}, {2, 1})},
+                           {"i", Tensor::from<int64_t>({3}, {1})}}),
+                    InvalidArgument, "Gather", "index 3");
+}
+
+TEST(ShapeOps, SqueezeUnsqueezeAcrossOpsets) {
+  for (int opset : {11, 13}) {
+    ModelBuilder b(opset);
+    b.input_any("x", 1).output_any("y", 1);
+    if (opset >= 13) {
+      b.initializer_i64("axes", {2}, {0, -1});
+      b.node("Unsqueeze", {"x", "axes"}, {"u"})
+          .initializer_i64("sq", {1}, {0})
+          .node("Squeeze", {"u", "sq"}, {"y"});
+    } else {
+      b.node("Unsqueeze", {"x"}, {"u"}, [](auto& n) {
+        ModelBuilder::set_ints(n, "axes", {0, -1});
+      });
+      b.node("Squeeze", {"u"}, {"y"}, [](auto& n) { ModelBuilder::set_ints(n, "axes", {0}); });
+    }
+    Session s = single(b);
+    EXPECT_EQ(s.run({{"x", Tensor::empty(DType::Float, {2, 3})}})[0].tensor().shape(),
+              (Shape{2, 3, 1}))
+        << opset;
+  }
+}
+
+TEST(ShapeOps, CastBetweenTypes) {
+  ModelBuilder b;
+  b.input_any("x", 1).output_any("y", 7).output_any("h", 10).node(
+      "Cast", {"x"}, {"y"}, [](auto& n) { ModelBuilder::set_int(n, "to", 7); });
+  b.node("Cast", {"x"}, {"h"}, [](auto& n) { ModelBuilder::set_int(n, "to", 10); });
+  Session s = single(b);
+  auto out = s.run({{"x", Tensor::from<float>({1.9f, -2.5f, 65504.0f}, {3})}});
+  EXPECT_EQ(out[0].tensor().data<int64_t>()[0], 1);
+  EXPECT_EQ(out[0].tensor().data<int64_t>()[1], -2);
+  EXPECT_EQ(static_cast<float>(out[1].tensor().data<Float16>()[2]), 65504.0f);
+}
+
+TEST(ShapeOps, IntegerDivisionByZeroIsAnErrorNotACrash) {
+  ModelBuilder b;
+  b.input_any("a", 6).input_any("b", 6).output_any("c", 6).node("Div", {"a", "b"}, {"c"}, {},
+                                                                "divide");
+  Session s = single(b);
+  EXPECT_VOLT_ERROR(
+      s.run({{"a", Tensor::from<int32_t>({1, 2}, {2})}, {"b", Tensor::from<int32_t>({1, 0}, {2})}}),
+      Runtime, "divide", "division by zero");
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,0 +1,257 @@
+#include "tools/cli_util.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace volt::cli {
+
+std::string Args::get(const std::string& k, const std::string& fallback) const {
+  auto it = flags.find(k);
+  return it == flags.end() ? fallback : it->second;
+}
+
+std::vector<std::string> Args::all(const std::string& k) const {
+  std::vector<std::string> out;
+  for (auto [it, end] = flags.equal_range(k); it != end; ++it) out.push_back(it->second);
+  return out;
+}
+
+int Args::get_int(const std::string& k, int fallback) const {
+  if (!has(k)) return fallback;
+  const std::string v = get(k);
+  try {
+    size_t used = 0;
+    const int n = std::stoi(v, &used);
+    if (used == v.size()) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error(ErrorCode::InvalidArgument, "--" + k + ": '" + v + "' is not an integer");
+}
+
+double Args::get_double(const std::string& k, double fallback) const {
+  if (!has(k)) return fallback;
+  const std::string v = get(k);
+  try {
+    size_t used = 0;
+    const double d = std::stod(v, &used);
+    if (used == v.size()) return d;
+  } catch (const std::exception&) {
+  }
+  throw Error(ErrorCode::InvalidArgument, "--" + k + ": '" + v + "' is not a number");
+}
+
+Args parse_args(int argc, char** argv, int first, const std::vector<std::string>& switches) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    std::string s = argv[i];
+    if (s.rfind("--", 0) != 0 || s == "--") {
+      a.positional.push_back(s);
+      continue;
+    }
+    s = s.substr(2);
+    const size_t eq = s.find('=');
+    if (eq != std::string::npos) {
+      a.flags.emplace(s.substr(0, eq), s.substr(eq + 1));
+    } else if (std::find(switches.begin(), switches.end(), s) != switches.end()) {
+      a.flags.emplace(s, "1");
+    } else {
+      if (i + 1 >= argc) throw Error(ErrorCode::InvalidArgument, "--" + s + " needs a value");
+      a.flags.emplace(s, argv[++i]);
+    }
+  }
+  return a;
+}
+
+std::map<std::string, Shape> parse_shapes(const std::vector<std::string>& specs) {
+  std::map<std::string, Shape> out;
+  for (const auto& spec : specs) {
+    const size_t eq = spec.rfind('=');
+    if (eq == std::string::npos)
+      throw Error(ErrorCode::InvalidArgument, "--shape '" + spec + "' is not NAME=D1xD2...");
+    Shape s;
+    std::stringstream dims(spec.substr(eq + 1));
+    std::string d;
+    while (std::getline(dims, d, 'x')) {
+      try {
+        size_t used = 0;
+        const long long v = std::stoll(d, &used);
+        if (used != d.size() || v < 0) throw std::invalid_argument("dim");
+        s.push_back(v);
+      } catch (const std::exception&) {
+        throw Error(ErrorCode::InvalidArgument,
+                    "--shape '" + spec + "': '" + d + "' is not a dimension");
+      }
+    }
+    out[spec.substr(0, eq)] = s;
+  }
+  return out;
+}
+
+std::map<std::string, std::pair<int64_t, int64_t>> parse_ranges(
+    const std::vector<std::string>& specs) {
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  for (const auto& spec : specs) {
+    const size_t eq = spec.rfind('='), colon = spec.rfind(':');
+    try {
+      if (eq == std::string::npos || colon == std::string::npos || colon < eq)
+        throw std::invalid_argument("range");
+      const int64_t lo = std::stoll(spec.substr(eq + 1, colon - eq - 1)),
+                    hi = std::stoll(spec.substr(colon + 1));
+      if (hi <= lo) throw std::invalid_argument("range");
+      out[spec.substr(0, eq)] = {lo, hi};
+    } catch (const std::exception&) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "--range '" + spec + "' is not NAME=LO:HI with LO < HI");
+    }
+  }
+  return out;
+}
+
+Shape concrete_shape(const ValueInfo& info, const std::map<std::string, Shape>& overrides,
+                     int64_t batch) {
+  auto it = overrides.find(info.name);
+  if (it != overrides.end()) return it->second;
+  Shape s;
+  for (size_t i = 0; i < info.shape.size(); ++i)
+    s.push_back(info.shape[i].is_fixed() ? info.shape[i].value : (i == 0 ? batch : 1));
+  return s;
+}
+
+Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937_64& rng,
+                     std::pair<int64_t, int64_t> range) {
+  Tensor t = Tensor::empty(dtype, shape);
+  const int64_t n = t.numel();
+  std::uniform_real_distribution<double> uf(-1.0, 1.0);
+  std::uniform_int_distribution<int64_t> ui(range.first, range.second - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::Float:
+        t.data<float>()[i] = static_cast<float>(uf(rng));
+        break;
+      case DType::Double:
+        t.data<double>()[i] = uf(rng);
+        break;
+      case DType::Float16:
+        t.data<Float16>()[i] = Float16(static_cast<float>(uf(rng)));
+        break;
+      case DType::BFloat16:
+        t.data<BFloat16>()[i] = BFloat16(static_cast<float>(uf(rng)));
+        break;
+      case DType::Int64:
+        t.data<int64_t>()[i] = ui(rng);
+        break;
+      case DType::Int32:
+        t.data<int32_t>()[i] = static_cast<int32_t>(ui(rng));
+        break;
+      case DType::Int16:
+        t.data<int16_t>()[i] = static_cast<int16_t>(ui(rng));
+        break;
+      case DType::Int8:
+        t.data<int8_t>()[i] = static_cast<int8_t>(ui(rng));
+        break;
+      case DType::UInt8:
+        t.data<uint8_t>()[i] = static_cast<uint8_t>(ui(rng));
+        break;
+      case DType::UInt16:
+        t.data<uint16_t>()[i] = static_cast<uint16_t>(ui(rng));
+        break;
+      case DType::UInt32:
+        t.data<uint32_t>()[i] = static_cast<uint32_t>(ui(rng));
+        break;
+      case DType::UInt64:
+        t.data<uint64_t>()[i] = static_cast<uint64_t>(ui(rng));
+        break;
+      case DType::Bool:
+        t.data<bool>()[i] = (rng() & 1) != 0;
+        break;
+      case DType::String:
+        t.data<std::string>()[i] = std::to_string(ui(rng));
+        break;
+      default:
+        throw Error(ErrorCode::NotImplemented,
+                    std::string("cannot make random ") + dtype_name(dtype) + " inputs");
+    }
+  }
+  return t;
+}
+
+namespace {
+template <class T>
+double as_double(const Tensor& t, int64_t i) {
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>)
+    return static_cast<float>(t.data<T>()[i]);
+  else
+    return static_cast<double>(t.data<T>()[i]);
+}
+
+double element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::Float:
+      return as_double<float>(t, i);
+    case DType::Double:
+      return as_double<double>(t, i);
+    case DType::Float16:
+      return as_double<Float16>(t, i);
+    case DType::BFloat16:
+      return as_double<BFloat16>(t, i);
+    case DType::Int64:
+      return as_double<int64_t>(t, i);
+    case DType::Int32:
+      return as_double<int32_t>(t, i);
+    case DType::Int16:
+      return as_double<int16_t>(t, i);
+    case DType::Int8:
+      return as_double<int8_t>(t, i);
+    case DType::UInt8:
+      return as_double<uint8_t>(t, i);
+    case DType::UInt16:
+      return as_double<uint16_t>(t, i);
+    case DType::UInt32:
+      return as_double<uint32_t>(t, i);
+    case DType::UInt64:
+      return as_double<uint64_t>(t, i);
+    case DType::Bool:
+      return t.data<bool>()[i] ? 1 : 0;
+    default:
+      return NAN;
+  }
+}
+}  // namespace
+
+std::string summarize(const Value& v) {
+  if (v.is_none()) return "none (empty optional)";
+  if (v.is_sequence())
+    return "sequence of " + std::to_string(v.sequence_items().size()) + " " +
+           dtype_name(v.sequence_dtype()) + " tensors";
+  const Tensor& t = v.tensor();
+  std::ostringstream out;
+  out << dtype_name(t.dtype()) << shape_str(t.shape());
+  if (t.dtype() == DType::String) {
+    if (t.numel()) out << " first=\"" << t.data<std::string>()[0] << "\"";
+    return out.str();
+  }
+  if (t.numel() == 0) return out.str();
+  double mn = INFINITY, mx = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double x = element(t, i);
+    mn = std::min(mn, x);
+    mx = std::max(mx, x);
+    sum += x;
+  }
+  out << " min=" << mn << " max=" << mx << " mean=" << sum / static_cast<double>(t.numel()) << " [";
+  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 6); ++i)
+    out << (i ? ", " : "") << element(t, i);
+  out << (t.numel() > 6 ? ", ...]" : "]");
+  return out.str();
+}
+
+std::string safe_file_name(const std::string& name) {
+  std::string out = name;
+  for (char& c : out)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
+  if (out.empty() || out == "." || out == "..") out = "_" + out;
+  return out;
+}
+
+}  // namespace volt::cli

@@ -1,0 +1,108 @@
+// volt bench MODEL: random inputs, warm-up runs not counted, then latency percentiles,
+// throughput and peak memory; load and first-run times reported apart.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "tools/cli_util.hpp"
+#include "tools/commands.hpp"
+
+namespace volt::cli {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double peak_rss_mib() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  const Args args = parse_args(argc, argv, 2, {"json"});
+  if (args.positional.size() != 1)
+    throw Error(ErrorCode::InvalidArgument, "usage: volt bench MODEL [options]");
+  const int batch = args.get_int("batch", 1);
+  const int warmup = args.get_int("warmup", 5);
+  const int iterations = args.get_int("iterations", args.has("seconds") ? 0 : 50);
+  const double seconds = args.get_double("seconds", 0);
+  if (batch < 1 || warmup < 0 || iterations < 0 || seconds < 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "batch, warmup, iterations and seconds must be positive");
+  SessionOptions opts;
+  opts.threads = args.get_int("threads", 0);
+  opts.precision = args.get("precision", "fp32");
+
+  const auto t_load = Clock::now();
+  Session session(args.positional[0], opts);
+  const double load_ms = ms_since(t_load);
+
+  const auto shapes = parse_shapes(args.all("shape"));
+  const auto ranges = parse_ranges(args.all("range"));
+  std::mt19937_64 rng(7);
+  NamedValues feeds;
+  for (const auto& info : session.inputs()) {
+    auto r = ranges.find(info.name);
+    feeds.emplace_back(
+        info.name,
+        random_tensor(info.dtype, concrete_shape(info, shapes, batch), rng,
+                      r == ranges.end() ? std::pair<int64_t, int64_t>{0, 10} : r->second));
+  }
+  const auto t_first = Clock::now();
+  session.run(feeds);
+  const double first_ms = ms_since(t_first);
+  for (int i = 0; i < warmup; ++i) session.run(feeds);
+
+  std::vector<double> lat;
+  const bool tty = isatty(fileno(stderr));
+  const auto t_start = Clock::now();
+  for (int i = 0;; ++i) {
+    if (iterations > 0 && i >= iterations) break;
+    if (iterations == 0 && ms_since(t_start) >= seconds * 1000.0) break;
+    const auto t = Clock::now();
+    session.run(feeds);
+    lat.push_back(ms_since(t));
+    if (tty && iterations > 0 && (i % std::max(1, iterations / 50) == 0 || i + 1 == iterations))
+      std::fprintf(stderr, "\r[%-50s] %d/%d",
+                   std::string(static_cast<size_t>(50 * (i + 1) / iterations), '#').c_str(), i + 1,
+                   iterations);
+  }
+  if (tty && iterations > 0) std::fprintf(stderr, "\n");
+  const double total_s = ms_since(t_start) / 1000.0;
+  const double p50 = percentile(lat, 50), p90 = percentile(lat, 90), p99 = percentile(lat, 99);
+  const double throughput = lat.empty() ? 0 : static_cast<double>(lat.size()) * batch / total_s;
+  if (args.has("json")) {
+    std::printf(
+        "{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"iterations\": %zu, \"load_ms\": "
+        "%.3f, \"first_run_ms\": %.3f, "
+        "\"p50_ms\": %.4f, \"p90_ms\": %.4f, \"p99_ms\": %.4f, \"throughput_per_s\": %.2f, "
+        "\"peak_rss_mib\": %.1f}\n",
+        args.positional[0].c_str(), batch, opts.threads, lat.size(), load_ms, first_ms, p50, p90,
+        p99, throughput, peak_rss_mib());
+  } else {
+    std::printf("model        %s (batch %d)\n", args.positional[0].c_str(), batch);
+    std::printf("load         %.2f ms\nfirst run    %.2f ms\n", load_ms, first_ms);
+    std::printf("latency      p50 %.3f ms   p90 %.3f ms   p99 %.3f ms   (%zu runs)\n", p50, p90,
+                p99, lat.size());
+    std::printf("throughput   %.1f samples/s\npeak rss     %.1f MiB\n", throughput, peak_rss_mib());
+  }
+  return 0;
+}
+
+}  // namespace volt::cli

@@ -1,0 +1,64 @@
+// volt run MODEL [--input NAME=FILE.npy|random]... [--output-dir DIR]: runs once, prints each
+// output's shape and summary, and writes outputs as .npy files.
+#include <cstdio>
+#include <filesystem>
+
+#include "loaders/npy.hpp"
+#include "tools/cli_util.hpp"
+#include "tools/commands.hpp"
+
+namespace volt::cli {
+
+int cmd_run(int argc, char** argv) {
+  const Args args = parse_args(argc, argv, 2, {});
+  if (args.positional.size() != 1)
+    throw Error(ErrorCode::InvalidArgument,
+                "usage: volt run MODEL [--input NAME=FILE.npy|random]... [--output-dir DIR]");
+  SessionOptions opts;
+  opts.threads = args.get_int("threads", 0);
+  Session session(args.positional[0], opts);
+  const auto shapes = parse_shapes(args.all("shape"));
+  const auto ranges = parse_ranges(args.all("range"));
+
+  std::map<std::string, std::string> sources;
+  for (const auto& spec : args.all("input")) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos)
+      throw Error(ErrorCode::InvalidArgument,
+                  "--input '" + spec + "' is not NAME=FILE.npy or NAME=random");
+    sources[spec.substr(0, eq)] = spec.substr(eq + 1);
+  }
+  std::mt19937_64 rng(42);
+  NamedValues feeds;
+  for (const auto& info : session.inputs()) {
+    auto it = sources.find(info.name);
+    const std::string src = it == sources.end() ? "random" : it->second;
+    if (src == "random") {
+      auto r = ranges.find(info.name);
+      feeds.emplace_back(
+          info.name,
+          random_tensor(info.dtype, concrete_shape(info, shapes, 1), rng,
+                        r == ranges.end() ? std::pair<int64_t, int64_t>{0, 10} : r->second));
+    } else {
+      feeds.emplace_back(info.name, read_npy(src));
+    }
+    if (it != sources.end()) sources.erase(it);
+  }
+  if (!sources.empty())
+    throw Error(ErrorCode::InvalidArgument,
+                "the model has no input '" + sources.begin()->first + "'");
+
+  const std::vector<Value> outs = session.run(feeds);
+  const std::string dir = args.get("output-dir");
+  if (!dir.empty()) std::filesystem::create_directories(dir);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::string& name = session.outputs()[i].name;
+    std::printf("%s: %s\n", name.c_str(), summarize(outs[i]).c_str());
+    if (!dir.empty() && outs[i].is_tensor())
+      write_npy((std::filesystem::path(dir) / (safe_file_name(name) + ".npy")).string(),
+                outs[i].tensor());
+  }
+  return 0;
+}
+
+}  // namespace volt::cli

@@ -191,8 +191,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.kernel = std::move(c.kernel);
       step.state = std::move(ictx.state);
       step.scratch_bytes = ictx.scratch_bytes;
-      step.output_types = std::move(ictx.outputs);
       step.shapes_static = all_known(ictx);
+      step.output_types = std::move(ictx.outputs);
     }
     for (size_t i = 0; i < step.outputs.size(); ++i)
       if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];

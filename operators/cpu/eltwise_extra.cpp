@@ -1,0 +1,233 @@
+// Elementwise ops with extra inputs or non-float results: Clip, PRelu, Shrink, IsInf, IsNaN,
+// Not, BitShift, and Dropout in inference (a copy, and an all-true mask).
+#include <cmath>
+#include <limits>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+class Clip final : public Kernel {
+ public:
+  explicit Clip(const Node& n) : legacy_(n.opset < 11) {
+    lo_ = n.attr_float("min", -std::numeric_limits<float>::infinity());
+    hi_ = n.attr_float("max", std::numeric_limits<float>::infinity());
+  }
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>) {
+        ctx.error("does not apply to bool");
+      } else {
+        using C = typename Compute<T>::type;
+        C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
+        if (legacy_) {
+          lo = static_cast<C>(std::max<double>(lo_, static_cast<double>(lo)));
+          hi = static_cast<C>(std::min<double>(hi_, static_cast<double>(hi)));
+        } else {
+          if (ctx.has_input(1) && ctx.input(1).numel())
+            lo = static_cast<C>(static_cast<const T*>(ctx.input(1).raw())[0]);
+          if (ctx.has_input(2) && ctx.input(2).numel())
+            hi = static_cast<C>(static_cast<const T*>(ctx.input(2).raw())[0]);
+        }
+        const T* p = static_cast<const T*>(x.raw());
+        T* y = static_cast<T*>(ctx.output(0).raw());
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          const C v = static_cast<C>(p[i]);
+          y[i] = static_cast<T>(v < lo ? lo : (v > hi ? hi : v));
+        }
+      }
+    });
+  }
+
+ private:
+  bool legacy_;
+  float lo_, hi_;
+};
+
+class PRelu final : public Kernel {
+ public:
+  explicit PRelu(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &x = ctx.input(0), &slope = ctx.input(1);
+    Tensor& out = ctx.output(0);
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* px = static_cast<const T*>(x.raw());
+      const T* ps = static_cast<const T*>(slope.raw());
+      T* po = static_cast<T*>(out.raw());
+      BroadcastIterator(out.shape(), {broadcast_strides(x.shape(), out.shape()),
+                                      broadcast_strides(slope.shape(), out.shape())})
+          .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
+            const C v = static_cast<C>(px[off[0]]);
+            po[e++] = static_cast<T>(v < C(0) ? static_cast<C>(v * static_cast<C>(ps[off[1]])) : v);
+          });
+    });
+  }
+};
+
+class Shrink final : public Kernel {
+ public:
+  explicit Shrink(const Node& n)
+      : lambd_(n.attr_float("lambd", 0.5f)), bias_(n.attr_float("bias", 0)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* p = static_cast<const T*>(x.raw());
+      T* y = static_cast<T*>(ctx.output(0).raw());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double v = static_cast<double>(static_cast<C>(p[i]));
+        const double r = v < -lambd_ ? v + bias_ : (v > lambd_ ? v - bias_ : 0.0);
+        y[i] = static_cast<T>(static_cast<C>(r));
+      }
+    });
+  }
+
+ private:
+  float lambd_, bias_;
+};
+
+class FloatClass final : public Kernel {
+ public:
+  FloatClass(const Node& n, bool inf)
+      : inf_(inf),
+        neg_(n.attr_int("detect_negative", 1) != 0),
+        pos_(n.attr_int("detect_positive", 1) != 0) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, DType::Bool, ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    bool* y = ctx.output(0).data<bool>();
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* p = static_cast<const T*>(x.raw());
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const double v = static_cast<double>(static_cast<C>(p[i]));
+        y[i] = inf_ ? (std::isinf(v) && ((v > 0 && pos_) || (v < 0 && neg_))) : std::isnan(v);
+      }
+    });
+  }
+
+ private:
+  bool inf_, neg_, pos_;
+};
+
+class Not final : public Kernel {
+ public:
+  explicit Not(const Node&) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, DType::Bool, ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const bool* x = ctx.input(0).data<bool>();
+    bool* y = ctx.output(0).data<bool>();
+    for (int64_t i = 0; i < ctx.input(0).numel(); ++i) y[i] = !x[i];
+  }
+};
+
+class BitShift final : public Kernel {
+ public:
+  explicit BitShift(const Node& n) : left_(n.attr_string("direction", "") == "LEFT") {
+    const std::string d = n.attr_string("direction", "");
+    VOLT_CHECK(d == "LEFT" || d == "RIGHT", InvalidModel,
+               n.describe() + ": direction must be LEFT or RIGHT");
+  }
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &a = ctx.input(0), &b = ctx.input(1);
+    Tensor& out = ctx.output(0);
+    dispatch_numeric(a.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
+        const T* pa = static_cast<const T*>(a.raw());
+        const T* pb = static_cast<const T*>(b.raw());
+        T* po = static_cast<T*>(out.raw());
+        constexpr T bits = sizeof(T) * 8;
+        BroadcastIterator(out.shape(), {broadcast_strides(a.shape(), out.shape()),
+                                        broadcast_strides(b.shape(), out.shape())})
+            .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
+              const T s = pb[off[1]];
+              po[e++] =
+                  s >= bits ? T(0) : static_cast<T>(left_ ? pa[off[0]] << s : pa[off[0]] >> s);
+            });
+      } else {
+        ctx.error("needs unsigned integer inputs");
+      }
+    });
+  }
+
+ private:
+  bool left_;
+};
+
+// Dropout at inference: the output is the input, the mask all true. With training_mode set
+// and a non-zero ratio, the output is random and belongs to the trainer.
+class Dropout final : public Kernel {
+ public:
+  explicit Dropout(const Node& n)
+      : legacy_training_(n.opset < 7 && n.attr_int("is_test", 0) == 0 && n.opset < 6) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), ctx.shape(0));
+    if (ctx.output_count() > 1) ctx.set_output(1, DType::Bool, ctx.shape(0));
+  }
+  void run(RunContext& ctx) const override {
+    if (ctx.has_input(2) && ctx.input(2).data<bool>()[0]) {
+      const double ratio =
+          ctx.has_input(1)
+              ? dispatch_numeric(
+                    ctx.input(1).dtype(),
+                    [&](auto tag) -> double {
+                      using T = typename decltype(tag)::type;
+                      return static_cast<double>(static_cast<typename Compute<T>::type>(
+                          static_cast<const T*>(ctx.input(1).raw())[0]));
+                    })
+              : 0.5;
+      VOLT_CHECK(ratio == 0, NotImplemented,
+                 ctx.node().describe() + ": Dropout with training_mode=true runs in the trainer");
+    }
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    dispatch_any(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      std::copy(static_cast<const T*>(x.raw()), static_cast<const T*>(x.raw()) + x.numel(),
+                static_cast<T*>(y.raw()));
+    });
+    if (ctx.has_output(1)) {
+      bool* m = ctx.output(1).data<bool>();
+      std::fill(m, m + x.numel(), true);
+    }
+  }
+
+ private:
+  bool legacy_training_;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(clip, {.op = "Clip", .types = kNumericTypes, .create = make_kernel<Clip>});
+VOLT_REGISTER_KERNEL(prelu, {.op = "PRelu", .types = kNumericTypes, .create = make_kernel<PRelu>});
+VOLT_REGISTER_KERNEL(
+    shrink, {.op = "Shrink", .since = 9, .types = kNumericTypes, .create = make_kernel<Shrink>});
+VOLT_REGISTER_KERNEL(is_inf, {.op = "IsInf", .since = 10, .create = [](const Node& n) {
+                                return std::make_unique<FloatClass>(n, true);
+                              }});
+VOLT_REGISTER_KERNEL(is_nan, {.op = "IsNaN", .since = 9, .create = [](const Node& n) {
+                                return std::make_unique<FloatClass>(n, false);
+                              }});
+VOLT_REGISTER_KERNEL(not_op, {.op = "Not", .types = {DType::Bool}, .create = make_kernel<Not>});
+VOLT_REGISTER_KERNEL(bit_shift, {.op = "BitShift", .since = 11, .create = make_kernel<BitShift>});
+VOLT_REGISTER_KERNEL(dropout, {.op = "Dropout", .create = make_kernel<Dropout>});
+
+}  // namespace volt

@@ -1,0 +1,510 @@
+// Indexing ops: GatherElements, GatherND, ScatterElements (and the old Scatter), ScatterND,
+// OneHot, Compress, NonZero, TopK, Unique.
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+int64_t checked_index(int64_t i, int64_t n, const Node& node) {
+  VOLT_CHECK(i >= -n && i < n, InvalidArgument,
+             node.describe() + ": index " + std::to_string(i) + " is out of range [" +
+                 std::to_string(-n) + ", " + std::to_string(n) + ")");
+  return i < 0 ? i + n : i;
+}
+
+// out[...i_axis...] = data[...indices[...]...] along one axis, indices shaped like out.
+class GatherElements final : public Kernel {
+ public:
+  explicit GatherElements(const Node& n) : axis_(n.attr_int("axis", 0)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(1)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
+    const Shape& is = ctx.input(1).shape();
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
+    VOLT_CHECK(is.size() == data.rank(), InvalidArgument,
+               ctx.node().describe() + ": indices must have the rank of data");
+    const auto ds = strides_of(data.shape());
+    dispatch_any(data.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(data.raw());
+      T* dst = static_cast<T*>(ctx.output(0).raw());
+      for (int64_t e = 0; e < static_cast<int64_t>(idx.size()); ++e) {
+        int64_t rem = e, off = 0;
+        for (size_t d = is.size(); d-- > 0;) {
+          const int64_t i = rem % is[d];
+          rem /= is[d];
+          off += (static_cast<int64_t>(d) == axis ? checked_index(idx[e], data.dim(d), ctx.node())
+                                                  : i) *
+                 ds[d];
+        }
+        dst[e] = src[off];
+      }
+    });
+  }
+
+ private:
+  int64_t axis_;
+};
+
+enum class ScatterReduce { None, Add, Mul, Max, Min };
+
+ScatterReduce reduction_of(const Node& n) {
+  const std::string r = n.attr_string("reduction", "none");
+  if (r == "none") return ScatterReduce::None;
+  if (r == "add") return ScatterReduce::Add;
+  if (r == "mul") return ScatterReduce::Mul;
+  if (r == "max") return ScatterReduce::Max;
+  if (r == "min") return ScatterReduce::Min;
+  fail(ErrorCode::InvalidModel, n.describe() + ": unknown reduction '" + r + "'");
+}
+
+template <class T>
+void combine(T& dst, const T& v, ScatterReduce r) {
+  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>) {
+    dst = v;
+  } else {
+    using C = typename Compute<T>::type;
+    const C a = static_cast<C>(dst), b = static_cast<C>(v);
+    switch (r) {
+      case ScatterReduce::None:
+        dst = v;
+        break;
+      case ScatterReduce::Add:
+        dst = static_cast<T>(a + b);
+        break;
+      case ScatterReduce::Mul:
+        dst = static_cast<T>(a * b);
+        break;
+      case ScatterReduce::Max:
+        dst = static_cast<T>(std::max(a, b));
+        break;
+      case ScatterReduce::Min:
+        dst = static_cast<T>(std::min(a, b));
+        break;
+    }
+  }
+}
+
+class ScatterElements final : public Kernel {
+ public:
+  explicit ScatterElements(const Node& n)
+      : axis_(n.attr_int("axis", 0)), reduction_(reduction_of(n)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
+    const Tensor& upd = ctx.input(2);
+    const Shape& is = ctx.input(1).shape();
+    VOLT_CHECK(upd.shape() == is, InvalidArgument,
+               ctx.node().describe() + ": updates must have the shape of indices");
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
+    const auto ds = strides_of(data.shape());
+    Tensor& out = ctx.output(0);
+    dispatch_any(data.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* dst = static_cast<T*>(out.raw());
+      std::copy(static_cast<const T*>(data.raw()), static_cast<const T*>(data.raw()) + data.numel(),
+                dst);
+      const T* u = static_cast<const T*>(upd.raw());
+      for (int64_t e = 0; e < static_cast<int64_t>(idx.size()); ++e) {
+        int64_t rem = e, off = 0;
+        for (size_t d = is.size(); d-- > 0;) {
+          const int64_t i = rem % is[d];
+          rem /= is[d];
+          off += (static_cast<int64_t>(d) == axis ? checked_index(idx[e], data.dim(d), ctx.node())
+                                                  : i) *
+                 ds[d];
+        }
+        combine(dst[off], u[e], reduction_);
+      }
+    });
+  }
+
+ private:
+  int64_t axis_;
+  ScatterReduce reduction_;
+};
+
+class ScatterND final : public Kernel {
+ public:
+  explicit ScatterND(const Node& n) : reduction_(reduction_of(n)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    const auto idx = to_int64_vector(indices, ctx.node(), "indices");
+    const int64_t k = indices.shape().back();
+    VOLT_CHECK(k <= static_cast<int64_t>(data.rank()), InvalidArgument,
+               ctx.node().describe() + ": index depth exceeds data rank");
+    const auto ds = strides_of(data.shape());
+    int64_t slice = 1;
+    for (size_t d = static_cast<size_t>(k); d < data.rank(); ++d) slice *= data.dim(d);
+    const int64_t n = k ? static_cast<int64_t>(idx.size()) / k : 0;
+    Tensor& out = ctx.output(0);
+    dispatch_any(data.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* dst = static_cast<T*>(out.raw());
+      std::copy(static_cast<const T*>(data.raw()), static_cast<const T*>(data.raw()) + data.numel(),
+                dst);
+      const T* u = static_cast<const T*>(ctx.input(2).raw());
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t off = 0;
+        for (int64_t d = 0; d < k; ++d)
+          off += checked_index(idx[j * k + d], data.dim(d), ctx.node()) * ds[d];
+        for (int64_t s = 0; s < slice; ++s) combine(dst[off + s], u[j * slice + s], reduction_);
+      }
+    });
+  }
+
+ private:
+  ScatterReduce reduction_;
+};
+
+class GatherND final : public Kernel {
+ public:
+  explicit GatherND(const Node& n) : batch_dims_(n.attr_int("batch_dims", 0)) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& d = ctx.shape(0);
+    const Shape& i = ctx.shape(1);
+    VOLT_CHECK(!i.empty(), InvalidArgument,
+               ctx.node().describe() + ": indices must have rank >= 1");
+    const int64_t k = i.back();
+    VOLT_CHECK(batch_dims_ + k <= static_cast<int64_t>(d.size()), InvalidArgument,
+               ctx.node().describe() + ": index depth exceeds data rank");
+    Shape out(i.begin(), i.end() - 1);
+    out.insert(out.end(), d.begin() + batch_dims_ + k, d.end());
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& data = ctx.input(0);
+    const Tensor& indices = ctx.input(1);
+    const auto idx = to_int64_vector(indices, ctx.node(), "indices");
+    const int64_t k = indices.shape().back();
+    const auto ds = strides_of(data.shape());
+    int64_t batch = 1, slice = 1;
+    for (int64_t d = 0; d < batch_dims_; ++d) batch *= data.dim(d);
+    for (size_t d = static_cast<size_t>(batch_dims_ + k); d < data.rank(); ++d)
+      slice *= data.dim(d);
+    const int64_t per_batch =
+        batch ? static_cast<int64_t>(idx.size()) / std::max<int64_t>(k, 1) / batch : 0;
+    const int64_t batch_stride = batch_dims_ > 0 ? ds[batch_dims_ - 1] : 0;
+    dispatch_any(data.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(data.raw());
+      T* dst = static_cast<T*>(ctx.output(0).raw());
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t j = 0; j < per_batch; ++j) {
+          int64_t off = b * batch_stride;
+          const int64_t row = b * per_batch + j;
+          for (int64_t d = 0; d < k; ++d)
+            off += checked_index(idx[row * k + d], data.dim(batch_dims_ + d), ctx.node()) *
+                   ds[batch_dims_ + d];
+          std::copy(src + off, src + off + slice, dst + row * slice);
+        }
+    });
+  }
+
+ private:
+  int64_t batch_dims_;
+};
+
+class OneHot final : public Kernel {
+ public:
+  explicit OneHot(const Node& n) : axis_(n.attr_int("axis", -1)) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* depth = ctx.input_tensor(1);
+    if (!depth) return ctx.set_output_unknown(0, ctx.dtype(2));
+    Shape out = ctx.shape(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(out.size()) + 1, ctx.node());
+    out.insert(out.begin() + axis, depth_of(*depth));
+    ctx.set_output(0, ctx.dtype(2), out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& ind = ctx.input(0);
+    const int64_t depth = depth_of(ctx.input(1));
+    Tensor& out = ctx.output(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(ind.rank()) + 1, ctx.node());
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= ind.dim(d);
+    for (size_t d = static_cast<size_t>(axis); d < ind.rank(); ++d) inner *= ind.dim(d);
+    std::vector<double> idx(static_cast<size_t>(ind.numel()));
+    dispatch_numeric(ind.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (int64_t i = 0; i < ind.numel(); ++i)
+        idx[i] = static_cast<double>(
+            static_cast<typename Compute<T>::type>(static_cast<const T*>(ind.raw())[i]));
+    });
+    dispatch_any(out.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* values = static_cast<const T*>(ctx.input(2).raw());
+      T* dst = static_cast<T*>(out.raw());
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t d = 0; d < depth; ++d)
+          for (int64_t i = 0; i < inner; ++i) {
+            int64_t v = static_cast<int64_t>(idx[o * inner + i]);
+            if (v < 0) v += depth;
+            dst[(o * depth + d) * inner + i] = values[v == d ? 1 : 0];
+          }
+    });
+  }
+
+ private:
+  static int64_t depth_of(const Tensor& t) {
+    return dispatch_numeric(t.dtype(), [&](auto tag) -> int64_t {
+      using T = typename decltype(tag)::type;
+      return static_cast<int64_t>(
+          static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[0]));
+    });
+  }
+  int64_t axis_;
+};
+
+class Compress final : public Kernel {
+ public:
+  explicit Compress(const Node& n) : has_axis_(n.has_attr("axis")), axis_(n.attr_int("axis", 0)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output_unknown(0, ctx.dtype(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    const Tensor& cond = ctx.input(1);
+    const bool* c = cond.data<bool>();
+    Tensor flat = has_axis_ ? in : in.reshaped({in.numel()});
+    const int64_t axis =
+        has_axis_ ? normalize_axis(axis_, static_cast<int64_t>(in.rank()), ctx.node()) : 0;
+    std::vector<int64_t> keep;
+    for (int64_t i = 0; i < std::min(cond.numel(), flat.dim(axis)); ++i)
+      if (c[i]) keep.push_back(i);
+    Shape os = flat.shape();
+    os[axis] = static_cast<int64_t>(keep.size());
+    Tensor& out = ctx.allocate_output(0, in.dtype(), os);
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= flat.dim(d);
+    for (size_t d = static_cast<size_t>(axis) + 1; d < flat.rank(); ++d) inner *= flat.dim(d);
+    dispatch_any(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(flat.raw());
+      T* dst = static_cast<T*>(out.raw());
+      const int64_t n = flat.dim(axis), k = static_cast<int64_t>(keep.size());
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < k; ++j)
+          std::copy(src + (o * n + keep[j]) * inner, src + (o * n + keep[j] + 1) * inner,
+                    dst + (o * k + j) * inner);
+    });
+  }
+
+ private:
+  bool has_axis_;
+  int64_t axis_;
+};
+
+class NonZero final : public Kernel {
+ public:
+  explicit NonZero(const Node&) {}
+  void infer(InferContext& ctx) const override { ctx.set_output_unknown(0, DType::Int64); }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    std::vector<int64_t> hits;
+    dispatch_numeric(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* p = static_cast<const T*>(in.raw());
+      for (int64_t i = 0; i < in.numel(); ++i)
+        if (static_cast<typename Compute<T>::type>(p[i]) != 0) hits.push_back(i);
+    });
+    const int64_t r = std::max<int64_t>(static_cast<int64_t>(in.rank()), 1),
+                  n = static_cast<int64_t>(hits.size());
+    int64_t* out =
+        ctx.allocate_output(0, DType::Int64, {static_cast<int64_t>(in.rank()), n}).data<int64_t>();
+    (void)r;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t rem = hits[j];
+      for (size_t d = in.rank(); d-- > 0;) {
+        out[d * n + j] = rem % in.dim(d);
+        rem /= in.dim(d);
+      }
+    }
+  }
+};
+
+class TopK final : public Kernel {
+ public:
+  explicit TopK(const Node& n)
+      : axis_(n.attr_int("axis", -1)),
+        largest_(n.attr_int("largest", 1) != 0),
+        sorted_(n.attr_int("sorted", 1) != 0),
+        legacy_k_(n.opset < 10 ? n.attr_int("k") : -1) {}
+  void infer(InferContext& ctx) const override {
+    int64_t k = legacy_k_;
+    if (k < 0) {
+      const Tensor* t = ctx.input_tensor(1);
+      if (!t) {
+        ctx.set_output_unknown(0, ctx.dtype(0));
+        ctx.set_output_unknown(1, DType::Int64);
+        return;
+      }
+      k = to_int64_vector(*t, ctx.node(), "K")[0];
+    }
+    Shape s = ctx.shape(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()), ctx.node());
+    VOLT_CHECK(k >= 0 && k <= s[axis], InvalidArgument,
+               ctx.node().describe() + ": K=" + std::to_string(k) +
+                   " is out of range for axis of size " + std::to_string(s[axis]));
+    s[axis] = k;
+    ctx.set_output(0, ctx.dtype(0), s);
+    ctx.set_output(1, DType::Int64, s);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node());
+    const int64_t k =
+        legacy_k_ >= 0 ? legacy_k_ : to_int64_vector(ctx.input(1), ctx.node(), "K")[0];
+    const int64_t n = x.dim(axis);
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (size_t d = static_cast<size_t>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+    int64_t* oi = ctx.output(1).data<int64_t>();
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* px = static_cast<const T*>(x.raw());
+      T* ov = static_cast<T*>(ctx.output(0).raw());
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t i = 0; i < inner; ++i) {
+          auto at = [&](int64_t j) { return static_cast<C>(px[(o * n + j) * inner + i]); };
+          std::iota(order.begin(), order.end(), 0);
+          // Ties keep the lower index first, as the spec asks.
+          std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            return largest_ ? at(a) > at(b) : at(a) < at(b);
+          });
+          for (int64_t j = 0; j < k; ++j) {
+            ov[(o * k + j) * inner + i] = px[(o * n + order[j]) * inner + i];
+            oi[(o * k + j) * inner + i] = order[j];
+          }
+        }
+    });
+    (void)sorted_;
+  }
+
+ private:
+  int64_t axis_;
+  bool largest_, sorted_;
+  int64_t legacy_k_;
+};
+
+class Unique final : public Kernel {
+ public:
+  explicit Unique(const Node& n)
+      : sorted_(n.attr_int("sorted", 1) != 0),
+        has_axis_(n.has_attr("axis")),
+        axis_(n.attr_int("axis", 0)) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output_unknown(0, ctx.dtype(0));
+    for (size_t i = 1; i < 4; ++i) ctx.set_output_unknown(i, DType::Int64);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x0 = ctx.input(0);
+    const Tensor x = has_axis_ ? x0 : x0.reshaped({x0.numel()});
+    const int64_t axis =
+        has_axis_ ? normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node()) : 0;
+    const int64_t n = x.dim(axis);
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (size_t d = static_cast<size_t>(axis) + 1; d < x.rank(); ++d) inner *= x.dim(d);
+    dispatch_any(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* p = static_cast<const T*>(x.raw());
+      // Each slice along the axis as a vector of elements, compared lexicographically.
+      auto slice_of = [&](int64_t j) {
+        std::vector<T> s;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) s.push_back(p[(o * n + j) * inner + i]);
+        return s;
+      };
+      // An explicit element comparison (not vector's operator<, whose memcmp path draws a
+      // GCC 12 false-positive warning for byte types).
+      auto less = [](const std::vector<T>& a, const std::vector<T>& b) {
+        return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                            [](const T& u, const T& v) {
+                                              if constexpr (std::is_same_v<T, std::string>)
+                                                return u < v;
+                                              else
+                                                return static_cast<typename Compute<T>::type>(u) <
+                                                       static_cast<typename Compute<T>::type>(v);
+                                            });
+      };
+      std::vector<std::vector<T>> uniq;
+      std::vector<int64_t> first, inverse(static_cast<size_t>(n)), counts;
+      for (int64_t j = 0; j < n; ++j) {
+        auto s = slice_of(j);
+        size_t u = 0;
+        while (u < uniq.size() && (less(uniq[u], s) || less(s, uniq[u]))) ++u;
+        if (u == uniq.size()) {
+          uniq.push_back(std::move(s));
+          first.push_back(j);
+          counts.push_back(0);
+        }
+        inverse[j] = static_cast<int64_t>(u);
+        ++counts[u];
+      }
+      std::vector<size_t> order(uniq.size());
+      std::iota(order.begin(), order.end(), 0);
+      if (sorted_)
+        std::stable_sort(order.begin(), order.end(),
+                         [&](size_t a, size_t b) { return less(uniq[a], uniq[b]); });
+      std::vector<int64_t> rank_of(order.size());
+      for (size_t r = 0; r < order.size(); ++r) rank_of[order[r]] = static_cast<int64_t>(r);
+      const int64_t m = static_cast<int64_t>(uniq.size());
+      Shape ys = x.shape();
+      ys[axis] = m;
+      T* y = static_cast<T*>(ctx.allocate_output(0, x.dtype(), ys).raw());
+      for (int64_t r = 0; r < m; ++r) {
+        const auto& s = uniq[order[r]];
+        size_t e = 0;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) y[(o * m + r) * inner + i] = s[e++];
+      }
+      if (ctx.has_output(1)) {
+        int64_t* f = ctx.allocate_output(1, DType::Int64, {m}).data<int64_t>();
+        for (int64_t r = 0; r < m; ++r) f[r] = first[order[r]];
+      }
+      if (ctx.has_output(2)) {
+        int64_t* inv = ctx.allocate_output(2, DType::Int64, {n}).data<int64_t>();
+        for (int64_t j = 0; j < n; ++j) inv[j] = rank_of[inverse[j]];
+      }
+      if (ctx.has_output(3)) {
+        int64_t* c = ctx.allocate_output(3, DType::Int64, {m}).data<int64_t>();
+        for (int64_t r = 0; r < m; ++r) c[r] = counts[order[r]];
+      }
+    });
+  }
+
+ private:
+  bool sorted_, has_axis_;
+  int64_t axis_;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(gather_elements,
+                     {.op = "GatherElements", .since = 11, .create = make_kernel<GatherElements>});
+VOLT_REGISTER_KERNEL(gather_nd, {.op = "GatherND", .since = 11, .create = make_kernel<GatherND>});
+VOLT_REGISTER_KERNEL(scatter_elements, {.op = "ScatterElements",
+                                        .since = 11,
+                                        .create = make_kernel<ScatterElements>});
+VOLT_REGISTER_KERNEL(
+    scatter, {.op = "Scatter", .since = 9, .until = 10, .create = make_kernel<ScatterElements>});
+VOLT_REGISTER_KERNEL(scatter_nd,
+                     {.op = "ScatterND", .since = 11, .create = make_kernel<ScatterND>});
+VOLT_REGISTER_KERNEL(one_hot, {.op = "OneHot", .since = 9, .create = make_kernel<OneHot>});
+VOLT_REGISTER_KERNEL(compress, {.op = "Compress", .since = 9, .create = make_kernel<Compress>});
+VOLT_REGISTER_KERNEL(non_zero, {.op = "NonZero", .since = 9, .create = make_kernel<NonZero>});
+VOLT_REGISTER_KERNEL(top_k, {.op = "TopK", .create = make_kernel<TopK>});
+VOLT_REGISTER_KERNEL(unique, {.op = "Unique", .since = 11, .create = make_kernel<Unique>});
+
+}  // namespace volt

@@ -1,0 +1,255 @@
+// Reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare,
+// ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp) and ArgMax/ArgMin. Axes come from an
+// attribute before opset 13 (ReduceSum) or 18 (the others) and from input 1 after.
+#include <cmath>
+#include <limits>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+enum class Reduction { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+
+// Which axes are reduced, and the shapes either side.
+struct ReducePlan {
+  std::vector<char> reduced;  // per input axis
+  Shape out;                  // with or without kept dims
+  bool identity = false;      // noop_with_empty_axes and no axes
+};
+
+ReducePlan plan_reduce(const Shape& in, std::vector<int64_t> axes, bool keepdims, bool noop_empty,
+                       const Node& node) {
+  ReducePlan p;
+  const int64_t rank = static_cast<int64_t>(in.size());
+  p.reduced.assign(in.size(), axes.empty() ? 1 : 0);
+  if (axes.empty() && noop_empty) {
+    p.identity = true;
+    p.out = in;
+    return p;
+  }
+  for (int64_t a : axes) p.reduced[normalize_axis(a, rank, node)] = 1;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!p.reduced[i])
+      p.out.push_back(in[i]);
+    else if (keepdims)
+      p.out.push_back(1);
+  }
+  return p;
+}
+
+// Offsets of every output element's first input element, and of every reduced position
+// relative to it.
+void reduce_offsets(const Shape& in, const std::vector<char>& reduced, std::vector<int64_t>& base,
+                    std::vector<int64_t>& inner) {
+  const auto strides = strides_of(in);
+  base.assign(1, 0);
+  inner.assign(1, 0);
+  for (size_t d = 0; d < in.size(); ++d) {
+    std::vector<int64_t>& v = reduced[d] ? inner : base;
+    std::vector<int64_t> next;
+    next.reserve(v.size() * static_cast<size_t>(in[d]));
+    for (int64_t o : v)
+      for (int64_t i = 0; i < in[d]; ++i) next.push_back(o + i * strides[d]);
+    v = std::move(next);
+  }
+}
+
+class Reduce final : public Kernel {
+ public:
+  Reduce(const Node& n, Reduction r, int axes_input_since)
+      : r_(r),
+        keepdims_(n.attr_int("keepdims", 1) != 0),
+        noop_(n.attr_int("noop_with_empty_axes", 0) != 0),
+        axes_from_input_(n.opset >= axes_input_since),
+        attr_axes_(n.attr_ints("axes")) {}
+
+  void infer(InferContext& ctx) const override {
+    std::vector<int64_t> axes;
+    if (!axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1), ctx.node(),
+                 axes))
+      return ctx.set_output_unknown(0, ctx.dtype(0));
+    const ReducePlan p = plan_reduce(ctx.shape(0), axes, keepdims_, noop_, ctx.node());
+    ctx.set_output(0, ctx.dtype(0), p.out);
+  }
+
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    std::vector<int64_t> axes;
+    axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(), axes);
+    const ReducePlan p = plan_reduce(x.shape(), axes, keepdims_, noop_, ctx.node());
+    Tensor& y = ctx.output(0);
+    if (p.identity) {
+      std::memcpy(y.raw(), x.raw(), x.nbytes());
+      return;
+    }
+    std::vector<int64_t> base, inner;
+    reduce_offsets(x.shape(), p.reduced, base, inner);
+    if (x.numel() == 0) inner.clear();
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if constexpr (std::is_same_v<T, bool>) {
+        ctx.error("does not apply to bool");
+      } else {
+        using C = typename Compute<T>::type;
+        // Sums of floats accumulate in double; integers in their own type.
+        using Acc = std::conditional_t<std::is_floating_point_v<C>, double, C>;
+        const T* px = static_cast<const T*>(x.raw());
+        T* py = static_cast<T*>(y.raw());
+        const int64_t n_out = static_cast<int64_t>(base.size());
+#pragma omp parallel for if (n_out * static_cast <int64_t>(inner.size()) > 65536)
+        for (int64_t o = 0; o < n_out; ++o)
+          py[o] = static_cast<T>(static_cast<C>(reduce_one<T, Acc>(px + base[o], inner)));
+      }
+    });
+  }
+
+ private:
+  template <class T, class Acc>
+  Acc reduce_one(const T* p, const std::vector<int64_t>& inner) const {
+    using C = typename Compute<T>::type;
+    auto v = [&](int64_t i) { return static_cast<Acc>(static_cast<C>(p[i])); };
+    const size_t n = inner.size();
+    switch (r_) {
+      case Reduction::Max: {
+        Acc m = std::numeric_limits<Acc>::has_infinity ? -std::numeric_limits<Acc>::infinity()
+                                                       : std::numeric_limits<Acc>::lowest();
+        for (int64_t i : inner) m = std::max(m, v(i));
+        return m;
+      }
+      case Reduction::Min: {
+        Acc m = std::numeric_limits<Acc>::has_infinity ? std::numeric_limits<Acc>::infinity()
+                                                       : std::numeric_limits<Acc>::max();
+        for (int64_t i : inner) m = std::min(m, v(i));
+        return m;
+      }
+      case Reduction::Prod: {
+        Acc m = 1;
+        for (int64_t i : inner) m *= v(i);
+        return m;
+      }
+      case Reduction::LogSumExp: {
+        if (n == 0) return static_cast<Acc>(-std::numeric_limits<double>::infinity());
+        Acc mx = v(inner[0]);
+        for (int64_t i : inner) mx = std::max(mx, v(i));
+        double s = 0;
+        for (int64_t i : inner) s += std::exp(static_cast<double>(v(i) - mx));
+        return static_cast<Acc>(static_cast<double>(mx) + std::log(s));
+      }
+      default:
+        break;
+    }
+    Acc s = 0;
+    for (int64_t i : inner) {
+      const Acc x = v(i);
+      if (r_ == Reduction::SumSquare || r_ == Reduction::L2)
+        s += x * x;
+      else if (r_ == Reduction::L1)
+        s += x < 0 ? static_cast<Acc>(-x) : x;
+      else
+        s += x;
+    }
+    switch (r_) {
+      case Reduction::Mean:
+        return n ? static_cast<Acc>(s / static_cast<Acc>(n)) : s;
+      case Reduction::L2:
+        return static_cast<Acc>(std::sqrt(static_cast<double>(s)));
+      case Reduction::LogSum:
+        return static_cast<Acc>(std::log(static_cast<double>(s)));
+      default:
+        return s;
+    }
+  }
+
+  bool axes_of(const Tensor* t, bool given, const Node& node, std::vector<int64_t>& axes) const {
+    if (!axes_from_input_) {
+      axes = attr_axes_;
+      return true;
+    }
+    if (!given) return true;
+    if (!t) return false;
+    axes = to_int64_vector(*t, node, "axes");
+    return true;
+  }
+
+  Reduction r_;
+  bool keepdims_, noop_, axes_from_input_;
+  std::vector<int64_t> attr_axes_;
+};
+
+class ArgReduce final : public Kernel {
+ public:
+  ArgReduce(const Node& n, bool max)
+      : max_(max),
+        axis_(n.attr_int("axis", 0)),
+        keepdims_(n.attr_int("keepdims", 1) != 0),
+        last_(n.attr_int("select_last_index", 0) != 0) {}
+  void infer(InferContext& ctx) const override {
+    const int64_t axis =
+        normalize_axis(axis_, static_cast<int64_t>(ctx.shape(0).size()), ctx.node());
+    ctx.set_output(0, DType::Int64,
+                   plan_reduce(ctx.shape(0), {axis}, keepdims_, false, ctx.node()).out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node());
+    VOLT_CHECK(x.dim(axis) > 0, InvalidArgument,
+               ctx.node().describe() + ": cannot take the arg of an empty axis");
+    std::vector<int64_t> base, inner;
+    reduce_offsets(x.shape(), plan_reduce(x.shape(), {axis}, true, false, ctx.node()).reduced, base,
+                   inner);
+    int64_t* py = ctx.output(0).data<int64_t>();
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* px = static_cast<const T*>(x.raw());
+      for (size_t o = 0; o < base.size(); ++o) {
+        int64_t best = 0;
+        C bv = static_cast<C>(px[base[o]]);
+        for (size_t i = 1; i < inner.size(); ++i) {
+          const C v = static_cast<C>(px[base[o] + inner[i]]);
+          const bool better = max_ ? (last_ ? v >= bv : v > bv) : (last_ ? v <= bv : v < bv);
+          if (better) {
+            bv = v;
+            best = static_cast<int64_t>(i);
+          }
+        }
+        py[o] = best;
+      }
+    });
+  }
+
+ private:
+  bool max_;
+  int64_t axis_;
+  bool keepdims_, last_;
+};
+
+KernelDef reduce(const char* op, Reduction r, int axes_input_since = 18) {
+  return {.op = op, .types = kNumericTypes, .create = [=](const Node& n) {
+            return std::make_unique<Reduce>(n, r, axes_input_since);
+          }};
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(reduce_sum, reduce("ReduceSum", Reduction::Sum, 13));
+VOLT_REGISTER_KERNEL(reduce_mean, reduce("ReduceMean", Reduction::Mean));
+VOLT_REGISTER_KERNEL(reduce_max, reduce("ReduceMax", Reduction::Max));
+VOLT_REGISTER_KERNEL(reduce_min, reduce("ReduceMin", Reduction::Min));
+VOLT_REGISTER_KERNEL(reduce_prod, reduce("ReduceProd", Reduction::Prod));
+VOLT_REGISTER_KERNEL(reduce_sum_square, reduce("ReduceSumSquare", Reduction::SumSquare));
+VOLT_REGISTER_KERNEL(reduce_l1, reduce("ReduceL1", Reduction::L1));
+VOLT_REGISTER_KERNEL(reduce_l2, reduce("ReduceL2", Reduction::L2));
+VOLT_REGISTER_KERNEL(reduce_log_sum, reduce("ReduceLogSum", Reduction::LogSum));
+VOLT_REGISTER_KERNEL(reduce_log_sum_exp, reduce("ReduceLogSumExp", Reduction::LogSumExp));
+VOLT_REGISTER_KERNEL(arg_max, {.op = "ArgMax", .types = kNumericTypes, .create = [](const Node& n) {
+                                 return std::make_unique<ArgReduce>(n, true);
+                               }});
+VOLT_REGISTER_KERNEL(arg_min, {.op = "ArgMin", .types = kNumericTypes, .create = [](const Node& n) {
+                                 return std::make_unique<ArgReduce>(n, false);
+                               }});
+
+}  // namespace volt

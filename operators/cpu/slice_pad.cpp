@@ -1,0 +1,381 @@
+// Ops that cut, pad or repeat tensors: Slice, Split, Pad, Expand, Tile.
+#include <algorithm>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+// Reads an optional int input as int64 values; false when the input is given but not known now.
+bool optional_ints(const InferContext& ctx, size_t i, std::vector<int64_t>& out, bool& given) {
+  given = ctx.has_input(i);
+  if (!given) return true;
+  const Tensor* t = ctx.input_tensor(i);
+  if (!t) return false;
+  out = to_int64_vector(*t, ctx.node(), "an index input");
+  return true;
+}
+
+// Copies a strided window of `in` into `out`: out[i] = in[start + i * step] per axis.
+template <class T>
+void strided_copy(const Tensor& in, Tensor& out, const std::vector<int64_t>& start,
+                  const std::vector<int64_t>& step) {
+  const T* src = static_cast<const T*>(in.raw());
+  T* dst = static_cast<T*>(out.raw());
+  const Shape& os = out.shape();
+  const size_t r = os.size();
+  const auto is = strides_of(in.shape());
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  if (r == 0) {
+    dst[0] = src[0];
+    return;
+  }
+  const int64_t inner = os[r - 1], rows = n / inner;
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t rem = row, off = 0;
+    for (size_t d = r - 1; d-- > 0;) {
+      off += (start[d] + (rem % os[d]) * step[d]) * is[d];
+      rem /= os[d];
+    }
+    off += start[r - 1] * is[r - 1];
+    const int64_t s = step[r - 1] * is[r - 1];
+    T* o = dst + row * inner;
+    for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * s];
+  }
+}
+
+class Slice final : public Kernel {
+ public:
+  explicit Slice(const Node& n) : legacy_(n.opset < 10) {
+    if (legacy_) {
+      starts_ = n.attr_ints("starts");
+      ends_ = n.attr_ints("ends");
+      axes_ = n.attr_ints("axes");
+    }
+  }
+  struct Window {
+    std::vector<int64_t> start, step;
+    Shape out;
+  };
+  void infer(InferContext& ctx) const override {
+    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
+    if (!legacy_) {
+      bool g1, g2, g3, g4;
+      if (!optional_ints(ctx, 1, starts, g1) || !optional_ints(ctx, 2, ends, g2) ||
+          !optional_ints(ctx, 3, axes, g3) || !optional_ints(ctx, 4, steps, g4))
+        return ctx.set_output_unknown(0, ctx.dtype(0));
+    }
+    ctx.set_output(0, ctx.dtype(0),
+                   window(ctx.shape(0), starts, ends, axes, steps, ctx.node()).out);
+  }
+  void run(RunContext& ctx) const override {
+    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
+    if (!legacy_) {
+      starts = to_int64_vector(ctx.input(1), ctx.node(), "starts");
+      ends = to_int64_vector(ctx.input(2), ctx.node(), "ends");
+      if (ctx.has_input(3)) axes = to_int64_vector(ctx.input(3), ctx.node(), "axes");
+      if (ctx.has_input(4)) steps = to_int64_vector(ctx.input(4), ctx.node(), "steps");
+    }
+    const Tensor& in = ctx.input(0);
+    const Window w = window(in.shape(), starts, ends, axes, steps, ctx.node());
+    Tensor& out = ctx.output(0);
+    dispatch_any(in.dtype(), [&](auto tag) {
+      strided_copy<typename decltype(tag)::type>(in, out, w.start, w.step);
+    });
+  }
+
+ private:
+  static Window window(const Shape& in, const std::vector<int64_t>& starts,
+                       const std::vector<int64_t>& ends, std::vector<int64_t> axes,
+                       const std::vector<int64_t>& steps, const Node& node) {
+    const int64_t r = static_cast<int64_t>(in.size());
+    VOLT_CHECK(starts.size() == ends.size(), InvalidArgument,
+               node.describe() + ": starts and ends differ in length");
+    if (axes.empty())
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    VOLT_CHECK(
+        axes.size() == starts.size() && (steps.empty() || steps.size() == starts.size()),
+        InvalidArgument,
+        node.describe() + ": starts, ends, axes and steps must have one value per sliced axis");
+    Window w{std::vector<int64_t>(in.size(), 0), std::vector<int64_t>(in.size(), 1), in};
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const int64_t a = normalize_axis(axes[i], r, node);
+      const int64_t dim = in[a], step = steps.empty() ? 1 : steps[i];
+      VOLT_CHECK(step != 0, InvalidArgument, node.describe() + ": slice step cannot be 0");
+      int64_t s = starts[i], e = ends[i];
+      if (s < 0) s += dim;
+      if (e < 0) e += dim;
+      if (step > 0) {
+        s = std::clamp<int64_t>(s, 0, dim);
+        e = std::clamp<int64_t>(e, 0, dim);
+        w.out[a] = e > s ? (e - s + step - 1) / step : 0;
+      } else {
+        s = std::clamp<int64_t>(s, -1, dim - 1);
+        e = std::clamp<int64_t>(e, -1, dim - 1);
+        w.out[a] = s > e ? (s - e - step - 1) / (-step) : 0;
+      }
+      w.start[a] = s;
+      w.step[a] = step;
+    }
+    return w;
+  }
+  bool legacy_;
+  std::vector<int64_t> starts_, ends_, axes_;
+};
+
+class Split final : public Kernel {
+ public:
+  explicit Split(const Node& n)
+      : axis_(n.attr_int("axis", 0)),
+        from_input_(n.opset >= 13),
+        attr_split_(n.attr_ints("split")),
+        num_outputs_(n.attr_int("num_outputs", 0)) {}
+  void infer(InferContext& ctx) const override {
+    std::vector<int64_t> split = attr_split_;
+    bool given = false;
+    if (from_input_ && !optional_ints(ctx, 1, split, given)) {
+      for (size_t i = 0; i < ctx.output_count(); ++i) ctx.set_output_unknown(i, ctx.dtype(0));
+      return;
+    }
+    const auto sizes = resolve(ctx.shape(0), split, ctx.output_count(), ctx.node());
+    const int64_t axis =
+        normalize_axis(axis_, static_cast<int64_t>(ctx.shape(0).size()), ctx.node());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      Shape s = ctx.shape(0);
+      s[axis] = sizes[i];
+      ctx.set_output(i, ctx.dtype(0), s);
+    }
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    std::vector<int64_t> split = attr_split_;
+    if (from_input_ && ctx.has_input(1)) split = to_int64_vector(ctx.input(1), ctx.node(), "split");
+    const auto sizes = resolve(in.shape(), split, ctx.output_count(), ctx.node());
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(in.rank()), ctx.node());
+    std::vector<int64_t> start(in.rank(), 0), step(in.rank(), 1);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (ctx.has_output(i)) {
+        Tensor& out = ctx.output(i);
+        dispatch_any(in.dtype(), [&](auto tag) {
+          strided_copy<typename decltype(tag)::type>(in, out, start, step);
+        });
+      }
+      start[axis] += sizes[i];
+    }
+  }
+
+ private:
+  std::vector<int64_t> resolve(const Shape& in, const std::vector<int64_t>& split, size_t outputs,
+                               const Node& node) const {
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(in.size()), node);
+    const int64_t dim = in[axis];
+    if (!split.empty()) {
+      int64_t total = 0;
+      for (int64_t s : split) total += s;
+      VOLT_CHECK(total == dim && split.size() == outputs, InvalidArgument,
+                 node.describe() + ": split sizes " + shape_str(split) +
+                     " do not cover axis of size " + std::to_string(dim));
+      return split;
+    }
+    const int64_t n = num_outputs_ > 0 ? num_outputs_ : static_cast<int64_t>(outputs);
+    const int64_t chunk = (dim + n - 1) / n;  // the last chunk may be smaller (opset 18)
+    std::vector<int64_t> sizes;
+    for (int64_t i = 0; i < n; ++i)
+      sizes.push_back(std::max<int64_t>(0, std::min(chunk, dim - i * chunk)));
+    if (num_outputs_ == 0)
+      VOLT_CHECK(dim % n == 0, InvalidArgument,
+                 node.describe() + ": axis of size " + std::to_string(dim) +
+                     " does not split into " + std::to_string(n) + " equal parts");
+    return sizes;
+  }
+  int64_t axis_;
+  bool from_input_;
+  std::vector<int64_t> attr_split_;
+  int64_t num_outputs_;
+};
+
+class Pad final : public Kernel {
+ public:
+  explicit Pad(const Node& n) : legacy_(n.opset < 11), mode_(n.attr_string("mode", "constant")) {
+    if (legacy_) {
+      pads_ = n.attr_ints(n.opset < 2 ? "paddings" : "pads");
+      value_ = n.attr_float("value", 0);
+    }
+    VOLT_CHECK(mode_ == "constant" || mode_ == "reflect" || mode_ == "edge" || mode_ == "wrap",
+               InvalidModel, n.describe() + ": unknown mode '" + mode_ + "'");
+  }
+  void infer(InferContext& ctx) const override {
+    std::vector<int64_t> pads = pads_, axes;
+    bool given;
+    if (!legacy_ && (!optional_ints(ctx, 1, pads, given) || !optional_ints(ctx, 3, axes, given)))
+      return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0),
+                   out_shape(ctx.shape(0), full_pads(ctx.shape(0).size(), pads, axes, ctx.node()),
+                             ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    std::vector<int64_t> pads = pads_, axes;
+    if (!legacy_) {
+      pads = to_int64_vector(ctx.input(1), ctx.node(), "pads");
+      if (ctx.has_input(3)) axes = to_int64_vector(ctx.input(3), ctx.node(), "axes");
+    }
+    pads = full_pads(in.rank(), pads, axes, ctx.node());
+    Tensor& out = ctx.output(0);
+    const size_t r = in.rank();
+    const auto is = strides_of(in.shape());
+    dispatch_any(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T fill{};
+      if constexpr (!std::is_same_v<T, std::string>) {
+        if (legacy_)
+          fill = static_cast<T>(static_cast<typename Compute<T>::type>(value_));
+        else if (ctx.has_input(2) && ctx.input(2).numel() > 0)
+          fill = static_cast<const T*>(ctx.input(2).raw())[0];
+      }
+      const T* src = static_cast<const T*>(in.raw());
+      T* dst = static_cast<T*>(out.raw());
+      const Shape& os = out.shape();
+      std::vector<int64_t> idx(r, 0);
+      for (int64_t e = 0; e < out.numel(); ++e) {
+        int64_t rem = e, off = 0;
+        bool inside = true;
+        for (size_t d = r; d-- > 0;) {
+          int64_t i = rem % os[d] - pads[d];
+          rem /= os[d];
+          const int64_t n = in.dim(d);
+          if (i < 0 || i >= n) {
+            if (mode_ == "constant" || n == 0) {
+              inside = false;
+              continue;
+            }
+            if (mode_ == "edge")
+              i = std::clamp<int64_t>(i, 0, n - 1);
+            else if (mode_ == "wrap")
+              i = ((i % n) + n) % n;
+            else {  // reflect
+              const int64_t period = std::max<int64_t>(2 * (n - 1), 1);
+              i = ((i % period) + period) % period;
+              if (i >= n) i = period - i;
+            }
+          }
+          off += i * is[d];
+        }
+        dst[e] = inside ? src[off] : fill;
+      }
+    });
+  }
+
+ private:
+  static std::vector<int64_t> full_pads(size_t rank, const std::vector<int64_t>& pads,
+                                        const std::vector<int64_t>& axes, const Node& node) {
+    if (axes.empty()) {
+      VOLT_CHECK(pads.size() == 2 * rank, InvalidArgument,
+                 node.describe() + ": pads has " + std::to_string(pads.size()) +
+                     " values for rank " + std::to_string(rank));
+      return pads;
+    }
+    VOLT_CHECK(pads.size() == 2 * axes.size(), InvalidArgument,
+               node.describe() + ": pads must have two values per axis");
+    std::vector<int64_t> full(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const int64_t a = normalize_axis(axes[i], static_cast<int64_t>(rank), node);
+      full[a] = pads[i];
+      full[a + rank] = pads[i + axes.size()];
+    }
+    return full;
+  }
+  static Shape out_shape(const Shape& in, const std::vector<int64_t>& pads, const Node& node) {
+    Shape out = in;
+    for (size_t d = 0; d < in.size(); ++d) {
+      out[d] += pads[d] + pads[d + in.size()];
+      VOLT_CHECK(out[d] >= 0, InvalidArgument,
+                 node.describe() + ": negative pads remove more than the input has");
+    }
+    return out;
+  }
+  bool legacy_;
+  std::string mode_;
+  std::vector<int64_t> pads_;
+  float value_ = 0;
+};
+
+// Expand and Tile: output element i reads input element (i mapped back per axis).
+class Expand final : public Kernel {
+ public:
+  explicit Expand(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* s = ctx.input_tensor(1);
+    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(
+        0, ctx.dtype(0),
+        broadcast_shapes({ctx.shape(0), to_int64_vector(*s, ctx.node(), "shape")}, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    const auto st = broadcast_strides(in.shape(), out.shape());
+    dispatch_any(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(in.raw());
+      T* dst = static_cast<T*>(out.raw());
+      BroadcastIterator(out.shape(), {st})
+          .for_each([&, e = int64_t{0}](const int64_t* off) mutable { dst[e++] = src[off[0]]; });
+    });
+  }
+};
+
+class Tile final : public Kernel {
+ public:
+  explicit Tile(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* r = ctx.input_tensor(1);
+    if (!r) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0),
+                   tiled(ctx.shape(0), to_int64_vector(*r, ctx.node(), "repeats"), ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    const size_t r = in.rank();
+    const auto is = strides_of(in.shape());
+    dispatch_any(in.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* src = static_cast<const T*>(in.raw());
+      T* dst = static_cast<T*>(out.raw());
+      for (int64_t e = 0; e < out.numel(); ++e) {
+        int64_t rem = e, off = 0;
+        for (size_t d = r; d-- > 0;) {
+          off += ((rem % out.dim(d)) % in.dim(d)) * is[d];
+          rem /= out.dim(d);
+        }
+        dst[e] = src[off];
+      }
+    });
+  }
+
+ private:
+  static Shape tiled(const Shape& in, const std::vector<int64_t>& repeats, const Node& node) {
+    VOLT_CHECK(repeats.size() == in.size(), InvalidArgument,
+               node.describe() + ": repeats must have one value per axis");
+    Shape out = in;
+    for (size_t i = 0; i < in.size(); ++i) {
+      VOLT_CHECK(repeats[i] >= 0, InvalidArgument, node.describe() + ": repeats must be >= 0");
+      out[i] *= repeats[i];
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(slice, {.op = "Slice", .create = make_kernel<Slice>});
+VOLT_REGISTER_KERNEL(split, {.op = "Split", .create = make_kernel<Split>});
+VOLT_REGISTER_KERNEL(pad, {.op = "Pad", .create = make_kernel<Pad>});
+VOLT_REGISTER_KERNEL(expand, {.op = "Expand", .since = 8, .create = make_kernel<Expand>});
+VOLT_REGISTER_KERNEL(tile, {.op = "Tile", .since = 6, .create = make_kernel<Tile>});
+
+}  // namespace volt

@@ -52,12 +52,13 @@ class Clip final : public Kernel {
 
 class PRelu final : public Kernel {
  public:
-  explicit PRelu(const Node&) {}
+  explicit PRelu(const Node& n) : legacy_(n.opset < 7) {}
   void infer(InferContext& ctx) const override {
-    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node()));
+    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), slope_shape(ctx.shape(0), ctx.shape(1))}, ctx.node()));
   }
   void run(RunContext& ctx) const override {
-    const Tensor &x = ctx.input(0), &slope = ctx.input(1);
+    const Tensor& x = ctx.input(0);
+    const Tensor slope = ctx.input(1).reshaped(slope_shape(x.shape(), ctx.input(1).shape()));
     Tensor& out = ctx.output(0);
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -73,6 +74,16 @@ class PRelu final : public Kernel {
           });
     });
   }
+
+ private:
+  // Before opset 7 a 1-D slope of size C applies per channel (axis 1).
+  Shape slope_shape(const Shape& x, const Shape& s) const {
+    if (!legacy_ || s.size() != 1 || x.size() < 2 || s[0] != x[1] || s[0] == 1) return s;
+    Shape out{s[0]};
+    out.resize(x.size() - 1, 1);
+    return out;
+  }
+  bool legacy_;
 };
 
 class Shrink final : public Kernel {

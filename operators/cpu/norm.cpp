@@ -17,9 +17,10 @@ struct BatchNormState {
 
 class BatchNorm final : public Kernel {
  public:
-  explicit BatchNorm(const Node& n) : epsilon_(n.attr_float("epsilon", 1e-5f)) {
-    VOLT_CHECK(n.attr_int("training_mode", 0) == 0, NotImplemented,
-               n.describe() + ": training_mode=1 is computed by the trainer, not by inference");
+  explicit BatchNorm(const Node& n)
+      : epsilon_(n.attr_float("epsilon", 1e-5f)), momentum_(n.attr_float("momentum", 0.9f)),
+        training_(n.attr_int("training_mode", 0) != 0) {
+    VOLT_CHECK(n.attr_int("spatial", 1) == 1, NotImplemented, n.describe() + ": spatial=0 is not supported");
   }
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
@@ -30,6 +31,12 @@ class BatchNorm final : public Kernel {
                  ctx.node().describe() + ": input " + std::to_string(i) + " has shape " +
                      shape_str(ctx.shape(i)) + ", expected [" + std::to_string(x[1]) + "]");
     ctx.set_output(0, ctx.dtype(0), x);
+    // Training mode (opset 14+): batch statistics, and the updated running statistics.
+    if (training_) {
+      if (ctx.output_count() > 1) ctx.set_output(1, ctx.dtype(3), ctx.shape(3));
+      if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(4), ctx.shape(4));
+      return;
+    }
     if (ctx.dtype(0) != DType::Float || numel_of(x) == 0) return;
     for (size_t i = 1; i <= 4; ++i)
       if (ctx.dtype(i) != DType::Float) return;
@@ -87,11 +94,27 @@ class BatchNorm final : public Kernel {
                   static_cast<const S*>(ctx.input(i).raw())[ch]));
           });
         };
-        for (int64_t ch = 0; ch < c; ++ch) {
-          scale[ch] = read(1, ch) / std::sqrt(read(4, ch) + static_cast<double>(epsilon_));
-          shift[ch] = read(2, ch) - read(3, ch) * scale[ch];
-        }
         const T* px = static_cast<const T*>(x.raw());
+        for (int64_t ch = 0; ch < c; ++ch) {
+          double mean = read(3, ch), var = read(4, ch);
+          if (training_) {
+            double s = 0, sq = 0;
+            for (int64_t b = 0; b < n; ++b)
+              for (int64_t i = 0; i < inner; ++i) {
+                const double v = static_cast<double>(static_cast<C>(px[(b * c + ch) * inner + i]));
+                s += v;
+                sq += v * v;
+              }
+            const double count = static_cast<double>(n * inner);
+            const double batch_mean = s / count, batch_var = sq / count - batch_mean * batch_mean;
+            if (ctx.has_output(1)) write_stat(ctx.output(1), ch, mean * momentum_ + batch_mean * (1 - momentum_));
+            if (ctx.has_output(2)) write_stat(ctx.output(2), ch, var * momentum_ + batch_var * (1 - momentum_));
+            mean = batch_mean;
+            var = batch_var;
+          }
+          scale[ch] = read(1, ch) / std::sqrt(var + static_cast<double>(epsilon_));
+          shift[ch] = read(2, ch) - mean * scale[ch];
+        }
         T* py = static_cast<T*>(ctx.output(0).raw());
 #pragma omp parallel for collapse(2)
         for (int64_t b = 0; b < n; ++b)
@@ -106,13 +129,19 @@ class BatchNorm final : public Kernel {
   }
 
  private:
-  float epsilon_;
+  static void write_stat(Tensor& t, int64_t i, double v) {
+    dispatch_numeric(t.dtype(), [&](auto tag) {
+      using S = typename decltype(tag)::type;
+      if constexpr (!std::is_same_v<S, bool>) static_cast<S*>(t.raw())[i] = static_cast<S>(static_cast<typename Compute<S>::type>(v));
+    });
+  }
+  float epsilon_, momentum_;
+  bool training_;
 };
 
 }  // namespace
 
 VOLT_REGISTER_KERNEL(batch_norm, {.op = "BatchNormalization",
-                                  .since = 7,
                                   .types = kFloatTypes,
                                   .inplace_input = 0,
                                   .create = make_kernel<BatchNorm>});

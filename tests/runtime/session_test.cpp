@@ -99,6 +99,21 @@ TEST(Session, RunTimeShapeErrorsNameTheNode) {
                     InvalidArgument, "reshape_it", "Reshape", "[2,3]");
 }
 
+TEST(Session, OutputsWhoseShapeDependsOnRunTimeValuesAreAllocated) {
+  // ReduceSum's axes come from a graph input: the plan cannot know the output shape, the run can.
+  ModelBuilder b;
+  b.input("x", 1, {2, 3}).input("axes", 7, {1}).output("y", 1, {-1, -1}).node("ReduceSum", {"x", "axes"}, {"y"});
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size());
+  const Tensor x = Tensor::from<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  auto rows = s.run({{"x", x}, {"axes", Tensor::from<int64_t>({1}, {1})}});
+  EXPECT_EQ(rows[0].tensor().shape(), (Shape{2, 1}));
+  EXPECT_EQ(rows[0].tensor().data<float>()[1], 15.0f);
+  auto cols = s.run({{"x", x}, {"axes", Tensor::from<int64_t>({0}, {1})}});
+  EXPECT_EQ(cols[0].tensor().shape(), (Shape{1, 3}));
+  EXPECT_EQ(cols[0].tensor().data<float>()[2], 9.0f);
+}
+
 TEST(Session, OutputsOwnTheirMemory) {
   // y = Identity(x) and z = Reshape of an intermediate: both must be copies the caller owns,
   // unchanged by later runs.

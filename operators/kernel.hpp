@@ -32,8 +32,6 @@ struct KernelUnsupported {
   std::string reason;
 };
 
-class SubgraphRunner;  // runtime/subgraph.hpp: runs a node's graph attribute
-
 class InferContext {
  public:
   virtual ~InferContext() = default;
@@ -91,6 +89,9 @@ class RunContext {
   virtual void* scratch() const = 0;
   virtual int threads() const = 0;
 
+  // A value of an enclosing graph that this node's subgraphs capture (nullptr if none).
+  virtual const Value* captured(const std::string& name) const = 0;
+
   const Tensor& input(size_t i) const { return input_value(i).tensor(); }
   bool has_output(size_t i) const { return node().has_output(i); }
   template <class T>
@@ -101,6 +102,19 @@ class RunContext {
     fail(ErrorCode::Runtime, node().describe() + ": " + message);
   }
 };
+
+// A node's graph attribute (If branches, Loop and Scan bodies), ready to run. Made by
+// make_subgraph (runtime/subgraph.cpp); plans are cached per input signature like the main graph's.
+class Subgraph {
+ public:
+  virtual ~Subgraph() = default;
+  virtual size_t input_count() const = 0;
+  virtual size_t output_count() const = 0;
+  // Runs the body on its inputs (in order); values it reads from enclosing graphs come from
+  // `ctx.captured()`. The outputs are owned by the caller.
+  virtual std::vector<Value> run(const std::vector<Value>& inputs, const RunContext& ctx) const = 0;
+};
+std::unique_ptr<Subgraph> make_subgraph(std::shared_ptr<const Graph> body, const Node& owner);
 
 class Kernel {
  public:

@@ -62,15 +62,19 @@ class NodeInferContext final : public InferContext {
 
 class NodeRunContext final : public RunContext {
  public:
+  // `captured`: the values of enclosing graphs this node's subgraphs read, by name.
+  using Captured = std::vector<std::pair<const std::string*, const Value*>>;
   NodeRunContext(const Node& node, std::vector<const Value*> inputs, std::vector<Value*> outputs,
-                 std::vector<char>* fresh, const void* state, void* scratch, int threads)
+                 std::vector<char>* fresh, const void* state, void* scratch, int threads,
+                 const Captured* captured = nullptr)
       : node_(node),
         inputs_(std::move(inputs)),
         outputs_(std::move(outputs)),
         fresh_(fresh),
         state_(state),
         scratch_(scratch),
-        threads_(threads) {}
+        threads_(threads),
+        captured_(captured) {}
   const Node& node() const override { return node_; }
   size_t input_count() const override { return inputs_.size(); }
   bool has_input(size_t i) const override { return i < inputs_.size() && inputs_[i] != nullptr; }
@@ -101,6 +105,12 @@ class NodeRunContext final : public RunContext {
   const void* state_ptr() const override { return state_; }
   void* scratch() const override { return scratch_; }
   int threads() const override { return threads_; }
+  const Value* captured(const std::string& name) const override {
+    if (captured_)
+      for (const auto& [n, v] : *captured_)
+        if (*n == name) return v;
+    return nullptr;
+  }
 
  private:
   Value* slot(size_t i) {
@@ -118,6 +128,7 @@ class NodeRunContext final : public RunContext {
   const void* state_;
   void* scratch_;
   int threads_;
+  const Captured* captured_;
   std::vector<Value> spare_;
 };
 

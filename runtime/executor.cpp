@@ -61,7 +61,13 @@ std::string where(const Plan& plan, const PlanStep& st) {
 std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*>& fed) {
   const CompiledGraph& cg = *plan.graph;
   const size_t n = cg.names.size();
+  // Subgraph runs nest inside a node of their parent: leave the thread count as found.
+  const int previous_threads = omp_get_max_threads();
   if (plan.threads > 0) omp_set_num_threads(plan.threads);
+  struct RestoreThreads {
+    int n;
+    ~RestoreThreads() { omp_set_num_threads(n); }
+  } restore{previous_threads};
 
   std::vector<Value> vals(n);
   std::vector<const Value*> slot(n, nullptr);
@@ -152,7 +158,11 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(run_scratch.get()) + 63) &
                                           ~uintptr_t{63});
       }
-      NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads);
+      NodeRunContext::Captured captured;
+      const auto& all_inputs = cg.node_inputs[st.node];
+      for (size_t i = node.inputs.size(); i < all_inputs.size(); ++i)
+        captured.emplace_back(&cg.names[all_inputs[i]], slot[all_inputs[i]]);
+      NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads, &captured);
       kernel->run(ctx);
       for (size_t j = 0; j < st.outputs.size(); ++j) {
         const int id = st.outputs[j];

@@ -42,6 +42,13 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
                      const std::vector<const TypeShape*>& in_types,
                      const std::vector<const Value*>& in_values, int threads) {
   Choice c;
+  // An input known only at run time (its shape, and maybe its dtype): choose then.
+  for (const TypeShape* t : in_types)
+    if (t && (!t->shape_known || t->dtype == DType::Undefined) &&
+        t->kind == ValueInfo::Kind::Tensor) {
+      c.deferred = true;
+      return c;
+    }
   std::string reasons;
   for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
     const size_t ti = static_cast<size_t>(def->type_input);

@@ -5,40 +5,10 @@
 #include <algorithm>
 
 #include "loaders/loader.hpp"
-#include "runtime/executor.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/session_impl.hpp"
 
 namespace volt {
-
-// --- plan cache
-// ------------------------------------------------------------------------------------
-std::shared_ptr<const Plan> PlanCache::find(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
-}
-
-std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
-                                              std::shared_ptr<const Plan> plan) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = index_.find(key);
-  if (it != index_.end()) return it->second->second;  // another thread built it first
-  lru_.emplace_front(key, std::move(plan));
-  index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
-  return lru_.front().second;
-}
-
-size_t PlanCache::size() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return lru_.size();
-}
 
 // --- session
 // -----------------------------------------------------------------------------------------
@@ -59,52 +29,16 @@ void check_options(const SessionOptions& o) {
              "precision '" + o.precision + "' is not supported on cpu yet (use fp32)");
 }
 
-// "x:float32[1,3]|..." — what a plan depends on.
-void append_signature(std::string& key, const Value& v) {
-  key += std::to_string(static_cast<int>(v.kind()));
-  if (v.is_tensor()) {
-    key += ':';
-    key += std::to_string(static_cast<int>(v.tensor().dtype()));
-    for (int64_t d : v.tensor().shape()) {
-      key += ',';
-      key += std::to_string(d);
-    }
-  } else if (v.is_sequence()) {
-    key += ':';
-    key += std::to_string(static_cast<int>(v.sequence_dtype()));
-  }
-  key += '|';
-}
-
 }  // namespace
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
-  threads = resolve_threads(options.threads);
-  graph = std::make_shared<const Graph>(run_passes(model.graph, options.optimization_level));
-  compiled = compile_graph(graph, model.source, options.device);
+  auto graph = std::make_shared<const Graph>(run_passes(model.graph, options.optimization_level));
+  runner = std::make_unique<GraphRunner>(graph, model.source, options.device,
+                                         resolve_threads(options.threads));
   for (const auto& v : model.graph.inputs)
     if (!model.graph.is_initializer(v.name)) inputs.push_back(v);
   outputs = model.graph.outputs;
-}
-
-std::shared_ptr<const Plan> Session::Impl::plan_for(const std::vector<const Value*>& fed) {
-  std::string key;
-  for (size_t id = 0; id < fed.size(); ++id)
-    if (fed[id]) {
-      key += std::to_string(id) + "=";
-      append_signature(key, *fed[id]);
-    }
-  if (auto p = plans.find(key)) return p;
-  PlanInputs in;
-  in.types.resize(compiled.names.size());
-  in.fed.assign(compiled.names.size(), 0);
-  for (size_t id = 0; id < fed.size(); ++id)
-    if (fed[id]) {
-      in.types[id] = TypeShape::of(*fed[id]);
-      in.fed[id] = 1;
-    }
-  return plans.insert(key, build_plan(compiled, in, threads));
 }
 
 namespace {
@@ -132,6 +66,7 @@ void check_input(const ValueInfo& info, const Value& v, const std::string& sourc
 std::vector<Value> Session::Impl::run(const NamedValues& feeds,
                                       const std::vector<std::string>& output_names) {
   const Graph& g = model.graph;
+  const CompiledGraph& compiled = runner->compiled();
   std::vector<const Value*> fed(compiled.names.size(), nullptr);
   for (const auto& [name, value] : feeds) {
     auto it = std::find_if(g.inputs.begin(), g.inputs.end(),
@@ -162,8 +97,7 @@ std::vector<Value> Session::Impl::run(const NamedValues& feeds,
   for (int id : compiled.required_inputs)
     if (!fed[id]) fed[id] = &empties[e++];
 
-  auto plan = plan_for(fed);
-  std::vector<Value> all = execute_plan(*plan, fed);
+  std::vector<Value> all = runner->run(fed);
   if (output_names.empty()) return all;
   std::vector<Value> picked;
   for (const auto& name : output_names) {

@@ -54,7 +54,9 @@ class PRelu final : public Kernel {
  public:
   explicit PRelu(const Node& n) : legacy_(n.opset < 7) {}
   void infer(InferContext& ctx) const override {
-    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), slope_shape(ctx.shape(0), ctx.shape(1))}, ctx.node()));
+    ctx.set_output(
+        0, ctx.dtype(0),
+        broadcast_shapes({ctx.shape(0), slope_shape(ctx.shape(0), ctx.shape(1))}, ctx.node()));
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);

@@ -15,7 +15,8 @@ LossReduction reduction_of(const Node& n) {
   const std::string r = n.attr_string("reduction", "mean");
   if (r == "none") return LossReduction::None;
   if (r == "sum") return LossReduction::Sum;
-  VOLT_CHECK(r == "mean", InvalidModel, n.describe() + ": reduction must be none, sum or mean, got '" + r + "'");
+  VOLT_CHECK(r == "mean", InvalidModel,
+             n.describe() + ": reduction must be none, sum or mean, got '" + r + "'");
   return LossReduction::Mean;
 }
 
@@ -28,8 +29,9 @@ Shape loss_shape(const Shape& input, LossReduction r) {
 
 // log_prob: [N, C, d...] as double; returns the loss tensor in `dtype`.
 template <class T>
-void nll(const std::vector<double>& log_prob, const Shape& shape, const Tensor& target, const Tensor* weight,
-         int64_t ignore_index, bool has_ignore, LossReduction r, Tensor& out, const Node& node) {
+void nll(const std::vector<double>& log_prob, const Shape& shape, const Tensor& target,
+         const Tensor* weight, int64_t ignore_index, bool has_ignore, LossReduction r, Tensor& out,
+         const Node& node) {
   const int64_t n = shape[0], c = shape[1], inner = numel_of(shape) / std::max<int64_t>(n * c, 1);
   const auto t = to_int64_vector(target, node, "target");
   std::vector<double> losses(static_cast<size_t>(n * inner));
@@ -39,11 +41,17 @@ void nll(const std::vector<double>& log_prob, const Shape& shape, const Tensor& 
       const int64_t cls = t[b * inner + i];
       double l = 0, w = 0;
       if (!(has_ignore && cls == ignore_index)) {
-        VOLT_CHECK(cls >= 0 && cls < c, InvalidArgument, node.describe() + ": target class " + std::to_string(cls) + " is out of range [0, " + std::to_string(c) + ")");
-        w = weight ? dispatch_numeric(weight->dtype(), [&](auto tag) -> double {
-          using W = typename decltype(tag)::type;
-          return static_cast<double>(static_cast<typename Compute<W>::type>(static_cast<const W*>(weight->raw())[cls]));
-        }) : 1.0;
+        VOLT_CHECK(cls >= 0 && cls < c, InvalidArgument,
+                   node.describe() + ": target class " + std::to_string(cls) +
+                       " is out of range [0, " + std::to_string(c) + ")");
+        w = weight ? dispatch_numeric(
+                         weight->dtype(),
+                         [&](auto tag) -> double {
+                           using W = typename decltype(tag)::type;
+                           return static_cast<double>(static_cast<typename Compute<W>::type>(
+                               static_cast<const W*>(weight->raw())[cls]));
+                         })
+                   : 1.0;
         l = -log_prob[(b * c + cls) * inner + i] * w;
       }
       losses[b * inner + i] = l;
@@ -65,7 +73,9 @@ std::vector<double> as_doubles(const Tensor& x) {
   std::vector<double> v(static_cast<size_t>(x.numel()));
   dispatch_numeric(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < x.numel(); ++i) v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(x.raw())[i]));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      v[i] = static_cast<double>(
+          static_cast<typename Compute<T>::type>(static_cast<const T*>(x.raw())[i]));
   });
   return v;
 }
@@ -73,16 +83,20 @@ std::vector<double> as_doubles(const Tensor& x) {
 class NllLoss final : public Kernel {
  public:
   explicit NllLoss(const Node& n)
-      : r_(reduction_of(n)), has_ignore_(n.has_attr("ignore_index")), ignore_(n.attr_int("ignore_index", 0)) {}
+      : r_(reduction_of(n)),
+        has_ignore_(n.has_attr("ignore_index")),
+        ignore_(n.attr_int("ignore_index", 0)) {}
   void infer(InferContext& ctx) const override {
-    VOLT_CHECK(ctx.shape(0).size() >= 2, InvalidArgument, ctx.node().describe() + ": input must be N x C x ...");
+    VOLT_CHECK(ctx.shape(0).size() >= 2, InvalidArgument,
+               ctx.node().describe() + ": input must be N x C x ...");
     ctx.set_output(0, ctx.dtype(0), loss_shape(ctx.shape(0), r_));
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      nll<T>(as_doubles(x), x.shape(), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_, has_ignore_, r_, ctx.output(0), ctx.node());
+      nll<T>(as_doubles(x), x.shape(), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
+             ignore_, has_ignore_, r_, ctx.output(0), ctx.node());
     });
   }
 
@@ -95,9 +109,12 @@ class NllLoss final : public Kernel {
 class SoftmaxCrossEntropy final : public Kernel {
  public:
   explicit SoftmaxCrossEntropy(const Node& n)
-      : r_(reduction_of(n)), has_ignore_(n.has_attr("ignore_index")), ignore_(n.attr_int("ignore_index", 0)) {}
+      : r_(reduction_of(n)),
+        has_ignore_(n.has_attr("ignore_index")),
+        ignore_(n.attr_int("ignore_index", 0)) {}
   void infer(InferContext& ctx) const override {
-    VOLT_CHECK(ctx.shape(0).size() >= 2, InvalidArgument, ctx.node().describe() + ": scores must be N x C x ...");
+    VOLT_CHECK(ctx.shape(0).size() >= 2, InvalidArgument,
+               ctx.node().describe() + ": scores must be N x C x ...");
     ctx.set_output(0, ctx.dtype(0), loss_shape(ctx.shape(0), r_));
     if (ctx.output_count() > 1) ctx.set_output(1, ctx.dtype(0), ctx.shape(0));
   }
@@ -116,10 +133,12 @@ class SoftmaxCrossEntropy final : public Kernel {
       }
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      nll<T>(v, s, ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_, has_ignore_, r_, ctx.output(0), ctx.node());
+      nll<T>(v, s, ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ignore_, has_ignore_,
+             r_, ctx.output(0), ctx.node());
       if (ctx.has_output(1)) {
         T* lp = static_cast<T*>(ctx.output(1).raw());
-        for (size_t i = 0; i < v.size(); ++i) lp[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v[i]));
+        for (size_t i = 0; i < v.size(); ++i)
+          lp[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v[i]));
       }
     });
   }
@@ -132,7 +151,13 @@ class SoftmaxCrossEntropy final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(nll_loss, {.op = "NegativeLogLikelihoodLoss", .since = 12, .types = kFloatTypes, .create = make_kernel<NllLoss>});
-VOLT_REGISTER_KERNEL(sce_loss, {.op = "SoftmaxCrossEntropyLoss", .since = 12, .types = kFloatTypes, .create = make_kernel<SoftmaxCrossEntropy>});
+VOLT_REGISTER_KERNEL(nll_loss, {.op = "NegativeLogLikelihoodLoss",
+                                .since = 12,
+                                .types = kFloatTypes,
+                                .create = make_kernel<NllLoss>});
+VOLT_REGISTER_KERNEL(sce_loss, {.op = "SoftmaxCrossEntropyLoss",
+                                .since = 12,
+                                .types = kFloatTypes,
+                                .create = make_kernel<SoftmaxCrossEntropy>});
 
 }  // namespace volt

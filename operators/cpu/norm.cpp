@@ -18,9 +18,11 @@ struct BatchNormState {
 class BatchNorm final : public Kernel {
  public:
   explicit BatchNorm(const Node& n)
-      : epsilon_(n.attr_float("epsilon", 1e-5f)), momentum_(n.attr_float("momentum", 0.9f)),
+      : epsilon_(n.attr_float("epsilon", 1e-5f)),
+        momentum_(n.attr_float("momentum", 0.9f)),
         training_(n.attr_int("training_mode", 0) != 0) {
-    VOLT_CHECK(n.attr_int("spatial", 1) == 1, NotImplemented, n.describe() + ": spatial=0 is not supported");
+    VOLT_CHECK(n.attr_int("spatial", 1) == 1, NotImplemented,
+               n.describe() + ": spatial=0 is not supported");
   }
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
@@ -107,8 +109,10 @@ class BatchNorm final : public Kernel {
               }
             const double count = static_cast<double>(n * inner);
             const double batch_mean = s / count, batch_var = sq / count - batch_mean * batch_mean;
-            if (ctx.has_output(1)) write_stat(ctx.output(1), ch, mean * momentum_ + batch_mean * (1 - momentum_));
-            if (ctx.has_output(2)) write_stat(ctx.output(2), ch, var * momentum_ + batch_var * (1 - momentum_));
+            if (ctx.has_output(1))
+              write_stat(ctx.output(1), ch, mean * momentum_ + batch_mean * (1 - momentum_));
+            if (ctx.has_output(2))
+              write_stat(ctx.output(2), ch, var * momentum_ + batch_var * (1 - momentum_));
             mean = batch_mean;
             var = batch_var;
           }
@@ -132,7 +136,8 @@ class BatchNorm final : public Kernel {
   static void write_stat(Tensor& t, int64_t i, double v) {
     dispatch_numeric(t.dtype(), [&](auto tag) {
       using S = typename decltype(tag)::type;
-      if constexpr (!std::is_same_v<S, bool>) static_cast<S*>(t.raw())[i] = static_cast<S>(static_cast<typename Compute<S>::type>(v));
+      if constexpr (!std::is_same_v<S, bool>)
+        static_cast<S*>(t.raw())[i] = static_cast<S>(static_cast<typename Compute<S>::type>(v));
     });
   }
   float epsilon_, momentum_;

@@ -14,7 +14,8 @@ namespace {
 double read(const Tensor& t, int64_t i) {
   return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
-    return static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
+    return static_cast<double>(
+        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
   });
 }
 
@@ -30,7 +31,8 @@ struct LayerNormState {
 
 class LayerNorm final : public Kernel {
  public:
-  explicit LayerNorm(const Node& n) : axis_(n.attr_int("axis", -1)), epsilon_(n.attr_float("epsilon", 1e-5f)) {}
+  explicit LayerNorm(const Node& n)
+      : axis_(n.attr_int("axis", -1)), epsilon_(n.attr_float("epsilon", 1e-5f)) {}
 
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
@@ -42,8 +44,11 @@ class LayerNorm final : public Kernel {
     if (ctx.output_count() > 2) ctx.set_output(2, DType::Float, stat);
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d) (d < axis ? outer : inner) *= x[d];
-    const bool scale_plain = numel_of(ctx.shape(1)) == inner && (!ctx.has_input(2) || numel_of(ctx.shape(2)) == inner);
-    if (ctx.dtype(0) != DType::Float || ctx.node().has_output(1) || ctx.node().has_output(2) || !scale_plain || outer * inner == 0) return;
+    const bool scale_plain =
+        numel_of(ctx.shape(1)) == inner && (!ctx.has_input(2) || numel_of(ctx.shape(2)) == inner);
+    if (ctx.dtype(0) != DType::Float || ctx.node().has_output(1) || ctx.node().has_output(2) ||
+        !scale_plain || outer * inner == 0)
+      return;
     if (ctx.dtype(1) != DType::Float || (ctx.has_input(2) && ctx.dtype(2) != DType::Float)) return;
     try {
       dnnl_adapter::guarded(ctx.node(), [&] {
@@ -52,8 +57,10 @@ class LayerNorm final : public Kernel {
         st->scale = dnnl_adapter::plain_md({inner}, dnnl::memory::data_type::f32);
         auto flags = dnnl::normalization_flags::use_scale;
         if (ctx.has_input(2)) flags |= dnnl::normalization_flags::use_shift;
-        dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data, epsilon_, flags);
-        dnnl::layer_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(), dnnl_adapter::engine());
+        dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data,
+                                                  epsilon_, flags);
+        dnnl::layer_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                             dnnl_adapter::engine());
         st->prim = dnnl::layer_normalization_forward(pd);
         st->scratch = pd.scratchpad_desc();
         ctx.request_scratch(st->scratch.get_size());
@@ -67,20 +74,26 @@ class LayerNorm final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     if (const auto* st = static_cast<const LayerNormState*>(ctx.state_ptr())) {
-      std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl_adapter::wrap(st->data, x.raw())},
-                                                    {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
-                                                    {DNNL_ARG_DST, dnnl_adapter::wrap(st->data, ctx.output(0).raw())}};
-      if (ctx.has_input(2)) args.emplace(DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->scale, ctx.input(2).raw()));
+      std::unordered_map<int, dnnl::memory> args = {
+          {DNNL_ARG_SRC, dnnl_adapter::wrap(st->data, x.raw())},
+          {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
+          {DNNL_ARG_DST, dnnl_adapter::wrap(st->data, ctx.output(0).raw())}};
+      if (ctx.has_input(2))
+        args.emplace(DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->scale, ctx.input(2).raw()));
       dnnl_adapter::execute(st->prim, std::move(args), st->scratch, ctx.scratch());
       return;
     }
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node());
     int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < static_cast<int64_t>(x.rank()); ++d) (d < axis ? outer : inner) *= x.dim(d);
+    for (int64_t d = 0; d < static_cast<int64_t>(x.rank()); ++d)
+      (d < axis ? outer : inner) *= x.dim(d);
     const Tensor& scale = ctx.input(1);
-    const auto s_strides = broadcast_strides(scale.shape(), Shape(x.shape().begin() + axis, x.shape().end()));
+    const auto s_strides =
+        broadcast_strides(scale.shape(), Shape(x.shape().begin() + axis, x.shape().end()));
     const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-    const auto b_strides = bias ? broadcast_strides(bias->shape(), Shape(x.shape().begin() + axis, x.shape().end())) : std::vector<int64_t>{};
+    const auto b_strides =
+        bias ? broadcast_strides(bias->shape(), Shape(x.shape().begin() + axis, x.shape().end()))
+             : std::vector<int64_t>{};
     const Shape inner_shape(x.shape().begin() + axis, x.shape().end());
     // Scale and bias are broadcast over the normalized axes: precompute their flat indices.
     std::vector<double> sc(static_cast<size_t>(inner)), bi(static_cast<size_t>(inner), 0.0);
@@ -107,15 +120,23 @@ class LayerNorm final : public Kernel {
 #pragma omp parallel for if (outer * inner > 65536)
         for (int64_t o = 0; o < outer; ++o) {
           double mean = 0, var = 0;
-          for (int64_t i = 0; i < inner; ++i) mean += static_cast<double>(static_cast<typename Compute<T>::type>(px[o * inner + i]));
+          for (int64_t i = 0; i < inner; ++i)
+            mean += static_cast<double>(static_cast<typename Compute<T>::type>(px[o * inner + i]));
           mean /= static_cast<double>(inner);
           for (int64_t i = 0; i < inner; ++i) {
-            const double d = static_cast<double>(static_cast<typename Compute<T>::type>(px[o * inner + i])) - mean;
+            const double d =
+                static_cast<double>(static_cast<typename Compute<T>::type>(px[o * inner + i])) -
+                mean;
             var += d * d;
           }
           const double inv = 1.0 / std::sqrt(var / static_cast<double>(inner) + epsilon_);
           for (int64_t i = 0; i < inner; ++i)
-            write<T>(y, o * inner + i, (static_cast<double>(static_cast<typename Compute<T>::type>(px[o * inner + i])) - mean) * inv * sc[i] + bi[i]);
+            write<T>(
+                y, o * inner + i,
+                (static_cast<double>(static_cast<typename Compute<T>::type>(px[o * inner + i])) -
+                 mean) * inv *
+                        sc[i] +
+                    bi[i]);
           if (mean_out) mean_out->data<float>()[o] = static_cast<float>(mean);
           if (inv_out) inv_out->data<float>()[o] = static_cast<float>(inv);
         }
@@ -130,8 +151,8 @@ class LayerNorm final : public Kernel {
 
 // Normalizes over `axes` of each slice, then y = scale[c] * x_hat + bias[c] (Instance) or
 // y = x_hat (MeanVarianceNormalization).
-void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced, double epsilon, const Tensor* scale,
-                    const Tensor* bias, const RunContext& ctx) {
+void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced, double epsilon,
+                    const Tensor* scale, const Tensor* bias, const RunContext& ctx) {
   const Shape& s = x.shape();
   const auto st = strides_of(s);
   std::vector<int64_t> base{0}, inner{0};
@@ -183,7 +204,8 @@ class MeanVarianceNorm final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     std::vector<char> reduced(x.rank(), 0);
-    for (int64_t a : axes_) reduced[normalize_axis(a, static_cast<int64_t>(x.rank()), ctx.node())] = 1;
+    for (int64_t a : axes_)
+      reduced[normalize_axis(a, static_cast<int64_t>(x.rank()), ctx.node())] = 1;
     normalize_over(x, ctx.output(0), reduced, 1e-9, nullptr, nullptr, ctx);
   }
 
@@ -194,7 +216,10 @@ class MeanVarianceNorm final : public Kernel {
 class Lrn final : public Kernel {
  public:
   explicit Lrn(const Node& n)
-      : size_(n.attr_int("size")), alpha_(n.attr_float("alpha", 1e-4f)), beta_(n.attr_float("beta", 0.75f)), bias_(n.attr_float("bias", 1.0f)) {}
+      : size_(n.attr_int("size")),
+        alpha_(n.attr_float("alpha", 1e-4f)),
+        beta_(n.attr_float("beta", 0.75f)),
+        bias_(n.attr_float("bias", 1.0f)) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
@@ -215,7 +240,9 @@ class Lrn final : public Kernel {
                 sq += v * v;
               }
               const int64_t e = (b * c + ch) * inner + i;
-              write<T>(y, e, read(x, e) / std::pow(bias_ + alpha_ / static_cast<double>(size_) * sq, static_cast<double>(beta_)));
+              write<T>(y, e,
+                       read(x, e) / std::pow(bias_ + alpha_ / static_cast<double>(size_) * sq,
+                                             static_cast<double>(beta_)));
             }
       }
     });
@@ -228,9 +255,17 @@ class Lrn final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(layer_norm, {.op = "LayerNormalization", .since = 17, .types = kFloatTypes, .create = make_kernel<LayerNorm>});
-VOLT_REGISTER_KERNEL(instance_norm, {.op = "InstanceNormalization", .types = kFloatTypes, .create = make_kernel<InstanceNorm>});
-VOLT_REGISTER_KERNEL(mvn, {.op = "MeanVarianceNormalization", .since = 9, .types = kFloatTypes, .create = make_kernel<MeanVarianceNorm>});
+VOLT_REGISTER_KERNEL(layer_norm, {.op = "LayerNormalization",
+                                  .since = 17,
+                                  .types = kFloatTypes,
+                                  .create = make_kernel<LayerNorm>});
+VOLT_REGISTER_KERNEL(instance_norm, {.op = "InstanceNormalization",
+                                     .types = kFloatTypes,
+                                     .create = make_kernel<InstanceNorm>});
+VOLT_REGISTER_KERNEL(mvn, {.op = "MeanVarianceNormalization",
+                           .since = 9,
+                           .types = kFloatTypes,
+                           .create = make_kernel<MeanVarianceNorm>});
 VOLT_REGISTER_KERNEL(lrn, {.op = "LRN", .types = kFloatTypes, .create = make_kernel<Lrn>});
 
 }  // namespace volt

@@ -102,7 +102,10 @@ TEST(Session, RunTimeShapeErrorsNameTheNode) {
 TEST(Session, OutputsWhoseShapeDependsOnRunTimeValuesAreAllocated) {
   // ReduceSum's axes come from a graph input: the plan cannot know the output shape, the run can.
   ModelBuilder b;
-  b.input("x", 1, {2, 3}).input("axes", 7, {1}).output("y", 1, {-1, -1}).node("ReduceSum", {"x", "axes"}, {"y"});
+  b.input("x", 1, {2, 3})
+      .input("axes", 7, {1})
+      .output("y", 1, {-1, -1})
+      .node("ReduceSum", {"x", "axes"}, {"y"});
   const std::string bytes = b.bytes();
   Session s = Session::from_bytes(bytes.data(), bytes.size());
   const Tensor x = Tensor::from<float>({1, 2, 3, 4, 5, 6}, {2, 3});

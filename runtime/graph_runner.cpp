@@ -1,0 +1,82 @@
+#include "runtime/graph_runner.hpp"
+
+#include "runtime/executor.hpp"
+
+namespace volt {
+
+std::shared_ptr<const Plan> PlanCache::find(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
+
+std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
+                                              std::shared_ptr<const Plan> plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second->second;  // another thread built it first
+  lru_.emplace_front(key, std::move(plan));
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return lru_.front().second;
+}
+
+size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lru_.size();
+}
+
+namespace {
+// "id=kind:dtype,d0,d1|": what a plan depends on.
+void append_signature(std::string& key, size_t id, const Value& v) {
+  key += std::to_string(id);
+  key += '=';
+  key += std::to_string(static_cast<int>(v.kind()));
+  if (v.is_tensor()) {
+    key += ':';
+    key += std::to_string(static_cast<int>(v.tensor().dtype()));
+    for (int64_t d : v.tensor().shape()) {
+      key += ',';
+      key += std::to_string(d);
+    }
+  } else if (v.is_sequence()) {
+    key += ':';
+    key += std::to_string(static_cast<int>(v.sequence_dtype()));
+  }
+  key += '|';
+}
+}  // namespace
+
+GraphRunner::GraphRunner(std::shared_ptr<const Graph> graph, const std::string& source,
+                         const std::string& device, int threads,
+                         const std::vector<std::string>& outer_scope, size_t plan_cache_capacity)
+    : compiled_(compile_graph(std::move(graph), source, device, outer_scope)),
+      threads_(threads),
+      plans_(plan_cache_capacity) {}
+
+std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*>& fed) const {
+  std::string key;
+  for (size_t id = 0; id < fed.size(); ++id)
+    if (fed[id]) append_signature(key, id, *fed[id]);
+  if (auto p = plans_.find(key)) return p;
+  PlanInputs in;
+  in.types.resize(compiled_.names.size());
+  in.fed.assign(compiled_.names.size(), 0);
+  for (size_t id = 0; id < fed.size(); ++id)
+    if (fed[id]) {
+      in.types[id] = TypeShape::of(*fed[id]);
+      in.fed[id] = 1;
+    }
+  return plans_.insert(key, build_plan(compiled_, in, threads_));
+}
+
+std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed) const {
+  return execute_plan(*plan_for(fed), fed);
+}
+
+}  // namespace volt

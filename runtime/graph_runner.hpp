@@ -1,0 +1,52 @@
+// A graph ready to run: compiled once, with plans cached by input signature. The Session runs
+// its main graph through one; If, Loop, Scan and SequenceMap run their bodies through others.
+#pragma once
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/compiled_graph.hpp"
+#include "runtime/plan.hpp"
+
+namespace volt {
+
+// Plans keyed by input signature, least recently used evicted past `capacity`.
+class PlanCache {
+ public:
+  explicit PlanCache(size_t capacity) : capacity_(capacity) {}
+  std::shared_ptr<const Plan> find(const std::string& key);
+  std::shared_ptr<const Plan> insert(const std::string& key, std::shared_ptr<const Plan> plan);
+  size_t size() const;
+
+ private:
+  using Entry = std::pair<std::string, std::shared_ptr<const Plan>>;
+  mutable std::mutex mutex_;
+  size_t capacity_;
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+};
+
+class GraphRunner {
+ public:
+  GraphRunner(std::shared_ptr<const Graph> graph, const std::string& source,
+              const std::string& device, int threads,
+              const std::vector<std::string>& outer_scope = {}, size_t plan_cache_capacity = 64);
+
+  const CompiledGraph& compiled() const { return compiled_; }
+  int threads() const { return threads_; }
+
+  // Runs with values by id (graph inputs and outer-scope values; nullptr where not fed);
+  // returns the graph outputs in order.
+  std::vector<Value> run(const std::vector<const Value*>& fed) const;
+  std::shared_ptr<const Plan> plan_for(const std::vector<const Value*>& fed) const;
+
+ private:
+  CompiledGraph compiled_;
+  int threads_;
+  mutable PlanCache plans_;
+};
+
+}  // namespace volt

@@ -1,0 +1,210 @@
+// Einsum (explicit and implicit output, repeated labels, ellipsis with broadcasting) and Det.
+#include <cmath>
+#include <map>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+struct EinsumPlan {
+  std::vector<std::vector<int>> operand_labels;  // label ids per operand axis
+  std::vector<int> output_labels;
+  std::vector<int64_t> label_dim;  // by label id
+};
+
+EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& shapes, const Node& node) {
+  std::string eq;
+  for (char c : equation)
+    if (c != ' ') eq += c;
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (size_t start = 0;;) {
+    const size_t comma = lhs.find(',', start);
+    terms.push_back(lhs.substr(start, comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  VOLT_CHECK(terms.size() == shapes.size(), InvalidArgument, node.describe() + ": the equation has " + std::to_string(terms.size()) + " operands, the node " + std::to_string(shapes.size()));
+  EinsumPlan p;
+  std::map<char, int> ids;
+  // Ellipsis dims get ids of their own, aligned to the right across operands.
+  size_t ellipsis_rank = 0;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    const size_t dots = terms[k].find("...");
+    if (dots == std::string::npos) continue;
+    const size_t letters = terms[k].size() - 3;
+    VOLT_CHECK(shapes[k].size() >= letters, InvalidArgument, node.describe() + ": operand " + std::to_string(k) + " has too few axes for its labels");
+    ellipsis_rank = std::max(ellipsis_rank, shapes[k].size() - letters);
+  }
+  for (size_t e = 0; e < ellipsis_rank; ++e) p.label_dim.push_back(1);
+  auto id_of = [&](char c) {
+    auto it = ids.find(c);
+    if (it != ids.end()) return it->second;
+    const int id = static_cast<int>(p.label_dim.size());
+    p.label_dim.push_back(-1);
+    ids[c] = id;
+    return id;
+  };
+  std::map<int, int> counts;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    std::vector<int> labels;
+    const std::string& t = terms[k];
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t.compare(i, 3, "...") == 0) {
+        const size_t letters = t.size() - 3, er = shapes[k].size() - letters;
+        for (size_t e = 0; e < er; ++e) labels.push_back(static_cast<int>(ellipsis_rank - er + e));
+        i += 2;
+        continue;
+      }
+      VOLT_CHECK(std::isalpha(static_cast<unsigned char>(t[i])), InvalidArgument, node.describe() + ": bad label '" + std::string(1, t[i]) + "'");
+      labels.push_back(id_of(t[i]));
+      ++counts[labels.back()];
+    }
+    VOLT_CHECK(labels.size() == shapes[k].size(), InvalidArgument, node.describe() + ": operand " + std::to_string(k) + " has " + std::to_string(shapes[k].size()) + " axes, its term '" + t + "' " + std::to_string(labels.size()));
+    for (size_t a = 0; a < labels.size(); ++a) {
+      int64_t& d = p.label_dim[labels[a]];
+      const int64_t s = shapes[k][a];
+      const bool ellipsis = labels[a] < static_cast<int>(ellipsis_rank);
+      if (d == -1 || (ellipsis && d == 1)) d = s;
+      else VOLT_CHECK(d == s || (ellipsis && s == 1), InvalidArgument, node.describe() + ": label sizes disagree (" + std::to_string(d) + " vs " + std::to_string(s) + ")");
+    }
+    p.operand_labels.push_back(std::move(labels));
+  }
+  for (size_t e = 0; e < ellipsis_rank; ++e) p.output_labels.push_back(static_cast<int>(e));
+  if (arrow != std::string::npos) {
+    const std::string rhs = eq.substr(arrow + 2);
+    for (size_t i = 0; i < rhs.size(); ++i) {
+      if (rhs.compare(i, 3, "...") == 0) {
+        i += 2;
+        continue;
+      }
+      VOLT_CHECK(ids.count(rhs[i]), InvalidArgument, node.describe() + ": output label '" + std::string(1, rhs[i]) + "' is not in any operand");
+      p.output_labels.push_back(ids[rhs[i]]);
+    }
+  } else {  // implicit: labels seen once, in alphabetical order
+    for (const auto& [c, id] : ids)
+      if (counts[id] == 1) p.output_labels.push_back(id);
+  }
+  return p;
+}
+
+class Einsum final : public Kernel {
+ public:
+  explicit Einsum(const Node& n) : equation_(n.attr_string("equation", "")) {}
+  void infer(InferContext& ctx) const override {
+    std::vector<Shape> shapes;
+    for (size_t i = 0; i < ctx.input_count(); ++i) shapes.push_back(ctx.shape(i));
+    const EinsumPlan p = plan_einsum(equation_, shapes, ctx.node());
+    Shape out;
+    for (int l : p.output_labels) out.push_back(p.label_dim[l]);
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    std::vector<Shape> shapes;
+    for (size_t i = 0; i < ctx.input_count(); ++i) shapes.push_back(ctx.input(i).shape());
+    const EinsumPlan p = plan_einsum(equation_, shapes, ctx.node());
+    const size_t nl = p.label_dim.size();
+    // Output labels first, then the summed ones; walk every combination.
+    std::vector<int> order = p.output_labels;
+    for (size_t l = 0; l < nl; ++l)
+      if (std::find(order.begin(), order.end(), static_cast<int>(l)) == order.end()) order.push_back(static_cast<int>(l));
+    int64_t out_n = 1, sum_n = 1;
+    for (size_t i = 0; i < order.size(); ++i) (i < p.output_labels.size() ? out_n : sum_n) *= p.label_dim[order[i]];
+    std::vector<std::vector<int64_t>> strides(p.operand_labels.size(), std::vector<int64_t>(nl, 0));
+    for (size_t k = 0; k < p.operand_labels.size(); ++k) {
+      int64_t s = 1;
+      for (size_t a = p.operand_labels[k].size(); a-- > 0;) {
+        if (shapes[k][a] != 1) strides[k][p.operand_labels[k][a]] += s;  // repeated labels add up: a diagonal
+        s *= shapes[k][a];
+      }
+    }
+    Tensor& y = ctx.output(0);
+    dispatch_numeric(y.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = std::conditional_t<std::is_same_v<T, bool>, int, typename Compute<T>::type>;
+      T* py = static_cast<T*>(y.raw());
+      std::vector<int64_t> idx(nl);
+      for (int64_t o = 0; o < out_n; ++o) {
+        C acc = 0;
+        for (int64_t s = 0; s < sum_n; ++s) {
+          int64_t rem = s;
+          for (size_t i = order.size(); i-- > p.output_labels.size();) {
+            idx[order[i]] = rem % p.label_dim[order[i]];
+            rem /= p.label_dim[order[i]];
+          }
+          rem = o;
+          for (size_t i = p.output_labels.size(); i-- > 0;) {
+            idx[order[i]] = rem % p.label_dim[order[i]];
+            rem /= p.label_dim[order[i]];
+          }
+          C prod = 1;
+          for (size_t k = 0; k < strides.size(); ++k) {
+            int64_t off = 0;
+            for (size_t l = 0; l < nl; ++l) off += idx[l] * strides[k][l];
+            prod *= static_cast<C>(static_cast<const T*>(ctx.input(k).raw())[off]);
+          }
+          acc += prod;
+        }
+        py[o] = static_cast<T>(acc);
+      }
+    });
+  }
+
+ private:
+  std::string equation_;
+};
+
+class Det final : public Kernel {
+ public:
+  explicit Det(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& s = ctx.shape(0);
+    VOLT_CHECK(s.size() >= 2 && s[s.size() - 1] == s[s.size() - 2], InvalidArgument, ctx.node().describe() + ": input must be [..., M, M]");
+    ctx.set_output(0, ctx.dtype(0), Shape(s.begin(), s.end() - 2));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const int64_t m = x.dim(x.rank() - 1), mats = (m != 0) ? x.numel() / (m * m) : 0;
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* px = static_cast<const T*>(x.raw());
+      T* py = static_cast<T*>(ctx.output(0).raw());
+      for (int64_t k = 0; k < mats; ++k) {
+        // LU with partial pivoting in double.
+        std::vector<double> a(static_cast<size_t>(m * m));
+        for (int64_t i = 0; i < m * m; ++i) a[i] = static_cast<double>(static_cast<C>(px[k * m * m + i]));
+        double det = 1;
+        for (int64_t c = 0; c < m; ++c) {
+          int64_t piv = c;
+          for (int64_t r = c + 1; r < m; ++r)
+            if (std::abs(a[r * m + c]) > std::abs(a[piv * m + c])) piv = r;
+          if (a[piv * m + c] == 0) {
+            det = 0;
+            break;
+          }
+          if (piv != c) {
+            for (int64_t j = 0; j < m; ++j) std::swap(a[c * m + j], a[piv * m + j]);
+            det = -det;
+          }
+          det *= a[c * m + c];
+          for (int64_t r = c + 1; r < m; ++r) {
+            const double f = a[r * m + c] / a[c * m + c];
+            for (int64_t j = c; j < m; ++j) a[r * m + j] -= f * a[c * m + j];
+          }
+        }
+        py[k] = static_cast<T>(static_cast<C>(det));
+      }
+    });
+  }
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(einsum, {.op = "Einsum", .since = 12, .types = kNumericTypes, .create = make_kernel<Einsum>});
+VOLT_REGISTER_KERNEL(det, {.op = "Det", .since = 11, .types = kFloatTypes, .create = make_kernel<Det>});
+
+}  // namespace volt

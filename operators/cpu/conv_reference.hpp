@@ -13,8 +13,8 @@ struct ConvShapes {
   Shape out;
 };
 
-inline ConvShapes conv_shapes(const WindowAttributes& attrs, int64_t group, const Shape& x, const Shape& w,
-                       const Node& node) {
+inline ConvShapes conv_shapes(const WindowAttributes& attrs, int64_t group, const Shape& x,
+                              const Shape& w, const Node& node) {
   VOLT_CHECK(x.size() >= 3, InvalidArgument,
              node.describe() + ": input X must be N x C x spatial..., got " + shape_str(x));
   VOLT_CHECK(w.size() == x.size(), InvalidArgument,

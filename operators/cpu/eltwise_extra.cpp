@@ -1,7 +1,8 @@
 // Elementwise ops with extra inputs or non-float results: Clip, PRelu, Shrink, IsInf, IsNaN,
-// Not, BitShift, and Dropout in inference (a copy, and an all-true mask).
+// Not, BitShift, and Dropout (inference copy, or seeded training-mode masks).
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
@@ -185,46 +186,60 @@ class BitShift final : public Kernel {
   bool left_;
 };
 
-// Dropout at inference: the output is the input, the mask all true. With training_mode set
-// and a non-zero ratio, the output is random and belongs to the trainer.
+// Dropout: at inference (the default) a copy with an all-true mask; with training_mode true,
+// each element is kept with probability 1 - ratio and scaled by 1 / (1 - ratio). A `seed`
+// attribute makes the mask repeatable.
 class Dropout final : public Kernel {
  public:
   explicit Dropout(const Node& n)
-      : legacy_training_(n.opset < 7 && n.attr_int("is_test", 0) == 0 && n.opset < 6) {}
+      : has_seed_(n.has_attr("seed")),
+        seed_(n.attr_int("seed", 0)),
+        legacy_ratio_(n.attr_float("ratio", 0.5f)) {}
   void infer(InferContext& ctx) const override {
     ctx.set_output(0, ctx.dtype(0), ctx.shape(0));
     if (ctx.output_count() > 1) ctx.set_output(1, DType::Bool, ctx.shape(0));
   }
   void run(RunContext& ctx) const override {
-    if (ctx.has_input(2) && ctx.input(2).data<bool>()[0]) {
-      const double ratio =
-          ctx.has_input(1)
-              ? dispatch_numeric(
-                    ctx.input(1).dtype(),
-                    [&](auto tag) -> double {
-                      using T = typename decltype(tag)::type;
-                      return static_cast<double>(static_cast<typename Compute<T>::type>(
-                          static_cast<const T*>(ctx.input(1).raw())[0]));
-                    })
-              : 0.5;
-      VOLT_CHECK(ratio == 0, NotImplemented,
-                 ctx.node().describe() + ": Dropout with training_mode=true runs in the trainer");
-    }
+    const bool training = ctx.has_input(2) && ctx.input(2).data<bool>()[0];
+    double ratio = legacy_ratio_;
+    if (ctx.has_input(1))
+      ratio = dispatch_numeric(ctx.input(1).dtype(), [&](auto tag) -> double {
+        using T = typename decltype(tag)::type;
+        return static_cast<double>(
+            static_cast<typename Compute<T>::type>(static_cast<const T*>(ctx.input(1).raw())[0]));
+      });
+    VOLT_CHECK(ratio >= 0 && ratio < 1, InvalidArgument,
+               ctx.node().describe() + ": ratio must be in [0, 1)");
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
-    dispatch_any(x.dtype(), [&](auto tag) {
+    std::vector<char> keep(static_cast<size_t>(x.numel()), 1);
+    if (training && ratio > 0) {
+      std::mt19937_64 rng(has_seed_ ? static_cast<uint64_t>(seed_) : std::random_device{}());
+      std::uniform_real_distribution<double> u(0, 1);
+      for (auto& k : keep) k = u(rng) >= ratio;
+    }
+    const double scale = training ? 1.0 / (1.0 - ratio) : 1.0;
+    dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      std::copy(static_cast<const T*>(x.raw()), static_cast<const T*>(x.raw()) + x.numel(),
-                static_cast<T*>(y.raw()));
+      using C = typename Compute<T>::type;
+      const T* px = static_cast<const T*>(x.raw());
+      T* py = static_cast<T*>(y.raw());
+      for (int64_t i = 0; i < x.numel(); ++i)
+        py[i] =
+            keep[i]
+                ? static_cast<T>(static_cast<C>(static_cast<double>(static_cast<C>(px[i])) * scale))
+                : T{};
     });
     if (ctx.has_output(1)) {
       bool* m = ctx.output(1).data<bool>();
-      std::fill(m, m + x.numel(), true);
+      for (int64_t i = 0; i < x.numel(); ++i) m[i] = keep[i] != 0;
     }
   }
 
  private:
-  bool legacy_training_;
+  bool has_seed_;
+  int64_t seed_;
+  float legacy_ratio_;
 };
 
 }  // namespace
@@ -241,6 +256,6 @@ VOLT_REGISTER_KERNEL(is_nan, {.op = "IsNaN", .since = 9, .create = [](const Node
                               }});
 VOLT_REGISTER_KERNEL(not_op, {.op = "Not", .types = {DType::Bool}, .create = make_kernel<Not>});
 VOLT_REGISTER_KERNEL(bit_shift, {.op = "BitShift", .since = 11, .create = make_kernel<BitShift>});
-VOLT_REGISTER_KERNEL(dropout, {.op = "Dropout", .create = make_kernel<Dropout>});
+VOLT_REGISTER_KERNEL(dropout, {.op = "Dropout", .foldable = false, .create = make_kernel<Dropout>});
 
 }  // namespace volt

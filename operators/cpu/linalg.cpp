@@ -14,7 +14,8 @@ struct EinsumPlan {
   std::vector<int64_t> label_dim;  // by label id
 };
 
-EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& shapes, const Node& node) {
+EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& shapes,
+                       const Node& node) {
   std::string eq;
   for (char c : equation)
     if (c != ' ') eq += c;
@@ -27,7 +28,9 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  VOLT_CHECK(terms.size() == shapes.size(), InvalidArgument, node.describe() + ": the equation has " + std::to_string(terms.size()) + " operands, the node " + std::to_string(shapes.size()));
+  VOLT_CHECK(terms.size() == shapes.size(), InvalidArgument,
+             node.describe() + ": the equation has " + std::to_string(terms.size()) +
+                 " operands, the node " + std::to_string(shapes.size()));
   EinsumPlan p;
   std::map<char, int> ids;
   // Ellipsis dims get ids of their own, aligned to the right across operands.
@@ -36,7 +39,9 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
     const size_t dots = terms[k].find("...");
     if (dots == std::string::npos) continue;
     const size_t letters = terms[k].size() - 3;
-    VOLT_CHECK(shapes[k].size() >= letters, InvalidArgument, node.describe() + ": operand " + std::to_string(k) + " has too few axes for its labels");
+    VOLT_CHECK(
+        shapes[k].size() >= letters, InvalidArgument,
+        node.describe() + ": operand " + std::to_string(k) + " has too few axes for its labels");
     ellipsis_rank = std::max(ellipsis_rank, shapes[k].size() - letters);
   }
   for (size_t e = 0; e < ellipsis_rank; ++e) p.label_dim.push_back(1);
@@ -59,17 +64,25 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
         i += 2;
         continue;
       }
-      VOLT_CHECK(std::isalpha(static_cast<unsigned char>(t[i])), InvalidArgument, node.describe() + ": bad label '" + std::string(1, t[i]) + "'");
+      VOLT_CHECK(std::isalpha(static_cast<unsigned char>(t[i])), InvalidArgument,
+                 node.describe() + ": bad label '" + std::string(1, t[i]) + "'");
       labels.push_back(id_of(t[i]));
       ++counts[labels.back()];
     }
-    VOLT_CHECK(labels.size() == shapes[k].size(), InvalidArgument, node.describe() + ": operand " + std::to_string(k) + " has " + std::to_string(shapes[k].size()) + " axes, its term '" + t + "' " + std::to_string(labels.size()));
+    VOLT_CHECK(labels.size() == shapes[k].size(), InvalidArgument,
+               node.describe() + ": operand " + std::to_string(k) + " has " +
+                   std::to_string(shapes[k].size()) + " axes, its term '" + t + "' " +
+                   std::to_string(labels.size()));
     for (size_t a = 0; a < labels.size(); ++a) {
       int64_t& d = p.label_dim[labels[a]];
       const int64_t s = shapes[k][a];
       const bool ellipsis = labels[a] < static_cast<int>(ellipsis_rank);
-      if (d == -1 || (ellipsis && d == 1)) d = s;
-      else VOLT_CHECK(d == s || (ellipsis && s == 1), InvalidArgument, node.describe() + ": label sizes disagree (" + std::to_string(d) + " vs " + std::to_string(s) + ")");
+      if (d == -1 || (ellipsis && d == 1))
+        d = s;
+      else
+        VOLT_CHECK(d == s || (ellipsis && s == 1), InvalidArgument,
+                   node.describe() + ": label sizes disagree (" + std::to_string(d) + " vs " +
+                       std::to_string(s) + ")");
     }
     p.operand_labels.push_back(std::move(labels));
   }
@@ -81,7 +94,9 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
         i += 2;
         continue;
       }
-      VOLT_CHECK(ids.count(rhs[i]), InvalidArgument, node.describe() + ": output label '" + std::string(1, rhs[i]) + "' is not in any operand");
+      VOLT_CHECK(ids.count(rhs[i]), InvalidArgument,
+                 node.describe() + ": output label '" + std::string(1, rhs[i]) +
+                     "' is not in any operand");
       p.output_labels.push_back(ids[rhs[i]]);
     }
   } else {  // implicit: labels seen once, in alphabetical order
@@ -110,14 +125,17 @@ class Einsum final : public Kernel {
     // Output labels first, then the summed ones; walk every combination.
     std::vector<int> order = p.output_labels;
     for (size_t l = 0; l < nl; ++l)
-      if (std::find(order.begin(), order.end(), static_cast<int>(l)) == order.end()) order.push_back(static_cast<int>(l));
+      if (std::find(order.begin(), order.end(), static_cast<int>(l)) == order.end())
+        order.push_back(static_cast<int>(l));
     int64_t out_n = 1, sum_n = 1;
-    for (size_t i = 0; i < order.size(); ++i) (i < p.output_labels.size() ? out_n : sum_n) *= p.label_dim[order[i]];
+    for (size_t i = 0; i < order.size(); ++i)
+      (i < p.output_labels.size() ? out_n : sum_n) *= p.label_dim[order[i]];
     std::vector<std::vector<int64_t>> strides(p.operand_labels.size(), std::vector<int64_t>(nl, 0));
     for (size_t k = 0; k < p.operand_labels.size(); ++k) {
       int64_t s = 1;
       for (size_t a = p.operand_labels[k].size(); a-- > 0;) {
-        if (shapes[k][a] != 1) strides[k][p.operand_labels[k][a]] += s;  // repeated labels add up: a diagonal
+        if (shapes[k][a] != 1)
+          strides[k][p.operand_labels[k][a]] += s;  // repeated labels add up: a diagonal
         s *= shapes[k][a];
       }
     }
@@ -162,7 +180,8 @@ class Det final : public Kernel {
   explicit Det(const Node&) {}
   void infer(InferContext& ctx) const override {
     const Shape& s = ctx.shape(0);
-    VOLT_CHECK(s.size() >= 2 && s[s.size() - 1] == s[s.size() - 2], InvalidArgument, ctx.node().describe() + ": input must be [..., M, M]");
+    VOLT_CHECK(s.size() >= 2 && s[s.size() - 1] == s[s.size() - 2], InvalidArgument,
+               ctx.node().describe() + ": input must be [..., M, M]");
     ctx.set_output(0, ctx.dtype(0), Shape(s.begin(), s.end() - 2));
   }
   void run(RunContext& ctx) const override {
@@ -176,7 +195,8 @@ class Det final : public Kernel {
       for (int64_t k = 0; k < mats; ++k) {
         // LU with partial pivoting in double.
         std::vector<double> a(static_cast<size_t>(m * m));
-        for (int64_t i = 0; i < m * m; ++i) a[i] = static_cast<double>(static_cast<C>(px[k * m * m + i]));
+        for (int64_t i = 0; i < m * m; ++i)
+          a[i] = static_cast<double>(static_cast<C>(px[k * m * m + i]));
         double det = 1;
         for (int64_t c = 0; c < m; ++c) {
           int64_t piv = c;
@@ -204,7 +224,9 @@ class Det final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(einsum, {.op = "Einsum", .since = 12, .types = kNumericTypes, .create = make_kernel<Einsum>});
-VOLT_REGISTER_KERNEL(det, {.op = "Det", .since = 11, .types = kFloatTypes, .create = make_kernel<Det>});
+VOLT_REGISTER_KERNEL(
+    einsum, {.op = "Einsum", .since = 12, .types = kNumericTypes, .create = make_kernel<Einsum>});
+VOLT_REGISTER_KERNEL(det,
+                     {.op = "Det", .since = 11, .types = kFloatTypes, .create = make_kernel<Det>});
 
 }  // namespace volt

@@ -15,7 +15,8 @@ namespace {
 double at(const Tensor& t, int64_t i) {
   return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
-    return static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
+    return static_cast<double>(
+        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
   });
 }
 
@@ -23,21 +24,37 @@ double at(const Tensor& t, int64_t i) {
 int64_t saturate(double v, DType t) {
   const double r = std::nearbyint(v);
   double lo = 0, hi = 255;
-  if (t == DType::Int8) lo = -128, hi = 127;
-  else if (t == DType::Int32) lo = -2147483648.0, hi = 2147483647.0;
-  else if (t == DType::UInt16) hi = 65535;
-  else if (t == DType::Int16) lo = -32768, hi = 32767;
+  if (t == DType::Int8)
+    lo = -128, hi = 127;
+  else if (t == DType::Int32)
+    lo = -2147483648.0, hi = 2147483647.0;
+  else if (t == DType::UInt16)
+    hi = 65535;
+  else if (t == DType::Int16)
+    lo = -32768, hi = 32767;
   return static_cast<int64_t>(std::clamp(r, lo, hi));
 }
 
 void store(Tensor& t, int64_t i, int64_t v) {
   switch (t.dtype()) {
-    case DType::UInt8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DType::Int8: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
-    case DType::Int32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::UInt16: t.data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
-    case DType::Int16: t.data<int16_t>()[i] = static_cast<int16_t>(v); break;
-    default: fail(ErrorCode::NotImplemented, std::string("quantized type ") + dtype_name(t.dtype()) + " is not supported");
+    case DType::UInt8:
+      t.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::Int8:
+      t.data<int8_t>()[i] = static_cast<int8_t>(v);
+      break;
+    case DType::Int32:
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::UInt16:
+      t.data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::Int16:
+      t.data<int16_t>()[i] = static_cast<int16_t>(v);
+      break;
+    default:
+      fail(ErrorCode::NotImplemented,
+           std::string("quantized type ") + dtype_name(t.dtype()) + " is not supported");
   }
 }
 
@@ -50,7 +67,9 @@ struct AxisIndexer {
     per_axis = true;
     const int64_t axis = normalize_axis(axis_attr, static_cast<int64_t>(x.size()), node);
     n = x[axis];
-    VOLT_CHECK(param.numel() == n, InvalidArgument, node.describe() + ": per-axis parameters must have " + std::to_string(n) + " values");
+    VOLT_CHECK(
+        param.numel() == n, InvalidArgument,
+        node.describe() + ": per-axis parameters must have " + std::to_string(n) + " values");
     for (size_t d = static_cast<size_t>(axis) + 1; d < x.size(); ++d) inner *= x[d];
   }
   int64_t operator()(int64_t e) const { return per_axis ? (e / inner) % n : 0; }
@@ -59,7 +78,9 @@ struct AxisIndexer {
 class QuantizeLinear final : public Kernel {
  public:
   explicit QuantizeLinear(const Node& n) : axis_(n.attr_int("axis", 1)) {}
-  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.has_input(2) ? ctx.dtype(2) : DType::UInt8, ctx.shape(0)); }
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.has_input(2) ? ctx.dtype(2) : DType::UInt8, ctx.shape(0));
+  }
   void run(RunContext& ctx) const override {
     const Tensor &x = ctx.input(0), &scale = ctx.input(1);
     const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
@@ -67,8 +88,12 @@ class QuantizeLinear final : public Kernel {
     const AxisIndexer idx(x.shape(), scale, axis_, ctx.node());
     for (int64_t e = 0; e < x.numel(); ++e) {
       const int64_t k = idx(e);
-      const double q = x.dtype() == DType::Float ? static_cast<double>(static_cast<float>(at(x, e)) / static_cast<float>(at(scale, k))) : at(x, e) / at(scale, k);
-      store(y, e, saturate(std::nearbyint(q) + (zp ? at(*zp, k) : 0), y.dtype()));  // round, then shift
+      const double q =
+          x.dtype() == DType::Float
+              ? static_cast<double>(static_cast<float>(at(x, e)) / static_cast<float>(at(scale, k)))
+              : at(x, e) / at(scale, k);
+      store(y, e,
+            saturate(std::nearbyint(q) + (zp ? at(*zp, k) : 0), y.dtype()));  // round, then shift
     }
   }
 
@@ -90,7 +115,8 @@ class DequantizeLinear final : public Kernel {
       T* py = static_cast<T*>(y.raw());
       for (int64_t e = 0; e < x.numel(); ++e) {
         const int64_t k = idx(e);
-        py[e] = static_cast<T>(static_cast<typename Compute<T>::type>((at(x, e) - (zp ? at(*zp, k) : 0)) * at(scale, k)));
+        py[e] = static_cast<T>(static_cast<typename Compute<T>::type>(
+            (at(x, e) - (zp ? at(*zp, k) : 0)) * at(scale, k)));
       }
     });
   }
@@ -119,17 +145,28 @@ class DynamicQuantizeLinear final : public Kernel {
     Tensor& y = ctx.output(0);
     // In float32, as the spec computes it: the rounding of x / scale depends on it.
     for (int64_t e = 0; e < x.numel(); ++e)
-      store(y, e, scale == 0 ? zp : saturate(std::nearbyint(static_cast<double>(static_cast<float>(at(x, e)) / scale)) + static_cast<double>(zp), DType::UInt8));
+      store(
+          y, e,
+          scale == 0
+              ? zp
+              : saturate(std::nearbyint(static_cast<double>(static_cast<float>(at(x, e)) / scale)) +
+                             static_cast<double>(zp),
+                         DType::UInt8));
     ctx.output(1).data<float>()[0] = scale;
     ctx.output(2).data<uint8_t>()[0] = static_cast<uint8_t>(zp);
   }
 };
 
-// (A - a_zp) x (B - b_zp) in int64, 2-D or batched; a_zp per row or scalar, b_zp per column or scalar.
-std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tensor* azp, const Tensor* bzp, Shape& out, const Node& node) {
-  VOLT_CHECK(a.rank() >= 2 && b.rank() >= 2, InvalidArgument, node.describe() + ": operands must be at least 2-D");
+// (A - a_zp) x (B - b_zp) in int64, 2-D or batched; a_zp per row or scalar, b_zp per column or
+// scalar.
+std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tensor* azp,
+                                    const Tensor* bzp, Shape& out, const Node& node) {
+  VOLT_CHECK(a.rank() >= 2 && b.rank() >= 2, InvalidArgument,
+             node.describe() + ": operands must be at least 2-D");
   const int64_t m = a.dim(a.rank() - 2), k = a.dim(a.rank() - 1), n = b.dim(b.rank() - 1);
-  VOLT_CHECK(b.dim(b.rank() - 2) == k, InvalidArgument, node.describe() + ": shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) + " do not multiply");
+  VOLT_CHECK(b.dim(b.rank() - 2) == k, InvalidArgument,
+             node.describe() + ": shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
+                 " do not multiply");
   const int64_t ba = a.numel() / (m * k), bb = b.numel() / (k * n), batches = std::max(ba, bb);
   out = a.rank() >= b.rank() ? a.shape() : b.shape();
   out[out.size() - 2] = m;
@@ -139,9 +176,11 @@ std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tens
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int64_t acc = 0;
-        const double za = azp ? at(*azp, azp->numel() > 1 ? i : 0) : 0, zb = bzp ? at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
+        const double za = azp ? at(*azp, azp->numel() > 1 ? i : 0) : 0,
+                     zb = bzp ? at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += static_cast<int64_t>(at(a, (bi % ba) * m * k + i * k + p) - za) * static_cast<int64_t>(at(b, (bi % bb) * k * n + p * n + j) - zb);
+          acc += static_cast<int64_t>(at(a, (bi % ba) * m * k + i * k + p) - za) *
+                 static_cast<int64_t>(at(b, (bi % bb) * k * n + p * n + j) - zb);
         y[(bi * m + i) * n + j] = acc;
       }
   return y;
@@ -152,14 +191,16 @@ class MatMulInteger final : public Kernel {
   explicit MatMulInteger(const Node&) {}
   void infer(InferContext& ctx) const override {
     Shape out = ctx.shape(0).size() >= ctx.shape(1).size() ? ctx.shape(0) : ctx.shape(1);
-    VOLT_CHECK(out.size() >= 2, InvalidArgument, ctx.node().describe() + ": operands must be at least 2-D");
+    VOLT_CHECK(out.size() >= 2, InvalidArgument,
+               ctx.node().describe() + ": operands must be at least 2-D");
     out[out.size() - 2] = ctx.shape(0)[ctx.shape(0).size() - 2];
     out.back() = ctx.shape(1).back();
     ctx.set_output(0, DType::Int32, out);
   }
   void run(RunContext& ctx) const override {
     Shape out;
-    auto y = integer_matmul(ctx.input(0), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, ctx.has_input(3) ? &ctx.input(3) : nullptr, out, ctx.node());
+    auto y = integer_matmul(ctx.input(0), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
+                            ctx.has_input(3) ? &ctx.input(3) : nullptr, out, ctx.node());
     int32_t* p = ctx.output(0).data<int32_t>();
     for (size_t i = 0; i < y.size(); ++i) p[i] = static_cast<int32_t>(y[i]);
   }
@@ -176,14 +217,16 @@ class QLinearMatMul final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     Shape out;
-    auto acc = integer_matmul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), out, ctx.node());
+    auto acc =
+        integer_matmul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), out, ctx.node());
     const Tensor &as = ctx.input(1), &bs = ctx.input(4), &ys = ctx.input(6), &yzp = ctx.input(7);
     Tensor& y = ctx.output(0);
     const int64_t n = out.back();
     for (size_t i = 0; i < acc.size(); ++i) {
       const int64_t j = static_cast<int64_t>(i) % n;
       const double s = at(as, 0) * at(bs, bs.numel() > 1 ? j : 0) / at(ys, 0);
-      store(y, static_cast<int64_t>(i), saturate(static_cast<double>(acc[i]) * s + at(yzp, 0), y.dtype()));
+      store(y, static_cast<int64_t>(i),
+            saturate(static_cast<double>(acc[i]) * s + at(yzp, 0), y.dtype()));
     }
   }
 };
@@ -191,10 +234,12 @@ class QLinearMatMul final : public Kernel {
 // Integer convolution: x and w shifted by their zero points into int32, accumulated exactly.
 class IntegerConv final : public Kernel {
  public:
-  IntegerConv(const Node& n, bool qlinear) : attrs_(n), group_(n.attr_int("group", 1)), qlinear_(qlinear) {}
+  IntegerConv(const Node& n, bool qlinear)
+      : attrs_(n), group_(n.attr_int("group", 1)), qlinear_(qlinear) {}
   void infer(InferContext& ctx) const override {
     const size_t wi = qlinear_ ? 3 : 1;
-    ctx.set_output(0, qlinear_ ? ctx.dtype(7) : DType::Int32, conv_shapes(attrs_, group_, ctx.shape(0), ctx.shape(wi), ctx.node()).out);
+    ctx.set_output(0, qlinear_ ? ctx.dtype(7) : DType::Int32,
+                   conv_shapes(attrs_, group_, ctx.shape(0), ctx.shape(wi), ctx.node()).out);
   }
   void run(RunContext& ctx) const override {
     const size_t wi = qlinear_ ? 3 : 1;
@@ -202,15 +247,20 @@ class IntegerConv final : public Kernel {
     const Tensor* xzp = qlinear_ ? &ctx.input(2) : (ctx.has_input(2) ? &ctx.input(2) : nullptr);
     const Tensor* wzp = qlinear_ ? &ctx.input(5) : (ctx.has_input(3) ? &ctx.input(3) : nullptr);
     const ConvShapes s = conv_shapes(attrs_, group_, x.shape(), w.shape(), ctx.node());
-    Tensor xi = allocate_tensor(DType::Int32, x.shape()), wq = allocate_tensor(DType::Int32, w.shape());
-    for (int64_t e = 0; e < x.numel(); ++e) xi.data<int32_t>()[e] = static_cast<int32_t>(at(x, e) - (xzp ? at(*xzp, 0) : 0));
+    Tensor xi = allocate_tensor(DType::Int32, x.shape()),
+           wq = allocate_tensor(DType::Int32, w.shape());
+    for (int64_t e = 0; e < x.numel(); ++e)
+      xi.data<int32_t>()[e] = static_cast<int32_t>(at(x, e) - (xzp ? at(*xzp, 0) : 0));
     const int64_t per_m = w.numel() / std::max<int64_t>(w.dim(0), 1);
     for (int64_t e = 0; e < w.numel(); ++e)
-      wq.data<int32_t>()[e] = static_cast<int32_t>(at(w, e) - (wzp ? at(*wzp, wzp->numel() > 1 ? e / per_m : 0) : 0));
+      wq.data<int32_t>()[e] =
+          static_cast<int32_t>(at(w, e) - (wzp ? at(*wzp, wzp->numel() > 1 ? e / per_m : 0) : 0));
     Tensor bias;
     if (qlinear_ && ctx.has_input(8)) bias = ctx.input(8);
     Tensor acc = allocate_tensor(DType::Int32, s.out);
-    reference_conv<int32_t, int64_t>(s, xi.data<int32_t>(), wq.data<int32_t>(), bias.defined() ? bias.data<int32_t>() : nullptr, acc.data<int32_t>());
+    reference_conv<int32_t, int64_t>(s, xi.data<int32_t>(), wq.data<int32_t>(),
+                                     bias.defined() ? bias.data<int32_t>() : nullptr,
+                                     acc.data<int32_t>());
     Tensor& y = ctx.output(0);
     if (!qlinear_) {
       std::memcpy(y.raw(), acc.raw(), acc.nbytes());
@@ -221,7 +271,8 @@ class IntegerConv final : public Kernel {
     for (int64_t e = 0; e < acc.numel(); ++e) {
       const int64_t m = (e / per_channel) % s.m;
       const double scale = at(xs, 0) * at(ws, ws.numel() > 1 ? m : 0) / at(ys, 0);
-      store(y, e, saturate(static_cast<double>(acc.data<int32_t>()[e]) * scale + at(yzp, 0), y.dtype()));
+      store(y, e,
+            saturate(static_cast<double>(acc.data<int32_t>()[e]) * scale + at(yzp, 0), y.dtype()));
     }
   }
 
@@ -233,12 +284,23 @@ class IntegerConv final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(quantize_linear, {.op = "QuantizeLinear", .since = 10, .create = make_kernel<QuantizeLinear>});
-VOLT_REGISTER_KERNEL(dequantize_linear, {.op = "DequantizeLinear", .since = 10, .create = make_kernel<DequantizeLinear>});
-VOLT_REGISTER_KERNEL(dynamic_quantize_linear, {.op = "DynamicQuantizeLinear", .since = 11, .create = make_kernel<DynamicQuantizeLinear>});
-VOLT_REGISTER_KERNEL(matmul_integer, {.op = "MatMulInteger", .since = 10, .create = make_kernel<MatMulInteger>});
-VOLT_REGISTER_KERNEL(qlinear_matmul, {.op = "QLinearMatMul", .since = 10, .create = make_kernel<QLinearMatMul>});
-VOLT_REGISTER_KERNEL(conv_integer, {.op = "ConvInteger", .since = 10, .create = [](const Node& n) { return std::make_unique<IntegerConv>(n, false); }});
-VOLT_REGISTER_KERNEL(qlinear_conv, {.op = "QLinearConv", .since = 10, .create = [](const Node& n) { return std::make_unique<IntegerConv>(n, true); }});
+VOLT_REGISTER_KERNEL(quantize_linear,
+                     {.op = "QuantizeLinear", .since = 10, .create = make_kernel<QuantizeLinear>});
+VOLT_REGISTER_KERNEL(dequantize_linear, {.op = "DequantizeLinear",
+                                         .since = 10,
+                                         .create = make_kernel<DequantizeLinear>});
+VOLT_REGISTER_KERNEL(dynamic_quantize_linear, {.op = "DynamicQuantizeLinear",
+                                               .since = 11,
+                                               .create = make_kernel<DynamicQuantizeLinear>});
+VOLT_REGISTER_KERNEL(matmul_integer,
+                     {.op = "MatMulInteger", .since = 10, .create = make_kernel<MatMulInteger>});
+VOLT_REGISTER_KERNEL(qlinear_matmul,
+                     {.op = "QLinearMatMul", .since = 10, .create = make_kernel<QLinearMatMul>});
+VOLT_REGISTER_KERNEL(conv_integer, {.op = "ConvInteger", .since = 10, .create = [](const Node& n) {
+                                      return std::make_unique<IntegerConv>(n, false);
+                                    }});
+VOLT_REGISTER_KERNEL(qlinear_conv, {.op = "QLinearConv", .since = 10, .create = [](const Node& n) {
+                                      return std::make_unique<IntegerConv>(n, true);
+                                    }});
 
 }  // namespace volt

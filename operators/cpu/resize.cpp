@@ -17,7 +17,8 @@ struct Tap {
 };
 
 struct ResizeAttrs {
-  std::string mode = "nearest", transform = "half_pixel", nearest = "round_prefer_floor", aspect = "stretch";
+  std::string mode = "nearest", transform = "half_pixel", nearest = "round_prefer_floor",
+              aspect = "stretch";
   double cubic_a = -0.75, extrapolation = 0;
   bool exclude_outside = false;
   std::vector<int64_t> axes;
@@ -41,16 +42,20 @@ class Resize final : public Kernel {
       a_.axes = n.attr_ints("axes");
       a_.aspect = n.attr_string("keep_aspect_ratio_policy", "stretch");
     }
-    VOLT_CHECK(a_.mode == "nearest" || a_.mode == "linear" || a_.mode == "cubic", InvalidModel, n.describe() + ": unknown mode '" + a_.mode + "'");
-    VOLT_CHECK(n.attr_int("antialias", 0) == 0, NotImplemented, n.describe() + ": antialias=1 is not supported");
+    VOLT_CHECK(a_.mode == "nearest" || a_.mode == "linear" || a_.mode == "cubic", InvalidModel,
+               n.describe() + ": unknown mode '" + a_.mode + "'");
+    VOLT_CHECK(n.attr_int("antialias", 0) == 0, NotImplemented,
+               n.describe() + ": antialias=1 is not supported");
     if (upsample && n.opset < 9) attr_scales_ = n.attr_floats("scales");
   }
 
   void infer(InferContext& ctx) const override {
     std::vector<double> scales;
     Shape out;
-    if (!resolve(ctx.shape(0), [&](size_t i) { return ctx.has_input(i) ? ctx.input_tensor(i) : nullptr; },
-                 [&](size_t i) { return ctx.has_input(i); }, ctx.node(), scales, out))
+    if (!resolve(
+            ctx.shape(0),
+            [&](size_t i) { return ctx.has_input(i) ? ctx.input_tensor(i) : nullptr; },
+            [&](size_t i) { return ctx.has_input(i); }, ctx.node(), scales, out))
       return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(0, ctx.dtype(0), out);
   }
@@ -59,16 +64,19 @@ class Resize final : public Kernel {
     const Tensor& x = ctx.input(0);
     std::vector<double> scales;
     Shape out;
-    resolve(x.shape(), [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; }, [&](size_t i) { return ctx.has_input(i); },
-            ctx.node(), scales, out);
+    resolve(
+        x.shape(), [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; },
+        [&](size_t i) { return ctx.has_input(i); }, ctx.node(), scales, out);
     std::vector<double> roi;
     const size_t roi_input = 1;
-    if (!upsample_ && opset_ >= 11 && ctx.has_input(roi_input) && ctx.input(roi_input).numel() > 0) roi = as_doubles(ctx.input(roi_input));
+    if (!upsample_ && opset_ >= 11 && ctx.has_input(roi_input) && ctx.input(roi_input).numel() > 0)
+      roi = as_doubles(ctx.input(roi_input));
     const size_t r = x.rank();
     // Per axis and output coordinate: the taps, or "outside" for tf_crop_and_resize.
     std::vector<std::vector<std::vector<Tap>>> taps(r);
     std::vector<std::vector<char>> outside(r);
-    for (size_t d = 0; d < r; ++d) axis_taps(d, x.dim(d), out[d], scales[d], roi, r, taps[d], outside[d]);
+    for (size_t d = 0; d < r; ++d)
+      axis_taps(d, x.dim(d), out[d], scales[d], roi, r, taps[d], outside[d]);
     Tensor& y = ctx.output(0);
     const auto st = strides_of(x.shape());
     dispatch_numeric(x.dtype(), [&](auto tag) {
@@ -97,11 +105,14 @@ class Resize final : public Kernel {
 
  private:
   template <class T>
-  static double accumulate(const T* px, const std::vector<int64_t>& st, const std::vector<std::vector<std::vector<Tap>>>& taps,
+  static double accumulate(const T* px, const std::vector<int64_t>& st,
+                           const std::vector<std::vector<std::vector<Tap>>>& taps,
                            const std::vector<int64_t>& idx, size_t d, int64_t off) {
-    if (d == taps.size()) return static_cast<double>(static_cast<typename Compute<T>::type>(px[off]));
+    if (d == taps.size())
+      return static_cast<double>(static_cast<typename Compute<T>::type>(px[off]));
     double s = 0;
-    for (const Tap& t : taps[d][idx[d]]) s += t.weight * accumulate(px, st, taps, idx, d + 1, off + t.index * st[d]);
+    for (const Tap& t : taps[d][idx[d]])
+      s += t.weight * accumulate(px, st, taps, idx, d + 1, off + t.index * st[d]);
     return s;
   }
 
@@ -109,14 +120,17 @@ class Resize final : public Kernel {
     std::vector<double> v(static_cast<size_t>(t.numel()));
     dispatch_numeric(t.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
+      for (int64_t i = 0; i < t.numel(); ++i)
+        v[i] = static_cast<double>(
+            static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
     });
     return v;
   }
 
   // Scales and output shape; false when an input they depend on is not known yet.
   template <class Get, class Has>
-  bool resolve(const Shape& in, Get get, Has has, const Node& node, std::vector<double>& scales, Shape& out) const {
+  bool resolve(const Shape& in, Get get, Has has, const Node& node, std::vector<double>& scales,
+               Shape& out) const {
     const size_t r = in.size();
     std::vector<int64_t> axes;
     for (int64_t a : a_.axes) axes.push_back(normalize_axis(a, static_cast<int64_t>(r), node));
@@ -142,15 +156,19 @@ class Resize final : public Kernel {
       }
     }
     if (!given_scales.empty()) {
-      VOLT_CHECK(given_scales.size() == axes.size(), InvalidArgument, node.describe() + ": scales needs one value per resized axis");
+      VOLT_CHECK(given_scales.size() == axes.size(), InvalidArgument,
+                 node.describe() + ": scales needs one value per resized axis");
       for (size_t i = 0; i < axes.size(); ++i) {
-        VOLT_CHECK(given_scales[i] > 0, InvalidArgument, node.describe() + ": scales must be positive");
+        VOLT_CHECK(given_scales[i] > 0, InvalidArgument,
+                   node.describe() + ": scales must be positive");
         scales[axes[i]] = given_scales[i];
-        out[axes[i]] = static_cast<int64_t>(std::floor(static_cast<double>(in[axes[i]]) * given_scales[i]));
+        out[axes[i]] =
+            static_cast<int64_t>(std::floor(static_cast<double>(in[axes[i]]) * given_scales[i]));
       }
       return true;
     }
-    VOLT_CHECK(sizes.size() == axes.size(), InvalidArgument, node.describe() + ": give scales or sizes, one value per resized axis");
+    VOLT_CHECK(sizes.size() == axes.size(), InvalidArgument,
+               node.describe() + ": give scales or sizes, one value per resized axis");
     if (a_.aspect != "stretch") {
       double s = a_.aspect == "not_larger" ? INFINITY : 0;
       for (size_t i = 0; i < axes.size(); ++i) {
@@ -166,13 +184,15 @@ class Resize final : public Kernel {
     for (size_t i = 0; i < axes.size(); ++i) {
       VOLT_CHECK(sizes[i] >= 0, InvalidArgument, node.describe() + ": sizes must be >= 0");
       out[axes[i]] = sizes[i];
-      scales[axes[i]] = in[axes[i]] ? static_cast<double>(sizes[i]) / static_cast<double>(in[axes[i]]) : 1.0;
+      scales[axes[i]] =
+          in[axes[i]] ? static_cast<double>(sizes[i]) / static_cast<double>(in[axes[i]]) : 1.0;
     }
     return true;
   }
 
-  void axis_taps(size_t d, int64_t in, int64_t out, double scale, const std::vector<double>& roi, size_t rank,
-                 std::vector<std::vector<Tap>>& taps, std::vector<char>& outside) const {
+  void axis_taps(size_t d, int64_t in, int64_t out, double scale, const std::vector<double>& roi,
+                 size_t rank, std::vector<std::vector<Tap>>& taps,
+                 std::vector<char>& outside) const {
     taps.assign(static_cast<size_t>(out), {});
     outside.assign(static_cast<size_t>(out), 0);
     for (int64_t o = 0; o < out; ++o) {
@@ -186,18 +206,25 @@ class Resize final : public Kernel {
       const double len = static_cast<double>(in) * scale;
       double x = 0;
       const std::string& m = a_.transform;
-      if (m == "half_pixel") x = (xr + 0.5) / scale - 0.5;
-      else if (m == "pytorch_half_pixel") x = len > 1 ? (xr + 0.5) / scale - 0.5 : 0;
-      else if (m == "align_corners") x = len == 1 ? 0 : xr * static_cast<double>(in - 1) / (len - 1);
-      else if (m == "tf_half_pixel_for_nn") x = (xr + 0.5) / scale;
-      else if (m == "asymmetric") x = xr / scale;
+      if (m == "half_pixel")
+        x = (xr + 0.5) / scale - 0.5;
+      else if (m == "pytorch_half_pixel")
+        x = len > 1 ? (xr + 0.5) / scale - 0.5 : 0;
+      else if (m == "align_corners")
+        x = len == 1 ? 0 : xr * static_cast<double>(in - 1) / (len - 1);
+      else if (m == "tf_half_pixel_for_nn")
+        x = (xr + 0.5) / scale;
+      else if (m == "asymmetric")
+        x = xr / scale;
       else if (m == "half_pixel_symmetric") {
         const double adj = static_cast<double>(out) / (scale * static_cast<double>(in));
         const double center = static_cast<double>(in) / 2.0;
         x = center * (1 - adj) + (xr + 0.5) / scale - 0.5;
       } else if (m == "tf_crop_and_resize") {
-        const double start = roi.size() == 2 * rank ? roi[d] : 0, end = roi.size() == 2 * rank ? roi[d + rank] : 1;
-        x = len > 1 ? start * static_cast<double>(in - 1) + xr * (end - start) * static_cast<double>(in - 1) / (len - 1)
+        const double start = roi.size() == 2 * rank ? roi[d] : 0,
+                     end = roi.size() == 2 * rank ? roi[d + rank] : 1;
+        x = len > 1 ? start * static_cast<double>(in - 1) +
+                          xr * (end - start) * static_cast<double>(in - 1) / (len - 1)
                     : 0.5 * (start + end) * static_cast<double>(in - 1);
         if (x < 0 || x > static_cast<double>(in - 1)) {
           outside[o] = 1;
@@ -210,10 +237,14 @@ class Resize final : public Kernel {
       if (a_.mode == "nearest") {
         int64_t i;
         const double fl = std::floor(x), frac = x - fl;
-        if (a_.nearest == "floor") i = static_cast<int64_t>(fl);
-        else if (a_.nearest == "ceil") i = static_cast<int64_t>(std::ceil(x));
-        else if (a_.nearest == "round_prefer_ceil") i = static_cast<int64_t>(frac == 0.5 ? fl + 1 : std::round(x));
-        else i = static_cast<int64_t>(frac == 0.5 ? fl : std::round(x));
+        if (a_.nearest == "floor")
+          i = static_cast<int64_t>(fl);
+        else if (a_.nearest == "ceil")
+          i = static_cast<int64_t>(std::ceil(x));
+        else if (a_.nearest == "round_prefer_ceil")
+          i = static_cast<int64_t>(frac == 0.5 ? fl + 1 : std::round(x));
+        else
+          i = static_cast<int64_t>(frac == 0.5 ? fl : std::round(x));
         taps[o] = {{clamp(i), 1.0}};
       } else if (a_.mode == "linear") {
         const double xc = std::clamp(x, 0.0, static_cast<double>(in - 1));
@@ -223,7 +254,8 @@ class Resize final : public Kernel {
       } else {  // cubic, with edge padding or (exclude_outside) renormalized in-range taps
         const int64_t i0 = static_cast<int64_t>(std::floor(x));
         const double t = x - static_cast<double>(i0), A = a_.cubic_a;
-        const double c[4] = {((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A, ((A + 2) * t - (A + 3)) * t * t + 1,
+        const double c[4] = {((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A,
+                             ((A + 2) * t - (A + 3)) * t * t + 1,
                              ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1,
                              ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A};
         double total = 0;
@@ -248,7 +280,13 @@ class Resize final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(resize, {.op = "Resize", .since = 10, .types = kNumericTypes, .create = [](const Node& n) { return std::make_unique<Resize>(n, false); }});
-VOLT_REGISTER_KERNEL(upsample, {.op = "Upsample", .types = kNumericTypes, .create = [](const Node& n) { return std::make_unique<Resize>(n, true); }});
+VOLT_REGISTER_KERNEL(
+    resize, {.op = "Resize", .since = 10, .types = kNumericTypes, .create = [](const Node& n) {
+               return std::make_unique<Resize>(n, false);
+             }});
+VOLT_REGISTER_KERNEL(upsample,
+                     {.op = "Upsample", .types = kNumericTypes, .create = [](const Node& n) {
+                        return std::make_unique<Resize>(n, true);
+                      }});
 
 }  // namespace volt

@@ -22,7 +22,8 @@ Activation activation(const std::string& name, float alpha, float beta, const No
   if (name == "LeakyRelu") return [=](double x) { return x >= 0 ? x : alpha * x; };
   if (name == "ThresholdedRelu") return [=](double x) { return x > alpha ? x : 0; };
   if (name == "ScaledTanh") return [=](double x) { return alpha * std::tanh(beta * x); };
-  if (name == "HardSigmoid") return [=](double x) { return std::max(0.0, std::min(1.0, alpha * x + beta)); };
+  if (name == "HardSigmoid")
+    return [=](double x) { return std::max(0.0, std::min(1.0, alpha * x + beta)); };
   if (name == "Elu") return [=](double x) { return x >= 0 ? x : alpha * (std::exp(x) - 1); };
   if (name == "Softsign") return [](double x) { return x / (1 + std::abs(x)); };
   if (name == "Softplus") return [](double x) { return std::log1p(std::exp(x)); };
@@ -43,7 +44,9 @@ std::vector<double> doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
   dispatch_numeric(t.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      v[i] = static_cast<double>(
+          static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
   });
   return v;
 }
@@ -51,28 +54,36 @@ std::vector<double> doubles(const Tensor& t) {
 class Recurrent final : public Kernel {
  public:
   Recurrent(const Node& n, Cell cell)
-      : cell_(cell), hidden_(n.attr_int("hidden_size", 0)), clip_(n.attr_float("clip", 0)), layout_(n.attr_int("layout", 0)),
-        input_forget_(n.attr_int("input_forget", 0) != 0), linear_before_reset_(n.attr_int("linear_before_reset", 0) != 0) {
+      : cell_(cell),
+        hidden_(n.attr_int("hidden_size", 0)),
+        clip_(n.attr_float("clip", 0)),
+        layout_(n.attr_int("layout", 0)),
+        input_forget_(n.attr_int("input_forget", 0) != 0),
+        linear_before_reset_(n.attr_int("linear_before_reset", 0) != 0) {
     const std::string dir = n.attr_string("direction", "forward");
-    VOLT_CHECK(dir == "forward" || dir == "reverse" || dir == "bidirectional", InvalidModel, n.describe() + ": unknown direction '" + dir + "'");
+    VOLT_CHECK(dir == "forward" || dir == "reverse" || dir == "bidirectional", InvalidModel,
+               n.describe() + ": unknown direction '" + dir + "'");
     reverse_ = dir == "reverse";
     dirs_ = dir == "bidirectional" ? 2 : 1;
     const size_t per_dir = cell == Cell::Rnn ? 1 : (cell == Cell::Gru ? 2 : 3);
     std::vector<std::string> names = n.attr_strings("activations");
     if (names.empty()) {
-      const std::vector<std::string> defaults = cell == Cell::Rnn ? std::vector<std::string>{"Tanh"}
-                                                : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                                                    : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+      const std::vector<std::string> defaults =
+          cell == Cell::Rnn   ? std::vector<std::string>{"Tanh"}
+          : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                              : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
       for (int d = 0; d < dirs_; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
     }
-    VOLT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs_), InvalidModel, n.describe() + ": expected " + std::to_string(per_dir * dirs_) + " activations");
+    VOLT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs_), InvalidModel,
+               n.describe() + ": expected " + std::to_string(per_dir * dirs_) + " activations");
     const auto alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
     size_t ai = 0, bi = 0;
     for (const auto& name : names) {
       auto [a, b] = default_params(name);
       const bool takes_alpha = a != 0 || name == "Affine" || name == "ScaledTanh";
       if (takes_alpha && ai < alphas.size()) a = alphas[ai++];
-      if ((name == "HardSigmoid" || name == "Affine" || name == "ScaledTanh") && bi < betas.size()) b = betas[bi++];
+      if ((name == "HardSigmoid" || name == "Affine" || name == "ScaledTanh") && bi < betas.size())
+        b = betas[bi++];
       acts_.push_back(activation(name, a, b, n));
     }
   }
@@ -82,7 +93,8 @@ class Recurrent final : public Kernel {
     VOLT_CHECK(x.size() == 3, InvalidArgument, ctx.node().describe() + ": X must be 3-D");
     const int64_t hidden = hidden_ ? hidden_ : ctx.shape(2)[2];
     const int64_t seq = layout_ ? x[1] : x[0], batch = layout_ ? x[0] : x[1];
-    ctx.set_output(0, ctx.dtype(0), layout_ ? Shape{batch, seq, dirs_, hidden} : Shape{seq, dirs_, batch, hidden});
+    ctx.set_output(0, ctx.dtype(0),
+                   layout_ ? Shape{batch, seq, dirs_, hidden} : Shape{seq, dirs_, batch, hidden});
     const Shape state = layout_ ? Shape{batch, dirs_, hidden} : Shape{dirs_, batch, hidden};
     if (ctx.output_count() > 1) ctx.set_output(1, ctx.dtype(0), state);
     if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(0), state);
@@ -90,28 +102,42 @@ class Recurrent final : public Kernel {
 
   void run(RunContext& ctx) const override {
     const Tensor& xt = ctx.input(0);
-    const int64_t seq = layout_ ? xt.dim(1) : xt.dim(0), batch = layout_ ? xt.dim(0) : xt.dim(1), in = xt.dim(2);
+    const int64_t seq = layout_ ? xt.dim(1) : xt.dim(0), batch = layout_ ? xt.dim(0) : xt.dim(1),
+                  in = xt.dim(2);
     const int64_t gates = cell_ == Cell::Rnn ? 1 : (cell_ == Cell::Gru ? 3 : 4);
     const int64_t h = hidden_ ? hidden_ : ctx.input(2).dim(2);
     const auto x = doubles(xt), w = doubles(ctx.input(1)), r = doubles(ctx.input(2));
-    VOLT_CHECK(static_cast<int64_t>(w.size()) == dirs_ * gates * h * in && static_cast<int64_t>(r.size()) == dirs_ * gates * h * h,
-               InvalidArgument, ctx.node().describe() + ": W or R does not match hidden_size " + std::to_string(h));
-    std::vector<double> b = ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>(static_cast<size_t>(dirs_ * 2 * gates * h), 0.0);
+    VOLT_CHECK(static_cast<int64_t>(w.size()) == dirs_ * gates * h * in &&
+                   static_cast<int64_t>(r.size()) == dirs_ * gates * h * h,
+               InvalidArgument,
+               ctx.node().describe() + ": W or R does not match hidden_size " + std::to_string(h));
+    std::vector<double> b =
+        ctx.has_input(3) ? doubles(ctx.input(3))
+                         : std::vector<double>(static_cast<size_t>(dirs_ * 2 * gates * h), 0.0);
     std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
     if (ctx.has_input(4)) {
       const auto l = doubles(ctx.input(4));
-      for (int64_t i = 0; i < batch; ++i) lens[i] = std::clamp<int64_t>(static_cast<int64_t>(l[i]), 0, seq);
+      for (int64_t i = 0; i < batch; ++i)
+        lens[i] = std::clamp<int64_t>(static_cast<int64_t>(l[i]), 0, seq);
     }
     auto state_in = [&](size_t i) {
-      if (!ctx.has_input(i)) return std::vector<double>(static_cast<size_t>(dirs_ * batch * h), 0.0);
+      if (!ctx.has_input(i))
+        return std::vector<double>(static_cast<size_t>(dirs_ * batch * h), 0.0);
       auto v = doubles(ctx.input(i));
       return layout_ ? to_dir_major(v, batch, h) : v;
     };
-    std::vector<double> H = state_in(5), C = cell_ == Cell::Lstm ? state_in(6) : std::vector<double>{};
-    const std::vector<double> P = cell_ == Cell::Lstm && ctx.has_input(7) ? doubles(ctx.input(7)) : std::vector<double>(static_cast<size_t>(dirs_ * 3 * h), 0.0);
-    std::vector<double> Y(static_cast<size_t>(seq * dirs_ * batch * h), 0.0);  // [seq, dir, batch, h]
+    std::vector<double> H = state_in(5),
+                        C = cell_ == Cell::Lstm ? state_in(6) : std::vector<double>{};
+    const std::vector<double> P =
+        cell_ == Cell::Lstm && ctx.has_input(7)
+            ? doubles(ctx.input(7))
+            : std::vector<double>(static_cast<size_t>(dirs_ * 3 * h), 0.0);
+    std::vector<double> Y(static_cast<size_t>(seq * dirs_ * batch * h),
+                          0.0);  // [seq, dir, batch, h]
     const size_t per_dir = acts_.size() / static_cast<size_t>(dirs_);
-    auto clip = [&](double v) { return clip_ > 0 ? std::clamp(v, -static_cast<double>(clip_), static_cast<double>(clip_)) : v; };
+    auto clip = [&](double v) {
+      return clip_ > 0 ? std::clamp(v, -static_cast<double>(clip_), static_cast<double>(clip_)) : v;
+    };
 
     for (int64_t d = 0; d < dirs_; ++d) {
       const bool backwards = reverse_ || d == 1;
@@ -130,7 +156,8 @@ class Recurrent final : public Kernel {
           const int64_t t = backwards ? lens[bi] - 1 - step : step;
           const double* xv = x.data() + (layout_ ? (bi * seq + t) : (t * batch + bi)) * in;
           // xw[g*h + j] = x . W[g*h + j] + Wb; hr likewise with H and R.
-          std::vector<double> xw(static_cast<size_t>(gates * h)), hr(static_cast<size_t>(gates * h));
+          std::vector<double> xw(static_cast<size_t>(gates * h)),
+              hr(static_cast<size_t>(gates * h));
           for (int64_t k = 0; k < gates * h; ++k) {
             double s = Wb[k], q = Rb[k];
             for (int64_t i = 0; i < in; ++i) s += xv[i] * W[k * in + i];
@@ -148,7 +175,8 @@ class Recurrent final : public Kernel {
               rr[j] = f(clip(xw[h + j] + hr[h + j]));
             }
             if (linear_before_reset_) {
-              for (int64_t j = 0; j < h; ++j) next[j] = g(clip(xw[2 * h + j] + rr[j] * hr[2 * h + j]));
+              for (int64_t j = 0; j < h; ++j)
+                next[j] = g(clip(xw[2 * h + j] + rr[j] * hr[2 * h + j]));
             } else {  // the reset gate scales H before it meets R_h
               for (int64_t j = 0; j < h; ++j) {
                 double q = Rb[2 * h + j];
@@ -189,8 +217,8 @@ class Recurrent final : public Kernel {
     return out;
   }
 
-  void write_outputs(RunContext& ctx, const std::vector<double>& Y, const std::vector<double>& H, const std::vector<double>& C,
-                     int64_t seq, int64_t batch, int64_t h) const {
+  void write_outputs(RunContext& ctx, const std::vector<double>& Y, const std::vector<double>& H,
+                     const std::vector<double>& C, int64_t seq, int64_t batch, int64_t h) const {
     auto put = [&](size_t out, const std::vector<double>& src, bool sequence) {
       if (!ctx.has_output(out)) return;
       Tensor& t = ctx.output(out);
@@ -199,14 +227,16 @@ class Recurrent final : public Kernel {
         T* p = static_cast<T*>(t.raw());
         for (size_t i = 0; i < src.size(); ++i) {
           size_t dst = i;
-          if (layout_) {  // [seq, dir, batch, h] -> [batch, seq, dir, h]; [dir, batch, h] -> [batch, dir, h]
+          if (layout_) {  // [seq, dir, batch, h] -> [batch, seq, dir, h]; [dir, batch, h] ->
+                          // [batch, dir, h]
             const int64_t j = static_cast<int64_t>(i) % h;
             int64_t rest = static_cast<int64_t>(i) / h;
             const int64_t b = rest % batch;
             rest /= batch;
             const int64_t d = rest % dirs_;
             const int64_t s = rest / dirs_;
-            dst = static_cast<size_t>(sequence ? ((b * seq + s) * dirs_ + d) * h + j : (b * dirs_ + d) * h + j);
+            dst = static_cast<size_t>(sequence ? ((b * seq + s) * dirs_ + d) * h + j
+                                               : (b * dirs_ + d) * h + j);
           }
           p[dst] = static_cast<T>(static_cast<typename Compute<T>::type>(src[i]));
         }
@@ -228,8 +258,14 @@ class Recurrent final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(rnn, {.op = "RNN", .types = kFloatTypes, .create = [](const Node& n) { return std::make_unique<Recurrent>(n, Cell::Rnn); }});
-VOLT_REGISTER_KERNEL(gru, {.op = "GRU", .types = kFloatTypes, .create = [](const Node& n) { return std::make_unique<Recurrent>(n, Cell::Gru); }});
-VOLT_REGISTER_KERNEL(lstm, {.op = "LSTM", .types = kFloatTypes, .create = [](const Node& n) { return std::make_unique<Recurrent>(n, Cell::Lstm); }});
+VOLT_REGISTER_KERNEL(rnn, {.op = "RNN", .types = kFloatTypes, .create = [](const Node& n) {
+                             return std::make_unique<Recurrent>(n, Cell::Rnn);
+                           }});
+VOLT_REGISTER_KERNEL(gru, {.op = "GRU", .types = kFloatTypes, .create = [](const Node& n) {
+                             return std::make_unique<Recurrent>(n, Cell::Gru);
+                           }});
+VOLT_REGISTER_KERNEL(lstm, {.op = "LSTM", .types = kFloatTypes, .create = [](const Node& n) {
+                              return std::make_unique<Recurrent>(n, Cell::Lstm);
+                            }});
 
 }  // namespace volt

@@ -15,7 +15,8 @@ constexpr double kPi = 3.14159265358979323846;
 double scalar(const Tensor& t) {
   return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
-    return static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[0]));
+    return static_cast<double>(
+        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[0]));
   });
 }
 
@@ -24,14 +25,17 @@ void fill(Tensor& t, F value) {
   dispatch_numeric(t.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     T* p = static_cast<T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(value(i)));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(value(i)));
   });
 }
 
 class Window final : public Kernel {
  public:
   Window(const Node& n, std::vector<double> coeffs)
-      : coeffs_(std::move(coeffs)), periodic_(n.attr_int("periodic", 1) != 0), dtype_(static_cast<DType>(n.attr_int("output_datatype", 1))) {}
+      : coeffs_(std::move(coeffs)),
+        periodic_(n.attr_int("periodic", 1) != 0),
+        dtype_(static_cast<DType>(n.attr_int("output_datatype", 1))) {}
   void infer(InferContext& ctx) const override {
     const Tensor* s = ctx.input_tensor(0);
     if (!s) return ctx.set_output_unknown(0, dtype_);
@@ -42,7 +46,9 @@ class Window final : public Kernel {
     const double n = static_cast<double>(y.numel()), denom = periodic_ ? n : n - 1;
     fill(y, [&](int64_t i) {
       double v = 0;
-      for (size_t k = 0; k < coeffs_.size(); ++k) v += (k % 2 ? -1 : 1) * coeffs_[k] * std::cos(2 * kPi * static_cast<double>(k) * static_cast<double>(i) / denom);
+      for (size_t k = 0; k < coeffs_.size(); ++k)
+        v += (k % 2 ? -1 : 1) * coeffs_[k] *
+             std::cos(2 * kPi * static_cast<double>(k) * static_cast<double>(i) / denom);
       return v;
     });
   }
@@ -56,7 +62,10 @@ class Window final : public Kernel {
 // Reads [..., n, 1 or 2] as complex values along `axis`.
 class Dft final : public Kernel {
  public:
-  explicit Dft(const Node& n) : axis_(n.attr_int("axis", 1)), inverse_(n.attr_int("inverse", 0) != 0), onesided_(n.attr_int("onesided", 0) != 0) {}
+  explicit Dft(const Node& n)
+      : axis_(n.attr_int("axis", 1)),
+        inverse_(n.attr_int("inverse", 0) != 0),
+        onesided_(n.attr_int("onesided", 0) != 0) {}
   void infer(InferContext& ctx) const override {
     Shape s = ctx.shape(0);
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()) - 1, ctx.node());
@@ -74,7 +83,8 @@ class Dft final : public Kernel {
     const Tensor& x = ctx.input(0);
     const Shape& s = x.shape();
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()) - 1, ctx.node());
-    const int64_t n_in = s[axis], len = ctx.has_input(1) ? static_cast<int64_t>(scalar(ctx.input(1))) : n_in;
+    const int64_t n_in = s[axis],
+                  len = ctx.has_input(1) ? static_cast<int64_t>(scalar(ctx.input(1))) : n_in;
     const bool complex_in = s.back() == 2;
     Tensor& y = ctx.output(0);
     const int64_t n_out = y.dim(axis);
@@ -92,7 +102,8 @@ class Dft final : public Kernel {
           for (int64_t t = 0; t < std::min(len, n_in); ++t) {
             const int64_t e = ((o * n_in + t) * inner + i) * (complex_in ? 2 : 1);
             const std::complex<double> v(in[e], complex_in ? in[e + 1] : 0);
-            acc += v * std::polar(1.0, sign * 2 * kPi * static_cast<double>(k * t) / static_cast<double>(len));
+            acc += v * std::polar(1.0, sign * 2 * kPi * static_cast<double>(k * t) /
+                                           static_cast<double>(len));
           }
           if (inverse_) acc /= static_cast<double>(len);
           const int64_t e = ((o * n_out + k) * inner + i) * 2;
@@ -105,7 +116,9 @@ class Dft final : public Kernel {
   static void fill_from(const Tensor& x, std::vector<double>& v) {
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      for (int64_t i = 0; i < x.numel(); ++i) v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(static_cast<const T*>(x.raw())[i]));
+      for (int64_t i = 0; i < x.numel(); ++i)
+        v[i] = static_cast<double>(
+            static_cast<typename Compute<T>::type>(static_cast<const T*>(x.raw())[i]));
     });
   }
 
@@ -130,7 +143,8 @@ class Stft final : public Kernel {
     const Tensor& x = ctx.input(0);
     const int64_t step = static_cast<int64_t>(scalar(ctx.input(1)));
     const bool has_window = ctx.has_input(2);
-    const int64_t len = ctx.has_input(3) ? static_cast<int64_t>(scalar(ctx.input(3))) : ctx.input(2).dim(0);
+    const int64_t len =
+        ctx.has_input(3) ? static_cast<int64_t>(scalar(ctx.input(3))) : ctx.input(2).dim(0);
     std::vector<double> sig(static_cast<size_t>(x.numel())), win;
     Dft::fill_from(x, sig);
     if (has_window) {
@@ -148,8 +162,9 @@ class Stft final : public Kernel {
           for (int64_t t = 0; t < len; ++t) {
             const int64_t e = (b * n + f * step + t) * (complex_in ? 2 : 1);
             const double w = has_window ? win[t] : 1.0;
-            acc += std::complex<double>(sig[e], complex_in ? sig[e + 1] : 0) * w *
-                   std::polar(1.0, -2 * kPi * static_cast<double>(k * t) / static_cast<double>(len));
+            acc +=
+                std::complex<double>(sig[e], complex_in ? sig[e + 1] : 0) * w *
+                std::polar(1.0, -2 * kPi * static_cast<double>(k * t) / static_cast<double>(len));
           }
           const int64_t e = ((b * frames + f) * bins + k) * 2;
           out[e] = acc.real();
@@ -164,14 +179,18 @@ class Stft final : public Kernel {
 
 class MelWeightMatrix final : public Kernel {
  public:
-  explicit MelWeightMatrix(const Node& n) : dtype_(static_cast<DType>(n.attr_int("output_datatype", 1))) {}
+  explicit MelWeightMatrix(const Node& n)
+      : dtype_(static_cast<DType>(n.attr_int("output_datatype", 1))) {}
   void infer(InferContext& ctx) const override {
     const Tensor *mel = ctx.input_tensor(0), *dft = ctx.input_tensor(1);
     if (!mel || !dft) return ctx.set_output_unknown(0, dtype_);
-    ctx.set_output(0, dtype_, {static_cast<int64_t>(scalar(*dft)) / 2 + 1, static_cast<int64_t>(scalar(*mel))});
+    ctx.set_output(
+        0, dtype_,
+        {static_cast<int64_t>(scalar(*dft)) / 2 + 1, static_cast<int64_t>(scalar(*mel))});
   }
   void run(RunContext& ctx) const override {
-    const int64_t mel = static_cast<int64_t>(scalar(ctx.input(0))), dft = static_cast<int64_t>(scalar(ctx.input(1)));
+    const int64_t mel = static_cast<int64_t>(scalar(ctx.input(0))),
+                  dft = static_cast<int64_t>(scalar(ctx.input(1)));
     const double rate = scalar(ctx.input(2)), lo = scalar(ctx.input(3)), hi = scalar(ctx.input(4));
     const int64_t bins = dft / 2 + 1;
     auto to_mel = [](double hz) { return 2595 * std::log10(1 + hz / 700); };
@@ -181,17 +200,21 @@ class MelWeightMatrix final : public Kernel {
     std::vector<int64_t> edge(static_cast<size_t>(mel + 2));
     const double ml = to_mel(lo), mh = to_mel(hi), step = (mh - ml) / static_cast<double>(mel + 2);
     for (int64_t i = 0; i < mel + 2; ++i)
-      edge[i] = static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * to_hz(ml + static_cast<double>(i) * step) / rate));
+      edge[i] = static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) *
+                                                to_hz(ml + static_cast<double>(i) * step) / rate));
     std::vector<double> w(static_cast<size_t>(bins * mel), 0.0);
     auto set = [&](int64_t k, int64_t m, double v) {
       if (k >= 0 && k < bins) w[k * mel + m] = v;
     };
     for (int64_t m = 0; m < mel; ++m) {
       const int64_t l = edge[m], c = edge[m + 1], r = edge[m + 2];
-      if (c == l) set(c, m, 1);
+      if (c == l)
+        set(c, m, 1);
       else
-        for (int64_t k = l; k <= c; ++k) set(k, m, static_cast<double>(k - l) / static_cast<double>(c - l));
-      for (int64_t k = c; k < r; ++k) set(k, m, static_cast<double>(r - k) / static_cast<double>(r - c));
+        for (int64_t k = l; k <= c; ++k)
+          set(k, m, static_cast<double>(k - l) / static_cast<double>(c - l));
+      for (int64_t k = c; k < r; ++k)
+        set(k, m, static_cast<double>(r - k) / static_cast<double>(r - c));
     }
     fill(ctx.output(0), [&](int64_t i) { return w[i]; });
   }
@@ -202,11 +225,23 @@ class MelWeightMatrix final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(hann_window, {.op = "HannWindow", .since = 17, .create = [](const Node& n) { return std::make_unique<Window>(n, std::vector<double>{0.5, 0.5}); }});
-VOLT_REGISTER_KERNEL(hamming_window, {.op = "HammingWindow", .since = 17, .create = [](const Node& n) { return std::make_unique<Window>(n, std::vector<double>{25.0 / 46, 21.0 / 46}); }});
-VOLT_REGISTER_KERNEL(blackman_window, {.op = "BlackmanWindow", .since = 17, .create = [](const Node& n) { return std::make_unique<Window>(n, std::vector<double>{0.42, 0.5, 0.08}); }});
+VOLT_REGISTER_KERNEL(hann_window,
+                     {.op = "HannWindow", .since = 17, .create = [](const Node& n) {
+                        return std::make_unique<Window>(n, std::vector<double>{0.5, 0.5});
+                      }});
+VOLT_REGISTER_KERNEL(
+    hamming_window,
+    {.op = "HammingWindow", .since = 17, .create = [](const Node& n) {
+       return std::make_unique<Window>(n, std::vector<double>{25.0 / 46, 21.0 / 46});
+     }});
+VOLT_REGISTER_KERNEL(blackman_window,
+                     {.op = "BlackmanWindow", .since = 17, .create = [](const Node& n) {
+                        return std::make_unique<Window>(n, std::vector<double>{0.42, 0.5, 0.08});
+                      }});
 VOLT_REGISTER_KERNEL(dft, {.op = "DFT", .since = 17, .create = make_kernel<Dft>});
 VOLT_REGISTER_KERNEL(stft, {.op = "STFT", .since = 17, .create = make_kernel<Stft>});
-VOLT_REGISTER_KERNEL(mel_weight_matrix, {.op = "MelWeightMatrix", .since = 17, .create = make_kernel<MelWeightMatrix>});
+VOLT_REGISTER_KERNEL(mel_weight_matrix, {.op = "MelWeightMatrix",
+                                         .since = 17,
+                                         .create = make_kernel<MelWeightMatrix>});
 
 }  // namespace volt

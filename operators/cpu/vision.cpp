@@ -1,0 +1,375 @@
+// Detection and sampling: NonMaxSuppression, RoiAlign, GridSample, MaxUnpool.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+std::vector<double> doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  dispatch_numeric(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    for (int64_t i = 0; i < t.numel(); ++i)
+      v[i] = static_cast<double>(
+          static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
+  });
+  return v;
+}
+
+template <class F>
+void fill(Tensor& t, F value) {
+  dispatch_numeric(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(value(i)));
+  });
+}
+
+class NonMaxSuppression final : public Kernel {
+ public:
+  explicit NonMaxSuppression(const Node& n) : center_(n.attr_int("center_point_box", 0) != 0) {}
+  void infer(InferContext& ctx) const override { ctx.set_output_unknown(0, DType::Int64); }
+  void run(RunContext& ctx) const override {
+    const Tensor &boxes_t = ctx.input(0), &scores_t = ctx.input(1);
+    VOLT_CHECK(boxes_t.rank() == 3 && boxes_t.dim(2) == 4 && scores_t.rank() == 3, InvalidArgument,
+               ctx.node().describe() +
+                   ": boxes must be [batch, boxes, 4] and scores [batch, classes, boxes]");
+    const int64_t batches = boxes_t.dim(0), n = boxes_t.dim(1), classes = scores_t.dim(1);
+    VOLT_CHECK(scores_t.dim(0) == batches && scores_t.dim(2) == n, InvalidArgument,
+               ctx.node().describe() + ": boxes and scores disagree");
+    const int64_t max_out =
+        ctx.has_input(2) && ctx.input(2).numel()
+            ? to_int64_vector(ctx.input(2), ctx.node(), "max_output_boxes_per_class")[0]
+            : 0;
+    const double iou_threshold =
+        ctx.has_input(3) && ctx.input(3).numel() ? doubles(ctx.input(3))[0] : 0;
+    const bool has_score_threshold = ctx.has_input(4) && ctx.input(4).numel();
+    const double score_threshold = has_score_threshold ? doubles(ctx.input(4))[0] : 0;
+    const auto boxes = doubles(boxes_t), scores = doubles(scores_t);
+    auto corners = [&](int64_t b, int64_t i, double c[4]) {
+      const double* p = boxes.data() + (b * n + i) * 4;
+      if (center_) {
+        c[0] = p[1] - p[3] / 2, c[1] = p[0] - p[2] / 2, c[2] = p[1] + p[3] / 2,
+        c[3] = p[0] + p[2] / 2;  // y1 x1 y2 x2
+      } else {
+        c[0] = std::min(p[0], p[2]), c[1] = std::min(p[1], p[3]), c[2] = std::max(p[0], p[2]),
+        c[3] = std::max(p[1], p[3]);
+      }
+    };
+    auto iou = [&](int64_t b, int64_t i, int64_t j) {
+      double a[4], c[4];
+      corners(b, i, a);
+      corners(b, j, c);
+      const double ih = std::max(0.0, std::min(a[2], c[2]) - std::max(a[0], c[0]));
+      const double iw = std::max(0.0, std::min(a[3], c[3]) - std::max(a[1], c[1]));
+      const double inter = ih * iw,
+                   uni = (a[2] - a[0]) * (a[3] - a[1]) + (c[2] - c[0]) * (c[3] - c[1]) - inter;
+      return uni > 0 ? inter / uni : 0.0;
+    };
+    std::vector<int64_t> selected;
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t k = 0; k < classes; ++k) {
+        const double* s = scores.data() + (b * classes + k) * n;
+        std::vector<int64_t> order;
+        for (int64_t i = 0; i < n; ++i)
+          if (!has_score_threshold || s[i] > score_threshold) order.push_back(i);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int64_t x, int64_t y) { return s[x] > s[y]; });
+        std::vector<int64_t> kept;
+        for (int64_t i : order) {
+          if (static_cast<int64_t>(kept.size()) >= max_out) break;
+          bool keep = true;
+          for (int64_t j : kept) keep = keep && iou(b, i, j) <= iou_threshold;
+          if (keep) kept.push_back(i);
+        }
+        for (int64_t i : kept) selected.insert(selected.end(), {b, k, i});
+      }
+    Tensor& y =
+        ctx.allocate_output(0, DType::Int64, {static_cast<int64_t>(selected.size() / 3), 3});
+    std::copy(selected.begin(), selected.end(), y.data<int64_t>());
+  }
+
+ private:
+  bool center_;
+};
+
+// Bilinear sample of a [H, W] plane at (y, x), zero outside, as RoiAlign's reference does.
+double bilinear(const double* plane, int64_t h, int64_t w, double y, double x) {
+  if (y < -1.0 || y > static_cast<double>(h) || x < -1.0 || x > static_cast<double>(w)) return 0;
+  y = std::max(y, 0.0);
+  x = std::max(x, 0.0);
+  int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
+  if (y0 >= h - 1)
+    y0 = y1 = h - 1, y = static_cast<double>(y0);
+  else
+    y1 = y0 + 1;
+  if (x0 >= w - 1)
+    x0 = x1 = w - 1, x = static_cast<double>(x0);
+  else
+    x1 = x0 + 1;
+  const double ly = y - static_cast<double>(y0), lx = x - static_cast<double>(x0), hy = 1 - ly,
+               hx = 1 - lx;
+  return hy * hx * plane[y0 * w + x0] + hy * lx * plane[y0 * w + x1] +
+         ly * hx * plane[y1 * w + x0] + ly * lx * plane[y1 * w + x1];
+}
+
+class RoiAlign final : public Kernel {
+ public:
+  explicit RoiAlign(const Node& n)
+      : max_(n.attr_string("mode", "avg") == "max"),
+        oh_(n.attr_int("output_height", 1)),
+        ow_(n.attr_int("output_width", 1)),
+        ratio_(n.attr_int("sampling_ratio", 0)),
+        scale_(n.attr_float("spatial_scale", 1.0f)),
+        half_pixel_(n.opset >= 16 &&
+                    n.attr_string("coordinate_transformation_mode", "half_pixel") == "half_pixel") {
+  }
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), {ctx.shape(1)[0], ctx.shape(0)[1], oh_, ow_});
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& xt = ctx.input(0);
+    const int64_t c = xt.dim(1), h = xt.dim(2), w = xt.dim(3), rois_n = ctx.input(1).dim(0);
+    const auto x = doubles(xt), rois = doubles(ctx.input(1));
+    const auto idx = to_int64_vector(ctx.input(2), ctx.node(), "batch_indices");
+    std::vector<double> out(static_cast<size_t>(rois_n * c * oh_ * ow_));
+    const double offset = half_pixel_ ? 0.5 : 0.0;
+    for (int64_t r = 0; r < rois_n; ++r) {
+      VOLT_CHECK(idx[r] >= 0 && idx[r] < xt.dim(0), InvalidArgument,
+                 ctx.node().describe() + ": batch index out of range");
+      const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
+      const double x2 = rois[r * 4 + 2] * scale_ - offset, y2 = rois[r * 4 + 3] * scale_ - offset;
+      double rw = x2 - x1, rh = y2 - y1;
+      if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+      const double bh = rh / static_cast<double>(oh_), bw = rw / static_cast<double>(ow_);
+      const int64_t gh =
+          ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh_)));
+      const int64_t gw =
+          ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow_)));
+      const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
+      for (int64_t ch = 0; ch < c; ++ch) {
+        const double* plane = x.data() + (idx[r] * c + ch) * h * w;
+        for (int64_t py = 0; py < oh_; ++py)
+          for (int64_t px = 0; px < ow_; ++px) {
+            double acc = max_ ? -INFINITY : 0;
+            for (int64_t iy = 0; iy < gh; ++iy)
+              for (int64_t ix = 0; ix < gw; ++ix) {
+                const double yy = y1 + static_cast<double>(py) * bh +
+                                  (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+                const double xx = x1 + static_cast<double>(px) * bw +
+                                  (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
+                const double v = bilinear(plane, h, w, yy, xx);
+                acc = max_ ? std::max(acc, v) : acc + v;
+              }
+            out[((r * c + ch) * oh_ + py) * ow_ + px] = max_ ? acc : acc / count;
+          }
+      }
+    }
+    fill(ctx.output(0), [&](int64_t i) { return out[i]; });
+  }
+
+ private:
+  bool max_;
+  int64_t oh_, ow_, ratio_;
+  float scale_;
+  bool half_pixel_;
+};
+
+class GridSample final : public Kernel {
+ public:
+  explicit GridSample(const Node& n)
+      : mode_(n.attr_string("mode", "bilinear")),
+        padding_(n.attr_string("padding_mode", "zeros")),
+        align_(n.attr_int("align_corners", 0) != 0) {
+    VOLT_CHECK(mode_ == "bilinear" || mode_ == "nearest" || mode_ == "bicubic", InvalidModel,
+               n.describe() + ": unknown mode '" + mode_ + "'");
+    VOLT_CHECK(padding_ == "zeros" || padding_ == "border" || padding_ == "reflection",
+               InvalidModel, n.describe() + ": unknown padding_mode '" + padding_ + "'");
+  }
+  void infer(InferContext& ctx) const override {
+    const Shape &x = ctx.shape(0), &g = ctx.shape(1);
+    VOLT_CHECK(x.size() == 4 && g.size() == 4 && g[3] == 2, InvalidArgument,
+               ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
+    ctx.set_output(0, ctx.dtype(0), {x[0], x[1], g[1], g[2]});
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& xt = ctx.input(0);
+    const int64_t n = xt.dim(0), c = xt.dim(1), h = xt.dim(2), w = xt.dim(3);
+    const int64_t oh = ctx.input(1).dim(1), ow = ctx.input(1).dim(2);
+    const auto x = doubles(xt), grid = doubles(ctx.input(1));
+    std::vector<double> out(static_cast<size_t>(n * c * oh * ow));
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const double gx = grid[((b * oh + i) * ow + j) * 2],
+                       gy = grid[((b * oh + i) * ow + j) * 2 + 1];
+          const double fx = unnormalize(gx, w), fy = unnormalize(gy, h);
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const double* plane = x.data() + (b * c + ch) * h * w;
+            out[((b * c + ch) * oh + i) * ow + j] = sample(plane, h, w, fy, fx);
+          }
+        }
+    fill(ctx.output(0), [&](int64_t k) { return out[k]; });
+  }
+
+ private:
+  double unnormalize(double g, int64_t size) const {
+    return align_ ? (g + 1) / 2 * static_cast<double>(size - 1)
+                  : ((g + 1) * static_cast<double>(size) - 1) / 2;
+  }
+  // Reflects a coordinate into the valid range, as the spec's reference does.
+  double reflect(double v, int64_t size) const {
+    const double lo = align_ ? 0.0 : -0.5,
+                 hi = align_ ? static_cast<double>(size - 1) : static_cast<double>(size) - 0.5;
+    const double span = hi - lo;
+    if (span <= 0) return 0;
+    if (v < lo) {
+      const double d = lo - v;
+      const int64_t flips = static_cast<int64_t>(d / span);
+      const double r = d - static_cast<double>(flips) * span;
+      return flips % 2 == 0 ? lo + r : hi - r;
+    }
+    if (v > hi) {
+      const double d = v - hi;
+      const int64_t flips = static_cast<int64_t>(d / span);
+      const double r = d - static_cast<double>(flips) * span;
+      return flips % 2 == 0 ? hi - r : lo + r;
+    }
+    return v;
+  }
+  double pixel(const double* plane, int64_t h, int64_t w, int64_t y, int64_t x) const {
+    if (padding_ == "zeros") return (y >= 0 && y < h && x >= 0 && x < w) ? plane[y * w + x] : 0.0;
+    if (padding_ == "border")
+      return plane[std::clamp<int64_t>(y, 0, h - 1) * w + std::clamp<int64_t>(x, 0, w - 1)];
+    const int64_t ry = static_cast<int64_t>(reflect(static_cast<double>(y), h)),
+                  rx = static_cast<int64_t>(reflect(static_cast<double>(x), w));
+    return plane[std::clamp<int64_t>(ry, 0, h - 1) * w + std::clamp<int64_t>(rx, 0, w - 1)];
+  }
+  double sample(const double* plane, int64_t h, int64_t w, double y, double x) const {
+    if (padding_ == "border") {
+      x = std::clamp(x, 0.0, static_cast<double>(w - 1));
+      y = std::clamp(y, 0.0, static_cast<double>(h - 1));
+    } else if (padding_ == "reflection") {
+      x = reflect(x, w);
+      y = reflect(y, h);
+    }
+    if (mode_ == "nearest")
+      return pixel(plane, h, w, static_cast<int64_t>(std::nearbyint(y)),
+                   static_cast<int64_t>(std::nearbyint(x)));
+    const int64_t x0 = static_cast<int64_t>(std::floor(x)),
+                  y0 = static_cast<int64_t>(std::floor(y));
+    const double tx = x - static_cast<double>(x0), ty = y - static_cast<double>(y0);
+    if (mode_ == "bilinear")
+      return (1 - ty) *
+                 ((1 - tx) * pixel(plane, h, w, y0, x0) + tx * pixel(plane, h, w, y0, x0 + 1)) +
+             ty * ((1 - tx) * pixel(plane, h, w, y0 + 1, x0) +
+                   tx * pixel(plane, h, w, y0 + 1, x0 + 1));
+    auto coeffs = [](double t, double c[4]) {
+      const double A = -0.75;
+      c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
+      c[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+      c[2] = ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1;
+      c[3] = ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A;
+    };
+    double cx[4], cy[4];
+    coeffs(tx, cx);
+    coeffs(ty, cy);
+    double acc = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) acc += cy[i] * cx[j] * pixel(plane, h, w, y0 - 1 + i, x0 - 1 + j);
+    return acc;
+  }
+  std::string mode_, padding_;
+  bool align_;
+};
+
+class MaxUnpool final : public Kernel {
+ public:
+  explicit MaxUnpool(const Node& n)
+      : kernel_(n.attr_ints("kernel_shape")),
+        strides_(n.attr_ints("strides")),
+        pads_(n.attr_ints("pads")) {}
+  void infer(InferContext& ctx) const override {
+    if (ctx.has_input(2)) {
+      const Tensor* s = ctx.input_tensor(2);
+      if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+      return ctx.set_output(0, ctx.dtype(0), to_int64_vector(*s, ctx.node(), "output_shape"));
+    }
+    const Shape& x = ctx.shape(0);
+    const size_t r = x.size() - 2;
+    Shape out{x[0], x[1]};
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t stride = strides_.empty() ? 1 : strides_[i];
+      const int64_t pad = pads_.empty() ? 0 : pads_[i] + pads_[i + r];
+      out.push_back((x[2 + i] - 1) * stride + kernel_.at(i) - pad);
+    }
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
+    Tensor& y = ctx.output(0);
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* py = static_cast<T*>(y.raw());
+      std::fill(py, py + y.numel(), T{});
+      // Indices are flat over the default unpooled shape (MaxPool's Indices); with an explicit
+      // output_shape they keep their spatial coordinates in the larger tensor.
+      const size_t r = x.rank() - 2;
+      Shape pooled;
+      for (size_t i = 0; i < r; ++i) {
+        const int64_t stride = strides_.empty() ? 1 : strides_[i];
+        const int64_t pad = pads_.empty() ? 0 : pads_[i] + pads_[i + r];
+        pooled.push_back((x.dim(2 + i) - 1) * stride + kernel_.at(i) - pad);
+      }
+      const int64_t pooled_plane = std::max<int64_t>(numel_of(pooled), 1);
+      const Shape out_sp(y.shape().begin() + 2, y.shape().end());
+      const int64_t out_plane = numel_of(out_sp);
+      for (int64_t e = 0; e < x.numel(); ++e) {
+        int64_t within = idx[e] % pooled_plane, flat = 0, scale = 1;
+        bool fits = true;
+        for (size_t d = r; d-- > 0;) {
+          const int64_t coord = within % pooled[d];
+          within /= pooled[d];
+          fits = fits && coord < out_sp[d];
+          flat += coord * scale;
+          scale *= out_sp[d];
+        }
+        const int64_t dst = fits ? idx[e] / pooled_plane * out_plane + flat : -1;
+        VOLT_CHECK(
+            dst >= 0 && dst < y.numel(), InvalidArgument,
+            ctx.node().describe() + ": index " + std::to_string(idx[e]) + " is out of range");
+        py[dst] = static_cast<const T*>(x.raw())[e];
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> kernel_, strides_, pads_;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(nms, {.op = "NonMaxSuppression",
+                           .since = 10,
+                           .create = make_kernel<NonMaxSuppression>});
+VOLT_REGISTER_KERNEL(roi_align, {.op = "RoiAlign",
+                                 .since = 10,
+                                 .types = kFloatTypes,
+                                 .create = make_kernel<RoiAlign>});
+VOLT_REGISTER_KERNEL(grid_sample, {.op = "GridSample",
+                                   .since = 16,
+                                   .types = kFloatTypes,
+                                   .create = make_kernel<GridSample>});
+VOLT_REGISTER_KERNEL(max_unpool, {.op = "MaxUnpool",
+                                  .since = 9,
+                                  .types = kNumericTypes,
+                                  .create = make_kernel<MaxUnpool>});
+
+}  // namespace volt

@@ -4,6 +4,7 @@ namespace volt {
 
 const std::vector<Pass>& optimization_passes() {
   static const std::vector<Pass> passes = {
+      {"expand_gradient_ops", 0, expand_gradient_ops},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
   };
   return passes;

@@ -11,7 +11,7 @@ namespace volt {
 
 struct Pass {
   std::string name;
-  int min_level;  // runs when SessionOptions::optimization_level >= min_level
+  int min_level;  // runs when SessionOptions::optimization_level >= min_level (0: always)
   std::function<Graph(const Graph&)> apply;
 };
 
@@ -20,5 +20,6 @@ Graph run_passes(const Graph& graph, int level);
 
 // The passes themselves.
 Graph eliminate_dead_nodes(const Graph& graph);
+Graph expand_gradient_ops(const Graph& graph);
 
 }  // namespace volt

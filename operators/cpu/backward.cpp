@@ -1,0 +1,455 @@
+// volt's own backward kernels (domain "ai.volt"), emitted by the gradient rules in
+// operators/grad/: broadcasting reductions, elementwise derivatives, matmul, gather, reduction,
+// softmax and loss gradients. Reference loops computed in double (precision over speed, for now).
+#include <cmath>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/grad/gradient_rule.hpp"
+#include "operators/registry.hpp"
+#include "runtime/tensor_alloc.hpp"
+
+namespace volt {
+namespace {
+
+std::vector<double> doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  dispatch_numeric(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = static_cast<const T*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(p[i]));
+  });
+  return v;
+}
+
+void store(Tensor& t, const std::vector<double>& v) {
+  dispatch_numeric(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v[i]));
+  });
+}
+
+// Sums `v` (shaped `from`) down to `to` by numpy's broadcasting rules.
+std::vector<double> sum_to_shape(const std::vector<double>& v, const Shape& from, const Shape& to,
+                                 const Node& node) {
+  VOLT_CHECK(to.size() <= from.size(), InvalidArgument,
+             node.describe() + ": cannot sum " + shape_str(from) + " to " + shape_str(to));
+  for (size_t i = 0; i < to.size(); ++i) {
+    const int64_t t = to[to.size() - 1 - i], f = from[from.size() - 1 - i];
+    VOLT_CHECK(t == f || t == 1, InvalidArgument,
+               node.describe() + ": cannot sum " + shape_str(from) + " to " + shape_str(to));
+  }
+  std::vector<double> out(static_cast<size_t>(numel_of(to)), 0.0);
+  if (from == to) return v;
+  BroadcastIterator(from, {broadcast_strides(to, from)})
+      .for_each([&, e = size_t{0}](const int64_t* off) mutable { out[off[0]] += v[e++]; });
+  return out;
+}
+
+Shape shape_from(const Tensor& t, const Node& node) {
+  return to_int64_vector(t, node, "shape");
+}
+
+class SumToShape final : public Kernel {
+ public:
+  explicit SumToShape(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* s = ctx.input_tensor(1);
+    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& g = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    if (g.shape() == out.shape()) {
+      std::memcpy(out.raw(), g.raw(), g.nbytes());
+      return;
+    }
+    store(out, sum_to_shape(doubles(g), g.shape(), out.shape(), ctx.node()));
+  }
+};
+
+class Scale final : public Kernel {
+ public:
+  explicit Scale(const Node& n) : scale_(n.attr_float("scale", 1.0f)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    auto v = doubles(ctx.input(0));
+    for (double& x : v) x *= scale_;
+    store(ctx.output(0), v);
+  }
+
+ private:
+  float scale_;
+};
+
+class FillLike final : public Kernel {
+ public:
+  FillLike(const Node&, double value) : value_(value) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    store(ctx.output(0), std::vector<double>(static_cast<size_t>(ctx.output(0).numel()), value_));
+  }
+
+ private:
+  double value_;
+};
+
+class EltwiseGrad final : public Kernel {
+ public:
+  explicit EltwiseGrad(const Node& n)
+      : fn_(n.attr_string("fn", "")),
+        alpha_(n.attr_float("alpha", fn_ == "LeakyRelu" ? 0.01f : 1.0f)),
+        tanh_gelu_(n.attr_string("approximate", "none") == "tanh") {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const auto dy = doubles(ctx.input(0)), x = doubles(ctx.input(1)), y = doubles(ctx.input(2));
+    std::vector<double> dx(dy.size());
+    for (size_t i = 0; i < dy.size(); ++i) dx[i] = dy[i] * derivative(x[i], y[i], ctx);
+    store(ctx.output(0), dx);
+  }
+
+ private:
+  double derivative(double x, double y, const RunContext& ctx) const {
+    if (fn_ == "Relu") return x > 0 ? 1 : 0;
+    if (fn_ == "LeakyRelu") return x >= 0 ? 1 : alpha_;
+    if (fn_ == "Elu") return x >= 0 ? 1 : y + alpha_;
+    if (fn_ == "Sigmoid") return y * (1 - y);
+    if (fn_ == "Tanh") return 1 - y * y;
+    if (fn_ == "Exp") return y;
+    if (fn_ == "Log") return 1 / x;
+    if (fn_ == "Sqrt") return 0.5 / y;
+    if (fn_ == "Reciprocal") return -y * y;
+    if (fn_ == "Erf") return 2 / std::sqrt(M_PI) * std::exp(-x * x);
+    if (fn_ == "Softplus") return 1 / (1 + std::exp(-x));
+    if (fn_ == "Abs") return x > 0 ? 1 : (x < 0 ? -1 : 0);
+    if (fn_ == "Sin") return std::cos(x);
+    if (fn_ == "Cos") return -std::sin(x);
+    if (fn_ == "Clip") return x == y ? 1 : 0;
+    if (fn_ == "Gelu") {
+      if (tanh_gelu_) {
+        const double c = std::sqrt(2 / M_PI), u = c * (x + 0.044715 * x * x * x), t = std::tanh(u);
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
+      }
+      return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+             x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    }
+    ctx.error("no derivative for '" + fn_ + "'");
+  }
+  std::string fn_;
+  float alpha_;
+  bool tanh_gelu_;
+};
+
+// d(a^b): wrt a: dy * b * a^(b-1); wrt b: dy * y * ln(a). Inputs broadcast to dy's shape.
+class PowGrad final : public Kernel {
+ public:
+  explicit PowGrad(const Node& n) : wrt_(n.attr_int("wrt", 0)) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(wrt_ == 0 ? 1 : 2), ctx.shape(0));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &dyt = ctx.input(0), &at = ctx.input(1), &bt = ctx.input(2), &yt = ctx.input(3);
+    const auto dy = doubles(dyt), a = doubles(at), b = doubles(bt), y = doubles(yt);
+    std::vector<double> out(dy.size());
+    BroadcastIterator(dyt.shape(), {broadcast_strides(at.shape(), dyt.shape()),
+                                    broadcast_strides(bt.shape(), dyt.shape())})
+        .for_each([&, e = size_t{0}](const int64_t* off) mutable {
+          const double av = a[off[0]], bv = b[off[1]];
+          out[e] = wrt_ == 0 ? dy[e] * bv * std::pow(av, bv - 1) : dy[e] * y[e] * std::log(av);
+          ++e;
+        });
+    store(ctx.output(0), out);
+  }
+
+ private:
+  int64_t wrt_;
+};
+
+class Mask final : public Kernel {
+ public:
+  explicit Mask(const Node& n) : invert_(n.attr_int("invert", 0) != 0) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor &dyt = ctx.input(0), &ct = ctx.input(1);
+    auto v = doubles(dyt);
+    const bool* c = ct.data<bool>();
+    BroadcastIterator(dyt.shape(), {broadcast_strides(ct.shape(), dyt.shape())})
+        .for_each([&, e = size_t{0}](const int64_t* off) mutable {
+          if (c[off[0]] == invert_) v[e] = 0;
+          ++e;
+        });
+    store(ctx.output(0), v);
+  }
+
+ private:
+  bool invert_;
+};
+
+// The gradient of MatMul for any ranks (1-D operands and broadcast batches included).
+class MatMulGrad final : public Kernel {
+ public:
+  explicit MatMulGrad(const Node& n) : wrt_(n.attr_int("wrt", 0)) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(1 + wrt_), ctx.shape(1 + wrt_));
+  }
+  void run(RunContext& ctx) const override {
+    Shape a = ctx.input(1).shape(), b = ctx.input(2).shape();
+    if (a.size() == 1) a.insert(a.begin(), 1);
+    if (b.size() == 1) b.push_back(1);
+    const int64_t m = a[a.size() - 2], k = a.back(), n = b.back();
+    const Shape batch = broadcast_shapes(
+        {Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)}, ctx.node());
+    const int64_t nb = numel_of(batch);
+    const auto A = doubles(ctx.input(1)), B = doubles(ctx.input(2)), dY = doubles(ctx.input(0));
+    const auto sa = broadcast_strides(Shape(a.begin(), a.end() - 2), batch),
+               sb = broadcast_strides(Shape(b.begin(), b.end() - 2), batch);
+    Shape full = batch;
+    full.push_back(wrt_ == 0 ? m : k);
+    full.push_back(wrt_ == 0 ? k : n);
+    std::vector<double> g(static_cast<size_t>(numel_of(full)), 0.0);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      int64_t rem = bi, oa = 0, ob = 0;
+      for (size_t d = batch.size(); d-- > 0;) {
+        oa += (rem % batch[d]) * sa[d];
+        ob += (rem % batch[d]) * sb[d];
+        rem /= batch[d];
+      }
+      const double* pa = A.data() + oa * m * k;
+      const double* pb = B.data() + ob * k * n;
+      const double* pg = dY.data() + bi * m * n;
+      double* out = g.data() + bi * (wrt_ == 0 ? m * k : k * n);
+      if (wrt_ == 0) {
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t p = 0; p < k; ++p) {
+            double s = 0;
+            for (int64_t j = 0; j < n; ++j) s += pg[i * n + j] * pb[p * n + j];
+            out[i * k + p] = s;
+          }
+      } else {
+        for (int64_t p = 0; p < k; ++p)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t i = 0; i < m; ++i) s += pa[i * k + p] * pg[i * n + j];
+            out[p * n + j] = s;
+          }
+      }
+    }
+    const Shape& target = wrt_ == 0 ? a : b;
+    std::vector<double> r = sum_to_shape(g, full, target, ctx.node());
+    store(ctx.output(0), r);  // a 1-D operand has the same elements as its promoted form
+  }
+
+ private:
+  int64_t wrt_;
+};
+
+class GatherGrad final : public Kernel {
+ public:
+  explicit GatherGrad(const Node& n) : axis_(n.attr_int("axis", 0)) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* s = ctx.input_tensor(2);
+    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Shape data = shape_from(ctx.input(2), ctx.node());
+    const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
+    const auto dy = doubles(ctx.input(0));
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.size()), ctx.node());
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= data[d];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < data.size(); ++d) inner *= data[d];
+    const int64_t n = data[axis], k = static_cast<int64_t>(idx.size());
+    std::vector<double> out(static_cast<size_t>(numel_of(data)), 0.0);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t i = idx[j] < 0 ? idx[j] + n : idx[j];
+        VOLT_CHECK(i >= 0 && i < n, InvalidArgument,
+                   ctx.node().describe() + ": index out of range");
+        for (int64_t s = 0; s < inner; ++s)
+          out[(o * n + i) * inner + s] += dy[(o * k + j) * inner + s];
+      }
+    store(ctx.output(0), out);
+  }
+
+ private:
+  int64_t axis_;
+};
+
+// Broadcasts the gradient of a reduction back over the reduced axes (divided by the count
+// for a mean).
+class ReduceGrad final : public Kernel {
+ public:
+  explicit ReduceGrad(const Node& n)
+      : keepdims_(n.attr_int("keepdims", 1) != 0),
+        noop_(n.attr_int("noop_with_empty_axes", 0) != 0),
+        mean_(n.attr_int("mean", 0) != 0),
+        attr_axes_(n.attr_ints("axes")) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* s = ctx.input_tensor(1);
+    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Shape x = shape_from(ctx.input(1), ctx.node());
+    std::vector<int64_t> axes =
+        ctx.has_input(2) ? to_int64_vector(ctx.input(2), ctx.node(), "axes") : attr_axes_;
+    const auto dy = doubles(ctx.input(0));
+    if (axes.empty() && noop_) return store(ctx.output(0), dy);
+    std::vector<char> reduced(x.size(), axes.empty() ? 1 : 0);
+    for (int64_t a : axes)
+      reduced[normalize_axis(a, static_cast<int64_t>(x.size()), ctx.node())] = 1;
+    Shape kept;  // dy seen with the reduced axes as size 1
+    int64_t count = 1;
+    for (size_t d = 0; d < x.size(); ++d) {
+      kept.push_back(reduced[d] ? 1 : x[d]);
+      if (reduced[d]) count *= x[d];
+    }
+    std::vector<double> out(static_cast<size_t>(numel_of(x)));
+    const double scale = mean_ && count ? 1.0 / static_cast<double>(count) : 1.0;
+    BroadcastIterator(x, {broadcast_strides(kept, x)})
+        .for_each(
+            [&, e = size_t{0}](const int64_t* off) mutable { out[e++] = dy[off[0]] * scale; });
+    store(ctx.output(0), out);
+  }
+
+ private:
+  bool keepdims_, noop_, mean_;
+  std::vector<int64_t> attr_axes_;
+};
+
+class SoftmaxGrad final : public Kernel {
+ public:
+  explicit SoftmaxGrad(const Node& n)
+      : axis_(n.attr_int("axis", -1)),
+        log_(n.attr_int("log", 0) != 0),
+        coerced_(n.attr_int("coerced", 0) != 0) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const Shape& s = ctx.input(1).shape();
+    const int64_t r = static_cast<int64_t>(s.size());
+    int64_t outer = 1, n = 1, inner = 1;
+    if (coerced_) {
+      const int64_t axis = normalize_axis(axis_, r, ctx.node(), true);
+      for (int64_t i = 0; i < r; ++i) (i < axis ? outer : n) *= s[i];
+    } else if (r > 0) {
+      const int64_t axis = normalize_axis(axis_, r, ctx.node());
+      for (int64_t i = 0; i < r; ++i) (i < axis ? outer : (i == axis ? n : inner)) *= s[i];
+    }
+    const auto dy = doubles(ctx.input(0)), y = doubles(ctx.input(1));
+    std::vector<double> dx(dy.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t e = static_cast<size_t>((o * n + j) * inner + i);
+          acc += log_ ? dy[e] : dy[e] * y[e];
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t e = static_cast<size_t>((o * n + j) * inner + i);
+          dx[e] = log_ ? dy[e] - std::exp(y[e]) * acc : y[e] * (dy[e] - acc);
+        }
+      }
+    store(ctx.output(0), dx);
+  }
+
+ private:
+  int64_t axis_;
+  bool log_, coerced_;
+};
+
+// The gradient of SoftmaxCrossEntropyLoss (softmax=1) or NegativeLogLikelihoodLoss (softmax=0)
+// with respect to the scores / log-probabilities.
+class LossGrad final : public Kernel {
+ public:
+  explicit LossGrad(const Node& n)
+      : reduction_(n.attr_string("reduction", "mean")),
+        softmax_(n.attr_int("softmax", 1) != 0),
+        has_ignore_(n.has_attr("ignore_index")),
+        ignore_(n.attr_int("ignore_index", 0)) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(1)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& xt = ctx.input(1);
+    const int64_t n = xt.dim(0), c = xt.dim(1), inner = xt.numel() / std::max<int64_t>(n * c, 1);
+    const auto dl = doubles(ctx.input(0)), x = doubles(xt);
+    const auto labels = to_int64_vector(ctx.input(2), ctx.node(), "labels");
+    const std::vector<double> w = ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>{};
+    auto weight_of = [&](int64_t cls) {
+      return (has_ignore_ && cls == ignore_) ? 0.0 : (w.empty() ? 1.0 : w[cls]);
+    };
+    double total_w = 0;
+    for (int64_t l : labels) total_w += weight_of(l);
+    std::vector<double> dx(x.size(), 0.0);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t cls = labels[b * inner + i];
+        const double wt = weight_of(cls);
+        if (wt == 0) continue;
+        VOLT_CHECK(cls >= 0 && cls < c, InvalidArgument,
+                   ctx.node().describe() + ": label " + std::to_string(cls) + " out of range");
+        double coef = reduction_ == "none" ? dl[b * inner + i] : dl[0];
+        if (reduction_ == "mean") coef /= total_w;
+        coef *= wt;
+        if (!softmax_) {
+          dx[(b * c + cls) * inner + i] = -coef;
+          continue;
+        }
+        double mx = -INFINITY, sum = 0;
+        for (int64_t k = 0; k < c; ++k) mx = std::max(mx, x[(b * c + k) * inner + i]);
+        for (int64_t k = 0; k < c; ++k) sum += std::exp(x[(b * c + k) * inner + i] - mx);
+        for (int64_t k = 0; k < c; ++k) {
+          const double p = std::exp(x[(b * c + k) * inner + i] - mx) / sum;
+          dx[(b * c + k) * inner + i] = coef * (p - (k == cls ? 1.0 : 0.0));
+        }
+      }
+    store(ctx.output(0), dx);
+  }
+
+ private:
+  std::string reduction_;
+  bool softmax_, has_ignore_;
+  int64_t ignore_;
+};
+
+class DropoutGrad final : public Kernel {
+ public:
+  explicit DropoutGrad(const Node&) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    auto v = doubles(ctx.input(0));
+    const bool* mask = ctx.input(1).data<bool>();
+    const double ratio = ctx.has_input(2) ? doubles(ctx.input(2))[0] : 0.5;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = mask[i] ? v[i] / (1 - ratio) : 0;
+    store(ctx.output(0), v);
+  }
+};
+
+KernelDef internal(const char* op, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
+  return {.domain = kVoltDomain, .op = op, .create = std::move(create)};
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(sum_to_shape, internal("SumToShape", make_kernel<SumToShape>));
+VOLT_REGISTER_KERNEL(scale, internal("Scale", make_kernel<Scale>));
+VOLT_REGISTER_KERNEL(zeros_like, internal("ZerosLike", [](const Node& n) {
+                       return std::make_unique<FillLike>(n, 0.0);
+                     }));
+VOLT_REGISTER_KERNEL(ones_like, internal("OnesLike", [](const Node& n) {
+                       return std::make_unique<FillLike>(n, 1.0);
+                     }));
+VOLT_REGISTER_KERNEL(eltwise_grad, internal("EltwiseGrad", make_kernel<EltwiseGrad>));
+VOLT_REGISTER_KERNEL(pow_grad, internal("PowGrad", make_kernel<PowGrad>));
+VOLT_REGISTER_KERNEL(mask, internal("Mask", make_kernel<Mask>));
+VOLT_REGISTER_KERNEL(matmul_grad, internal("MatMulGrad", make_kernel<MatMulGrad>));
+VOLT_REGISTER_KERNEL(gather_grad, internal("GatherGrad", make_kernel<GatherGrad>));
+VOLT_REGISTER_KERNEL(reduce_grad, internal("ReduceGrad", make_kernel<ReduceGrad>));
+VOLT_REGISTER_KERNEL(softmax_grad, internal("SoftmaxGrad", make_kernel<SoftmaxGrad>));
+VOLT_REGISTER_KERNEL(loss_grad, internal("LossGrad", make_kernel<LossGrad>));
+VOLT_REGISTER_KERNEL(dropout_grad, internal("DropoutGrad", make_kernel<DropoutGrad>));
+
+}  // namespace volt

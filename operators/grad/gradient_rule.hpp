@@ -1,0 +1,87 @@
+// Gradient rules: for each op, how to build the backward nodes that turn the gradients of its
+// outputs into gradients of its inputs. Rules emit ordinary graph nodes (standard ONNX ops and
+// volt's own backward kernels in the "ai.volt" domain), so the backward graph is planned,
+// memory-planned and run like any other. The engine that walks the graph is
+// runtime/training/autodiff.cpp.
+#pragma once
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/graph.hpp"
+
+namespace volt {
+
+inline const std::string kVoltDomain = "ai.volt";
+
+class GradEmitter {
+ public:
+  virtual ~GradEmitter() = default;
+  virtual const Node& node() const = 0;
+  // Names of the forward node's values ("" for an omitted one).
+  std::string input(size_t i) const {
+    return i < node().inputs.size() ? node().inputs[i] : std::string();
+  }
+  std::string output(size_t i) const {
+    return i < node().outputs.size() ? node().outputs[i] : std::string();
+  }
+  // The gradient flowing into output i; "" when none does.
+  virtual std::string grad_of_output(size_t i) const = 0;
+  // Whether input i leads back to a value a gradient is asked for (others need none).
+  virtual bool needs_grad(size_t i) const = 0;
+  virtual void set_grad(size_t i, const std::string& grad) = 0;
+  // The static shape of a value when the model fixes it (initializers, annotated values).
+  virtual std::optional<Shape> static_shape(const std::string& value) const = 0;
+  // Adds a node; returns its output names.
+  virtual std::vector<std::string> emit(const std::string& op,
+                                        const std::vector<std::string>& inputs,
+                                        std::map<std::string, Attribute> attrs = {},
+                                        size_t outputs = 1,
+                                        const std::string& domain = kOnnxDomain) = 0;
+  // Adds an initializer holding `t`.
+  virtual std::string constant(const Tensor& t) = 0;
+
+  // Helpers.
+  std::string emit1(const std::string& op, const std::vector<std::string>& inputs,
+                    std::map<std::string, Attribute> attrs = {},
+                    const std::string& domain = kOnnxDomain) {
+    return emit(op, inputs, std::move(attrs), 1, domain)[0];
+  }
+  std::string shape_of(const std::string& v) { return emit1("Shape", {v}); }
+  // Sums `g` down to the shape of `like` (undoing numpy broadcasting).
+  std::string sum_to(const std::string& g, const std::string& like) {
+    return emit1("SumToShape", {g, shape_of(like)}, {}, kVoltDomain);
+  }
+  std::string scale(const std::string& x, float s) {
+    Attribute a;
+    a.type = Attribute::Type::Float;
+    a.f = s;
+    return emit1("Scale", {x}, {{"scale", a}}, kVoltDomain);
+  }
+};
+
+using GradientRule = std::function<void(GradEmitter&)>;
+
+// Registration at the bottom of each rule file, like kernels.
+void register_gradient_rule(const std::string& domain, const std::string& op, GradientRule rule);
+const GradientRule* find_gradient_rule(const std::string& domain, const std::string& op);
+
+struct GradientRuleRegistrar {
+  GradientRuleRegistrar(const std::string& domain, const std::string& op, GradientRule rule) {
+    register_gradient_rule(domain, op, std::move(rule));
+  }
+};
+#define VOLT_REGISTER_GRADIENT(id, op, ...)                                 \
+  static const ::volt::GradientRuleRegistrar volt_gradient_registrar_##id { \
+    ::volt::kOnnxDomain, op, __VA_ARGS__                                    \
+  }
+
+// Attribute constructors for rules.
+Attribute int_attr(int64_t v);
+Attribute ints_attr(std::vector<int64_t> v);
+Attribute float_attr(float v);
+Attribute string_attr(std::string v);
+
+}  // namespace volt

@@ -1,0 +1,233 @@
+// Every gradient rule against central finite differences, in double precision, on awkward
+// shapes (broadcast in several positions, batch 1 and 3, odd sizes). The checked function is
+// L = sum(seed * y) with a random seed, so every element of dL/dy differs.
+// Tolerance: h = 1e-6 gives O(h^2) truncation and O(eps/h) rounding, about 1e-9 relative for
+// these smooth functions; 1e-6 leaves a margin of a thousand.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "loaders/loader.hpp"
+#include "model_builder.hpp"
+#include "operators/op_runner.hpp"
+#include "runtime/graph_runner.hpp"
+#include "runtime/training/autodiff.hpp"
+
+namespace volt {
+namespace {
+
+using testing::AttrFn;
+using testing::ModelBuilder;
+
+struct Case {
+  std::string op;
+  std::vector<Tensor> inputs;  // float64 (int64 for index inputs)
+  std::vector<size_t> wrt;
+  AttrFn attrs = {};
+  int opset = 13;
+};
+
+std::vector<Value> run_graph(const Graph& g, const NamedValues& feeds) {
+  GraphRunner r(std::make_shared<const Graph>(g), "gradcheck", "cpu", 1);
+  std::vector<const Value*> fed(r.compiled().names.size(), nullptr);
+  for (const auto& [name, v] : feeds) fed[r.compiled().id(name)] = &v;
+  return r.run(fed);
+}
+
+double loss_of(const Graph& g, const NamedValues& feeds, const Tensor& seed) {
+  const Tensor y = run_graph(g, feeds)[0].tensor();
+  double l = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) l += y.data<double>()[i] * seed.data<double>()[i];
+  return l;
+}
+
+void check(const Case& c) {
+  SCOPED_TRACE(c.op);
+  ModelBuilder b(c.opset, 10);
+  std::vector<std::string> names;
+  NamedValues feeds;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    names.push_back("in" + std::to_string(i));
+    b.input_any(names.back(), static_cast<int>(c.inputs[i].dtype()));
+    feeds.emplace_back(names.back(), c.inputs[i]);
+  }
+  b.output_any("y", 11).node(c.op, names, {"y"}, c.attrs, "op");
+  const std::string bytes = b.bytes();
+  const Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  const Graph forward = m.graph;
+  const Tensor y = run_graph(forward, feeds)[0].tensor();
+  std::mt19937 rng(99);
+  const Tensor seed = testing::random_double(y.shape(), rng);
+
+  Graph g = forward;
+  ValueInfo seed_info;
+  seed_info.name = "seed";
+  seed_info.dtype = DType::Double;
+  g.inputs.push_back(seed_info);
+  GradientRequest req{"y", "seed", {}};
+  for (size_t w : c.wrt) req.wrt.push_back(names[w]);
+  const auto grads = append_gradients(g, req, "gradcheck");
+  g.outputs.clear();
+  for (const auto& gname : grads) {
+    ValueInfo o;
+    o.name = gname;
+    g.outputs.push_back(o);
+  }
+  NamedValues with_seed = feeds;
+  with_seed.emplace_back("seed", seed);
+  const auto analytic = run_graph(g, with_seed);
+
+  const double h = 1e-6;
+  for (size_t k = 0; k < c.wrt.size(); ++k) {
+    const Tensor& x = c.inputs[c.wrt[k]];
+    const Tensor& a = analytic[k].tensor();
+    ASSERT_EQ(a.shape(), x.shape()) << "gradient of input " << c.wrt[k];
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      NamedValues plus = feeds, minus = feeds;
+      Tensor xp = x.clone(), xm = x.clone();
+      xp.data<double>()[e] += h;
+      xm.data<double>()[e] -= h;
+      plus[c.wrt[k]].second = xp;
+      minus[c.wrt[k]].second = xm;
+      const double numeric =
+          (loss_of(forward, plus, seed) - loss_of(forward, minus, seed)) / (2 * h);
+      const double got = a.data<double>()[e];
+      EXPECT_NEAR(got, numeric, 1e-6 * (1 + std::abs(numeric)))
+          << "input " << c.wrt[k] << " element " << e;
+    }
+  }
+}
+
+Tensor rnd(const Shape& s, double lo = -1, double hi = 1, unsigned seed = 1) {
+  std::mt19937 rng(seed);
+  return testing::random_double(s, rng, lo, hi);
+}
+
+TEST(Gradcheck, BroadcastingBinaryOps) {
+  for (const std::string op : {"Add", "Sub", "Mul", "Div"}) {
+    check({op, {rnd({3, 1, 4}, 0.5, 2, 1), rnd({5, 4}, 0.5, 2, 2)}, {0, 1}});
+    check({op, {rnd({1}, 0.5, 2, 3), rnd({2, 3}, 0.5, 2, 4)}, {0, 1}});
+  }
+  check({"Pow", {rnd({2, 3}, 0.5, 2, 5), rnd({3}, -1, 2, 6)}, {0, 1}});
+  check({"Sum", {rnd({2, 3}), rnd({3}, -1, 1, 7), rnd({2, 1}, -1, 1, 8)}, {0, 1, 2}});
+}
+
+TEST(Gradcheck, UnaryOps) {
+  const Tensor x = rnd({2, 3, 5}, -2, 2, 9), pos = rnd({2, 3, 5}, 0.2, 3, 10);
+  for (const std::string op :
+       {"Neg", "Relu", "Sigmoid", "Tanh", "Exp", "Erf", "Softplus", "Abs", "Sin", "Cos", "Elu"})
+    check({op, {x}, {0}});
+  check({"LeakyRelu", {x}, {0}, [](auto& n) { ModelBuilder::set_float(n, "alpha", 0.3f); }});
+  for (const std::string op : {"Log", "Sqrt", "Reciprocal"}) check({op, {pos}, {0}});
+  check({"Gelu", {x}, {0}, {}, 20});
+  check(
+      {"Gelu", {x}, {0}, [](auto& n) { ModelBuilder::set_string(n, "approximate", "tanh"); }, 20});
+  check({"Clip",
+         {x},
+         {0},
+         [](auto& n) {
+           ModelBuilder::set_float(n, "min", -0.5f);
+           ModelBuilder::set_float(n, "max", 0.7f);
+         },
+         6});
+}
+
+TEST(Gradcheck, MatMulAndGemm) {
+  check({"MatMul", {rnd({3, 1, 5, 4}, -1, 1, 11), rnd({2, 4, 3}, -1, 1, 12)}, {0, 1}});
+  check({"MatMul", {rnd({4}, -1, 1, 13), rnd({3, 4, 2}, -1, 1, 14)}, {0, 1}});
+  check({"MatMul", {rnd({2, 5, 4}, -1, 1, 15), rnd({4}, -1, 1, 16)}, {0, 1}});
+  for (int ta : {0, 1})
+    for (int tb : {0, 1}) {
+      const Tensor a = rnd(ta ? Shape{4, 3} : Shape{3, 4}, -1, 1, 17),
+                   bb = rnd(tb ? Shape{5, 4} : Shape{4, 5}, -1, 1, 18);
+      check({"Gemm", {a, bb, rnd({5}, -1, 1, 19)}, {0, 1, 2}, [=](auto& n) {
+               ModelBuilder::set_int(n, "transA", ta);
+               ModelBuilder::set_int(n, "transB", tb);
+               ModelBuilder::set_float(n, "alpha", 0.7f);
+               ModelBuilder::set_float(n, "beta", 1.3f);
+             }});
+    }
+}
+
+TEST(Gradcheck, ShapeOps) {
+  const Tensor x = rnd({2, 3, 4}, -1, 1, 20);
+  check({"Identity", {x}, {0}});
+  check({"Flatten", {x}, {0}, [](auto& n) { ModelBuilder::set_int(n, "axis", 2); }});
+  check({"Transpose", {x}, {0}, [](auto& n) { ModelBuilder::set_ints(n, "perm", {1, 2, 0}); }});
+  check({"Transpose", {x}, {0}});
+  check(
+      {"Concat", {x, rnd({2, 1, 4}, -1, 1, 21), rnd({2, 2, 4}, -1, 1, 22)}, {0, 1, 2}, [](auto& n) {
+         ModelBuilder::set_int(n, "axis", 1);
+       }});
+  check({"Squeeze",
+         {rnd({2, 1, 3}, -1, 1, 23)},
+         {0},
+         [](auto& n) { ModelBuilder::set_ints(n, "axes", {1}); },
+         11});
+  check({"Unsqueeze", {x}, {0}, [](auto& n) { ModelBuilder::set_ints(n, "axes", {0, 3}); }, 11});
+  check({"Reshape", {x, Tensor::from<int64_t>({4, -1}, {2})}, {0}});
+  check({"Expand", {rnd({3, 1}, -1, 1, 24), Tensor::from<int64_t>({2, 3, 4}, {3})}, {0}});
+  check({"Gather", {rnd({5, 3}, -1, 1, 25), Tensor::from<int64_t>({4, 0, 4, -1, 2}, {5})}, {0}});
+  check({"Gather",
+         {rnd({2, 5, 3}, -1, 1, 26), Tensor::from<int64_t>({1, 1, 3}, {3})},
+         {0},
+         [](auto& n) { ModelBuilder::set_int(n, "axis", 1); }});
+  check({"Cast", {x}, {0}, [](auto& n) { ModelBuilder::set_int(n, "to", 11); }});
+}
+
+TEST(Gradcheck, ReductionsSoftmaxAndLosses) {
+  const Tensor x = rnd({3, 4, 5}, -2, 2, 27);
+  for (int keep : {0, 1}) {
+    check({"ReduceSum", {x, Tensor::from<int64_t>({-1, 0}, {2})}, {0}, [=](auto& n) {
+             ModelBuilder::set_int(n, "keepdims", keep);
+           }});
+    check({"ReduceMean", {x}, {0}, [=](auto& n) {
+             ModelBuilder::set_ints(n, "axes", {1});
+             ModelBuilder::set_int(n, "keepdims", keep);
+           }});
+  }
+  check({"ReduceSum", {x}, {0}});
+  for (const std::string op : {"Softmax", "LogSoftmax"}) {
+    check({op, {x}, {0}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); }});
+    check({op,
+           {x},
+           {0},
+           [](auto& n) { ModelBuilder::set_int(n, "axis", 1); },
+           11});  // coerced to 2-D
+  }
+  const Tensor scores = rnd({3, 5, 2}, -2, 2, 28);
+  const Tensor labels = Tensor::from<int64_t>({0, 4, 2, 2, 1, 3}, {3, 2});
+  for (const std::string reduction : {"mean", "sum", "none"}) {
+    check({"SoftmaxCrossEntropyLoss", {scores, labels}, {0}, [=](auto& n) {
+             ModelBuilder::set_string(n, "reduction", reduction);
+           }});
+    check({"SoftmaxCrossEntropyLoss", {scores, labels, rnd({5}, 0.5, 2, 29)}, {0}, [=](auto& n) {
+             ModelBuilder::set_string(n, "reduction", reduction);
+             ModelBuilder::set_int(n, "ignore_index", 2);
+           }});
+    check({"NegativeLogLikelihoodLoss", {scores, labels, rnd({5}, 0.5, 2, 30)}, {0}, [=](auto& n) {
+             ModelBuilder::set_string(n, "reduction", reduction);
+           }});
+  }
+}
+
+TEST(Gradcheck, WhereAndDropout) {
+  const Tensor cond = Tensor::from<bool>({true, false, true, false, false, true}, {2, 3});
+  check({"Where", {cond, rnd({2, 3}, -1, 1, 31), rnd({3}, -1, 1, 32)}, {1, 2}});
+  check({"Dropout", {rnd({2, 3}, -1, 1, 33)}, {0}});
+}
+
+TEST(Gradcheck, OpsWithoutARuleAreNamed) {
+  ModelBuilder b(13, 8);
+  b.input_any("x", 11)
+      .output_any("y", 11)
+      .node("Floor", {"x"}, {"f"}, {}, "floor_it")
+      .node("Relu", {"f"}, {"y"});
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  EXPECT_VOLT_ERROR(append_gradients(m.graph, {"y", "", {"x"}}, "model.onnx"), NotImplemented,
+                    "floor_it", "Floor", "no gradient rule");
+}
+
+}  // namespace
+}  // namespace volt

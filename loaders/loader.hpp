@@ -1,5 +1,6 @@
 // The ONNX file formats, for the rest of volt. No protobuf type appears here.
 #pragma once
+#include <map>
 #include <string>
 
 #include "runtime/graph.hpp"
@@ -19,6 +20,15 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& so
 // Backend test-data files (input_0.pb, output_0.pb): a TensorProto, SequenceProto or
 // OptionalProto, chosen by `kind`.
 Value read_value_pb(const std::string& path, ValueInfo::Kind kind);
+
+// Writes `original_bytes` (a ModelProto) with every initializer replaced by `initializers`
+// (weights over 1.5 GiB go to OUT.data beside it); atomic.
+void write_model_with_weights(const std::string& original_bytes, const std::string& source,
+                              const std::map<std::string, Tensor>& initializers,
+                              const std::string& out_path);
+
+// Reads a whole file.
+std::string read_file_bytes(const std::string& path);
 
 // The same as serialized bytes of a TensorProto (for tests and tools).
 Tensor tensor_from_pb_bytes(const std::string& bytes, const std::string& what);

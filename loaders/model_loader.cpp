@@ -321,13 +321,18 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& so
   return convert(proto, source, base_dir);
 }
 
-Model load_model(const std::string& path) {
+std::string read_file_bytes(const std::string& path) {
   std::error_code ec;
   VOLT_CHECK(fs::is_regular_file(path, ec), Io, path + ": no such model file");
   std::ifstream in(path, std::ios::binary);
   VOLT_CHECK(in, Io, path + ": cannot open");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   VOLT_CHECK(!in.bad(), Io, path + ": read failed");
+  return bytes;
+}
+
+Model load_model(const std::string& path) {
+  const std::string bytes = read_file_bytes(path);
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   return load_model_from_bytes(bytes.data(), bytes.size(), path, dir);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "loaders/loader.hpp"
+#include "runtime/feeds.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/session_impl.hpp"
 
@@ -41,62 +42,11 @@ Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(st
   outputs = model.graph.outputs;
 }
 
-namespace {
-void check_input(const ValueInfo& info, const Value& v, const std::string& source) {
-  const std::string what = source + ": input '" + info.name + "'";
-  const bool want_seq = info.kind == ValueInfo::Kind::Sequence;
-  if (info.kind == ValueInfo::Kind::Optional) return;  // none, a tensor or a sequence
-  VOLT_CHECK(!v.is_none(), InvalidArgument, what + " is empty, but it is not optional");
-  VOLT_CHECK(want_seq == v.is_sequence(), InvalidArgument,
-             what + (want_seq ? " must be a sequence" : " must be a tensor, got a sequence"));
-  if (v.is_sequence()) return;
-  const Tensor& t = v.tensor();
-  VOLT_CHECK(t.defined(), InvalidArgument, what + " is an undefined tensor");
-  VOLT_CHECK(info.dtype == DType::Undefined || t.dtype() == info.dtype, InvalidArgument,
-             what + " must be " + dtype_name(info.dtype) + ", got " + dtype_name(t.dtype()));
-  if (!info.has_shape) return;
-  bool ok = t.rank() == info.shape.size();
-  for (size_t i = 0; ok && i < info.shape.size(); ++i)
-    ok = !info.shape[i].is_fixed() || info.shape[i].value == t.dim(i);
-  VOLT_CHECK(ok, InvalidArgument,
-             what + " must have shape " + info.describe() + ", got " + shape_str(t.shape()));
-}
-}  // namespace
-
 std::vector<Value> Session::Impl::run(const NamedValues& feeds,
                                       const std::vector<std::string>& output_names) {
-  const Graph& g = model.graph;
-  const CompiledGraph& compiled = runner->compiled();
-  std::vector<const Value*> fed(compiled.names.size(), nullptr);
-  for (const auto& [name, value] : feeds) {
-    auto it = std::find_if(g.inputs.begin(), g.inputs.end(),
-                           [&](const ValueInfo& v) { return v.name == name; });
-    if (it == g.inputs.end()) {
-      std::string known;
-      for (const auto& v : inputs) known += (known.empty() ? "" : ", ") + v.name;
-      fail(ErrorCode::InvalidArgument,
-           model.source + ": unknown input '" + name + "' (the model's inputs are: " + known + ")");
-    }
-    check_input(*it, value, model.source);
-    const int id = compiled.id(name);
-    VOLT_CHECK(!fed[id], InvalidArgument, model.source + ": input '" + name + "' is given twice");
-    fed[id] = &value;
-  }
-  for (int id : compiled.required_inputs) {
-    if (fed[id]) continue;
-    const auto& info = *std::find_if(g.inputs.begin(), g.inputs.end(), [&](const ValueInfo& v) {
-      return v.name == compiled.names[id];
-    });
-    if (info.kind == ValueInfo::Kind::Optional) continue;
-    fail(ErrorCode::InvalidArgument, model.source + ": input '" + compiled.names[id] + "' (" +
-                                         info.describe() + ") is missing");
-  }
-  // Optional inputs left out are fed as empty optionals.
-  std::vector<Value> empties(compiled.required_inputs.size());
-  size_t e = 0;
-  for (int id : compiled.required_inputs)
-    if (!fed[id]) fed[id] = &empties[e++];
-
+  std::vector<Value> empties;
+  const std::vector<const Value*> fed =
+      bind_feeds(runner->compiled(), feeds, model.source, empties);
   std::vector<Value> all = runner->run(fed);
   if (output_names.empty()) return all;
   std::vector<Value> picked;

@@ -18,6 +18,12 @@ struct volt_options {
 struct volt_session {
   volt::Session session;
 };
+struct volt_train_options {
+  volt::TrainOptions options;
+};
+struct volt_trainer {
+  volt::Trainer trainer;
+};
 
 namespace {
 

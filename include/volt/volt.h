@@ -47,6 +47,8 @@ typedef enum {
 typedef struct volt_tensor volt_tensor;
 typedef struct volt_options volt_options;
 typedef struct volt_session volt_session;
+typedef struct volt_train_options volt_train_options;
+typedef struct volt_trainer volt_trainer;
 
 const char* volt_version(void);
 const char* volt_last_error(void);
@@ -82,6 +84,31 @@ volt_status volt_session_run(volt_session* s, size_t n_inputs, const char* const
                              const volt_tensor* const* inputs, size_t n_outputs,
                              const char* const* output_names, volt_tensor** outputs);
 void volt_session_free(volt_session* s);
+
+/* Fine-tuning. Option keys: loss (cross_entropy | mse | model_output), prediction, label,
+ * optimizer (sgd | adam | adamw), learning_rate, momentum, nesterov, beta1, beta2, epsilon,
+ * weight_decay, max_grad_norm, trainable, freeze (comma-separated initializer name prefixes),
+ * threads, device, precision (fp32 | mixed_fp16), seed. An unknown key or bad value is an error. */
+volt_train_options* volt_train_options_create(void);
+volt_status volt_train_options_set(volt_train_options* o, const char* key, const char* value);
+void volt_train_options_free(volt_train_options* o);
+volt_status volt_trainer_create(const char* model_path, const volt_train_options* opts,
+                                volt_trainer** out);
+/* One optimization step; the batch holds the model inputs and the label. */
+volt_status volt_trainer_step(volt_trainer* t, size_t n_inputs, const char* const* input_names,
+                              const volt_tensor* const* inputs, float* loss /* may be NULL */);
+volt_status volt_trainer_evaluate(volt_trainer* t, size_t n_inputs, const char* const* input_names,
+                                  const volt_tensor* const* inputs, float* loss);
+/* The model's outputs in evaluation mode (like volt_session_run with all outputs). */
+volt_status volt_trainer_predict(volt_trainer* t, size_t n_inputs, const char* const* input_names,
+                                 const volt_tensor* const* inputs, size_t n_outputs,
+                                 volt_tensor** outputs);
+volt_status volt_trainer_set_learning_rate(volt_trainer* t, float learning_rate);
+volt_status volt_trainer_save_checkpoint(volt_trainer* t, const char* path);
+volt_status volt_trainer_load_checkpoint(volt_trainer* t, const char* path);
+volt_status volt_trainer_export(volt_trainer* t,
+                                const char* onnx_path); /* inference model with the tuned weights */
+void volt_trainer_free(volt_trainer* t);
 
 #ifdef __cplusplus
 }

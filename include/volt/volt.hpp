@@ -305,4 +305,49 @@ class Session {
   std::shared_ptr<Impl> impl_;
 };
 
+// ---------------------------------------------------------------------------------------------
+// Fine-tuning. Options are key/value strings (the C API's keys):
+//   loss = cross_entropy | mse | model_output      prediction = output name (default: the first)
+//   label = name of the label input (default "label")   optimizer = sgd | adam | adamw
+//   learning_rate, momentum, nesterov, beta1, beta2, epsilon, weight_decay, max_grad_norm
+//   trainable / freeze = comma-separated initializer name prefixes
+//   threads, device (cpu), precision (fp32 | mixed_fp16), seed
+using TrainOptions = std::vector<std::pair<std::string, std::string>>;
+// Throws volt::Error naming the first unknown key or bad value.
+void validate_train_options(const TrainOptions& options);
+
+class Trainer {
+ public:
+  explicit Trainer(const std::string& model_path, const TrainOptions& options = {});
+  ~Trainer();
+  Trainer(Trainer&&) noexcept;
+  Trainer& operator=(Trainer&&) noexcept;
+
+  // One optimization step on a batch (model inputs and the label); returns the loss before
+  // the update. A non-finite loss or gradient skips the update and throws.
+  float step(const NamedValues& batch);
+  // The loss in evaluation mode (running statistics, no dropout); nothing changes.
+  float evaluate(const NamedValues& batch) const;
+  // The model's outputs in evaluation mode with the current weights.
+  std::vector<Value> predict(const NamedValues& inputs) const;
+
+  void set_learning_rate(float lr);
+  float learning_rate() const;
+  int64_t steps() const;
+  const std::vector<std::string>& trainable() const;    // initializer names being trained
+  const Tensor& weight(const std::string& name) const;  // current value of an initializer
+
+  // Weights, optimizer state, step and learning rate, written atomically.
+  void save_checkpoint(const std::string& path) const;
+  // Refused (and nothing changes) when the checkpoint does not match the model.
+  void load_checkpoint(const std::string& path);
+  // A plain inference model with the tuned weights.
+  void export_model(const std::string& onnx_path) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace volt

@@ -377,6 +377,8 @@ class LossGrad final : public Kernel {
     const int64_t n = xt.dim(0), c = xt.dim(1), inner = xt.numel() / std::max<int64_t>(n * c, 1);
     const auto dl = doubles(ctx.input(0)), x = doubles(xt);
     const auto labels = to_int64_vector(ctx.input(2), ctx.node(), "labels");
+    VOLT_CHECK(static_cast<int64_t>(labels.size()) == n * inner, InvalidArgument,
+               ctx.node().describe() + ": labels do not match the scores");
     const std::vector<double> w = ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>{};
     auto weight_of = [&](int64_t cls) {
       return (has_ignore_ && cls == ignore_) ? 0.0 : (w.empty() ? 1.0 : w[cls]);

@@ -33,6 +33,11 @@ void nll(const std::vector<double>& log_prob, const Shape& shape, const Tensor& 
          const Tensor* weight, int64_t ignore_index, bool has_ignore, LossReduction r, Tensor& out,
          const Node& node) {
   const int64_t n = shape[0], c = shape[1], inner = numel_of(shape) / std::max<int64_t>(n * c, 1);
+  Shape expected{n};
+  expected.insert(expected.end(), shape.begin() + 2, shape.end());
+  VOLT_CHECK(target.shape() == expected, InvalidArgument,
+             node.describe() + ": target has shape " + shape_str(target.shape()) + ", expected " +
+                 shape_str(expected) + " for input " + shape_str(shape));
   const auto t = to_int64_vector(target, node, "target");
   std::vector<double> losses(static_cast<size_t>(n * inner));
   double total = 0, weight_sum = 0;

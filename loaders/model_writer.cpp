@@ -1,0 +1,103 @@
+// Writes a model back to ONNX: the original ModelProto with its initializers replaced by given
+// tensors (trained weights). Weights over 1.5 GiB in all go to an external data file next to
+// the model, since protobuf cannot hold more than 2 GiB. Written to a temporary file and renamed.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "loaders/loader.hpp"
+#include "onnx/onnx_pb.h"
+#include "runtime/error.hpp"
+
+namespace volt {
+namespace {
+
+constexpr size_t kExternalThreshold = size_t{3} << 29;  // 1.5 GiB
+
+void fill_proto(onnx::TensorProto& p, const std::string& name, const Tensor& t) {
+  p.Clear();
+  p.set_name(name);
+  p.set_data_type(static_cast<int32_t>(t.dtype()));
+  for (int64_t d : t.shape()) p.add_dims(d);
+  if (t.dtype() == DType::String) {
+    for (int64_t i = 0; i < t.numel(); ++i) p.add_string_data(t.data<std::string>()[i]);
+  } else {
+    p.set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
+  }
+}
+
+void atomic_write(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    VOLT_CHECK(out, Io, path + ": cannot create " + tmp);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    VOLT_CHECK(out.good(), Io, path + ": write failed");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    fail(ErrorCode::Io, path + ": cannot rename into place: " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+void write_model_with_weights(const std::string& original_bytes, const std::string& source,
+                              const std::map<std::string, Tensor>& initializers,
+                              const std::string& out_path) {
+  onnx::ModelProto proto;
+  VOLT_CHECK(proto.ParseFromString(original_bytes), InvalidModel,
+             source + ": cannot re-read the model to export it");
+  auto* g = proto.mutable_graph();
+  size_t total = 0;
+  for (const auto& [_, t] : initializers) total += t.nbytes();
+  const bool external = total > kExternalThreshold;
+  const std::filesystem::path out(out_path);
+  const std::string data_name = out.filename().string() + ".data";
+  std::ofstream data;
+  if (external) {
+    data.open(
+        (out.has_parent_path() ? out.parent_path() / data_name : std::filesystem::path(data_name))
+            .string(),
+        std::ios::binary | std::ios::trunc);
+    VOLT_CHECK(data, Io, out_path + ": cannot create the external data file " + data_name);
+  }
+  // Dense initializers replace the sparse ones they came from.
+  google::protobuf::RepeatedPtrField<onnx::SparseTensorProto> kept_sparse;
+  for (const auto& s : g->sparse_initializer())
+    if (!initializers.count(s.values().name())) *kept_sparse.Add() = s;
+  *g->mutable_sparse_initializer() = std::move(kept_sparse);
+  g->clear_initializer();
+  int64_t offset = 0;
+  for (const auto& [name, t] : initializers) {
+    onnx::TensorProto* p = g->add_initializer();
+    fill_proto(*p, name, t);
+    if (external && t.dtype() != DType::String) {
+      data.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
+      p->clear_raw_data();
+      p->set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const std::string& k, const std::string& v) {
+        auto* e = p->add_external_data();
+        e->set_key(k);
+        e->set_value(v);
+      };
+      add("location", data_name);
+      add("offset", std::to_string(offset));
+      add("length", std::to_string(t.nbytes()));
+      offset += static_cast<int64_t>(t.nbytes());
+    }
+  }
+  if (external) {
+    data.flush();
+    VOLT_CHECK(data.good(), Io, out_path + ": writing external data failed");
+  }
+  std::string bytes;
+  VOLT_CHECK(proto.SerializeToString(&bytes), Io, out_path + ": cannot serialize the model");
+  atomic_write(out_path, bytes);
+}
+
+}  // namespace volt

@@ -1,0 +1,30 @@
+// Training options, parsed from the key/value strings of the C and C++ APIs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "volt/volt.hpp"
+
+namespace volt {
+
+struct TrainConfig {
+  std::string loss = "cross_entropy";  // cross_entropy | mse | model_output
+  std::string prediction;              // "" = the first output
+  std::string label = "label";
+  std::string optimizer = "sgd";  // sgd | adam | adamw
+  double learning_rate = 0.01, momentum = 0, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8,
+         weight_decay = 0, max_grad_norm = 0;
+  bool nesterov = false;
+  std::vector<std::string> trainable, freeze;  // name prefixes
+  int threads = 0;
+  std::string device = "cpu", precision = "fp32";
+  uint64_t seed = 0;
+};
+
+// An unknown key or a bad value is an InvalidArgument error naming it.
+TrainConfig parse_train_options(const TrainOptions& options);
+// Checks one key/value pair (the C API checks each as it is set).
+void apply_train_option(TrainConfig& config, const std::string& key, const std::string& value);
+
+}  // namespace volt

@@ -1,0 +1,381 @@
+// Trainer: the model's graph plus a loss, differentiated with respect to the trainable
+// initializers; each step runs forward and backward as one planned graph, then the optimizer
+// updates the weights in place. Evaluation and prediction run the inference graph with the
+// current weights.
+#include <cmath>
+#include <mutex>
+
+#include "loaders/loader.hpp"
+#include "runtime/error.hpp"
+#include "runtime/feeds.hpp"
+#include "runtime/graph_runner.hpp"
+#include "runtime/training/autodiff.hpp"
+#include "runtime/training/checkpoint.hpp"
+#include "runtime/training/optimizer.hpp"
+#include "runtime/training/train_config.hpp"
+
+namespace volt {
+namespace {
+
+bool is_float(DType t) {
+  return t == DType::Float || t == DType::Double || t == DType::Float16 || t == DType::BFloat16;
+}
+
+bool has_prefix(const std::string& name, const std::vector<std::string>& prefixes) {
+  for (const auto& p : prefixes)
+    if (name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+               std::vector<std::string> outs, std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = 13;
+  n.inputs = std::move(ins);
+  n.outputs = std::move(outs);
+  n.attributes = std::move(attrs);
+  return n;
+}
+
+Attribute int_attribute(int64_t v) {
+  Attribute a;
+  a.type = Attribute::Type::Int;
+  a.i = v;
+  return a;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainConfig cfg;
+  Model model;
+  std::string model_bytes;  // the original file, for export
+  std::string prediction;
+  std::vector<std::string> trainable;
+  std::map<std::string, Tensor>
+      weights;  // every float initializer (trained or not), owned and updated in place
+  std::map<std::string, Value> weight_values;
+  std::map<std::string, std::string>
+      running_stats;  // training-graph output -> the initializer it updates
+  std::unique_ptr<GraphRunner> train, eval, infer;
+  std::vector<std::string> grad_names;
+  Optimizer optimizer;
+  double lr;
+  int64_t step = 0;
+  mutable std::mutex mutex;
+
+  Impl(const std::string& path, const TrainOptions& options)
+      : cfg(parse_train_options(options)), optimizer(cfg), lr(cfg.learning_rate) {
+    VOLT_CHECK(cfg.device == "cpu", Device,
+               "training option 'device': '" + cfg.device +
+                   "' is not available (this build trains on: cpu)");
+    VOLT_CHECK(cfg.precision == "fp32", NotImplemented,
+               "training option 'precision': '" + cfg.precision + "' needs a CUDA device");
+    model_bytes = read_file_bytes(path);
+    model = load_model(path);
+    const Graph& g = model.graph;
+    VOLT_CHECK(!g.outputs.empty(), InvalidModel, path + ": the model has no outputs");
+    prediction = cfg.prediction.empty() ? g.outputs[0].name : cfg.prediction;
+    bool found = false;
+    for (const auto& o : g.outputs) found = found || o.name == prediction;
+    VOLT_CHECK(
+        found, InvalidArgument,
+        path + ": training option 'prediction': the model has no output '" + prediction + "'");
+    for (const auto& v : g.inputs)
+      VOLT_CHECK(v.name != cfg.label || cfg.loss == "model_output", InvalidArgument,
+                 path + ": the label input '" + cfg.label +
+                     "' collides with a model input; set the 'label' option");
+
+    for (const auto& [name, t] : g.initializers) {
+      if (!is_float(t.dtype())) continue;
+      weights[name] = t.clone();
+      weight_values[name] = weights[name];
+      const bool chosen = cfg.trainable.empty() || has_prefix(name, cfg.trainable);
+      if (chosen && !has_prefix(name, cfg.freeze)) trainable.push_back(name);
+    }
+    VOLT_CHECK(
+        !trainable.empty(), InvalidArgument,
+        path + ": no float initializer matches the trainable/freeze options; nothing to train");
+
+    const int threads = cfg.threads;
+    // Inference graph.
+    infer = std::make_unique<GraphRunner>(std::make_shared<const Graph>(g), path, "cpu", threads);
+    // Evaluation: inference graph + loss.
+    Graph ev = g;
+    const std::string eval_loss = add_loss(ev);
+    ev.outputs = {output_info(eval_loss)};
+    eval = std::make_unique<GraphRunner>(std::make_shared<const Graph>(ev), path, "cpu", threads);
+    // Training: training-mode ops + loss + gradients.
+    Graph tr = g;
+    to_training_mode(tr);
+    const std::string loss = add_loss(tr);
+    grad_names = append_gradients(tr, {loss, "", trainable}, path);
+    tr.outputs = {output_info(loss)};
+    for (const auto& gname : grad_names) tr.outputs.push_back(output_info(gname));
+    for (const auto& [out, _] : running_stats) tr.outputs.push_back(output_info(out));
+    train = std::make_unique<GraphRunner>(std::make_shared<const Graph>(tr), path, "cpu", threads);
+  }
+
+  static ValueInfo output_info(const std::string& name) {
+    ValueInfo v;
+    v.name = name;
+    return v;
+  }
+
+  // Adds the label input and the loss nodes; returns the loss value's name.
+  std::string add_loss(Graph& g) const {
+    if (cfg.loss == "model_output") return prediction;
+    ValueInfo label;
+    label.name = cfg.label;
+    if (cfg.loss == "cross_entropy") {
+      label.dtype = DType::Int64;
+      g.initializers["volt/flat_labels"] = Tensor::from<int64_t>({-1}, {1});
+      g.nodes.push_back(make_node("volt/flatten_prediction", "Flatten", {prediction},
+                                  {"volt/logits"}, {{"axis", int_attribute(-1)}}));
+      g.nodes.push_back(make_node("volt/flatten_label", "Reshape", {cfg.label, "volt/flat_labels"},
+                                  {"volt/labels"}));
+      Attribute mean;
+      mean.type = Attribute::Type::String;
+      mean.s = "mean";
+      g.nodes.push_back(make_node("volt/loss", "SoftmaxCrossEntropyLoss",
+                                  {"volt/logits", "volt/labels"}, {"volt/loss"},
+                                  {{"reduction", mean}}));
+    } else {  // mse
+      for (const auto& o : model.graph.outputs)
+        if (o.name == prediction) label.dtype = o.dtype;
+      g.nodes.push_back(make_node("volt/error", "Sub", {prediction, cfg.label}, {"volt/error"}));
+      g.nodes.push_back(
+          make_node("volt/squared", "Mul", {"volt/error", "volt/error"}, {"volt/squared"}));
+      g.nodes.push_back(make_node("volt/loss", "ReduceMean", {"volt/squared"}, {"volt/loss"},
+                                  {{"keepdims", int_attribute(0)}}));
+    }
+    g.inputs.push_back(label);
+    return "volt/loss";
+  }
+
+  // BatchNormalization uses batch statistics and updates its running ones; Dropout drops.
+  void to_training_mode(Graph& g) {
+    int dropout_index = 0;
+    for (Node& n : g.nodes) {
+      if (n.op_type == "BatchNormalization" && n.domain == kOnnxDomain) {
+        n.attributes["training_mode"] = int_attribute(1);
+        while (n.outputs.size() < 3) n.outputs.push_back("");
+        for (size_t k : {size_t{1}, size_t{2}}) {
+          if (n.outputs[k].empty())
+            n.outputs[k] = n.name + (k == 1 ? "/running_mean" : "/running_var");
+          if (g.is_initializer(n.inputs[k + 2]) && weights.count(n.inputs[k + 2]))
+            running_stats[n.outputs[k]] = n.inputs[k + 2];
+        }
+        n.outputs.resize(3);
+      } else if (n.op_type == "Dropout" && n.domain == kOnnxDomain && n.opset >= 12) {
+        const std::string ratio = n.name + "/ratio", on = n.name + "/training";
+        if (!n.has_input(1)) {
+          g.initializers[ratio] = Tensor::scalar(0.5f);
+          if (n.inputs.size() < 2) n.inputs.resize(2);
+          n.inputs[1] = ratio;
+        }
+        g.initializers[on] = Tensor::scalar(true);
+        n.inputs.resize(3);
+        n.inputs[2] = on;
+        if (n.outputs.size() < 2 || n.outputs[1].empty()) {
+          n.outputs.resize(2);
+          n.outputs[1] = n.name + "/mask";
+        }
+        n.attributes["seed"] = int_attribute(static_cast<int64_t>(cfg.seed) + dropout_index++);
+      }
+    }
+  }
+
+  // Binds data inputs (and the label) plus the current weights.
+  std::vector<const Value*> bind(const GraphRunner& r, const NamedValues& batch,
+                                 std::vector<Value>& empties) const {
+    std::vector<const Value*> fed = bind_feeds(r.compiled(), batch, model.source, empties);
+    for (const auto& [name, v] : weight_values) {
+      const int id = r.compiled().id(name);
+      if (id >= 0) fed[id] = &v;
+    }
+    return fed;
+  }
+
+  static float scalar_loss(const Value& v, const std::string& source) {
+    VOLT_CHECK(v.is_tensor() && v.tensor().numel() == 1, InvalidArgument,
+               source + ": the loss must be a scalar");
+    const Tensor& t = v.tensor();
+    if (t.dtype() == DType::Double) return static_cast<float>(t.data<double>()[0]);
+    VOLT_CHECK(t.dtype() == DType::Float, InvalidArgument,
+               source + ": the loss must be float32 or float64");
+    return t.data<float>()[0];
+  }
+
+  float do_step(const NamedValues& batch) {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<Value> empties;
+    const auto fed = bind(*train, batch, empties);
+    std::vector<Value> out = train->run(fed);
+    const float loss = scalar_loss(out[0], model.source);
+    VOLT_CHECK(std::isfinite(loss), Runtime,
+               model.source + ": step " + std::to_string(step + 1) +
+                   ": the loss is not finite; the update was skipped");
+    std::map<std::string, Tensor> grads;
+    double sq = 0;
+    for (size_t i = 0; i < trainable.size(); ++i) {
+      const Tensor& g = out[1 + i].tensor();
+      double s = 0;
+      dispatch_float(g, [&](double v) { s += v * v; });
+      VOLT_CHECK(std::isfinite(s), Runtime,
+                 model.source + ": step " + std::to_string(step + 1) + ": the gradient of '" +
+                     trainable[i] + "' is not finite; the update was skipped");
+      sq += s;
+      grads[trainable[i]] = g;
+    }
+    if (cfg.max_grad_norm > 0) {
+      const double norm = std::sqrt(sq);
+      if (norm > cfg.max_grad_norm) scale_all(grads, cfg.max_grad_norm / norm);
+    }
+    optimizer.step(weights, grads, lr, step + 1);
+    size_t k = 1 + trainable.size();
+    for (const auto& [outname, init] : running_stats) {
+      const Tensor& stat = out[k++].tensor();
+      Tensor& w = weights.at(init);
+      VOLT_CHECK(stat.nbytes() == w.nbytes() && stat.dtype() == w.dtype(), Runtime,
+                 "running statistic '" + init + "' changed shape");
+      std::memcpy(w.raw(), stat.raw(), w.nbytes());
+    }
+    ++step;
+    return loss;
+  }
+
+  template <class F>
+  static void dispatch_float(const Tensor& t, F f) {
+    if (t.dtype() == DType::Float) {
+      for (int64_t i = 0; i < t.numel(); ++i) f(static_cast<double>(t.data<float>()[i]));
+    } else if (t.dtype() == DType::Double) {
+      for (int64_t i = 0; i < t.numel(); ++i) f(t.data<double>()[i]);
+    } else if (t.dtype() == DType::Float16) {
+      for (int64_t i = 0; i < t.numel(); ++i)
+        f(static_cast<double>(static_cast<float>(t.data<Float16>()[i])));
+    } else if (t.dtype() == DType::BFloat16) {
+      for (int64_t i = 0; i < t.numel(); ++i)
+        f(static_cast<double>(static_cast<float>(t.data<BFloat16>()[i])));
+    }
+  }
+
+  static void scale_all(std::map<std::string, Tensor>& grads, double s) {
+    for (auto& [_, g] : grads) {
+      Tensor c = g.clone();
+      if (c.dtype() == DType::Float)
+        for (int64_t i = 0; i < c.numel(); ++i)
+          c.data<float>()[i] = static_cast<float>(c.data<float>()[i] * s);
+      else if (c.dtype() == DType::Double)
+        for (int64_t i = 0; i < c.numel(); ++i) c.data<double>()[i] *= s;
+      g = c;
+    }
+  }
+
+  Checkpoint snapshot() const {
+    Checkpoint c;
+    c.step = step;
+    c.learning_rate = lr;
+    c.optimizer = cfg.optimizer;
+    for (const auto& [name, t] : weights) c.tensors["param/" + name] = t.clone();
+    optimizer.save(c);
+    return c;
+  }
+
+  void restore(const Checkpoint& c, const std::string& path) {
+    VOLT_CHECK(c.optimizer == cfg.optimizer, InvalidArgument,
+               path + ": the checkpoint was written with optimizer '" + c.optimizer +
+                   "', this trainer uses '" + cfg.optimizer + "'");
+    // Check everything before changing anything.
+    for (const auto& [name, t] : weights) {
+      auto it = c.tensors.find("param/" + name);
+      VOLT_CHECK(it != c.tensors.end(), InvalidArgument,
+                 path + ": the checkpoint has no weight '" + name + "'");
+      VOLT_CHECK(it->second.shape() == t.shape() && it->second.dtype() == t.dtype(),
+                 InvalidArgument,
+                 path + ": weight '" + name + "' is " + dtype_name(it->second.dtype()) +
+                     shape_str(it->second.shape()) + " in the checkpoint, " +
+                     dtype_name(t.dtype()) + shape_str(t.shape()) + " in the model");
+    }
+    for (const auto& [key, _] : c.tensors)
+      if (key.rfind("param/", 0) == 0)
+        VOLT_CHECK(
+            weights.count(key.substr(6)), InvalidArgument,
+            path + ": the checkpoint has weight '" + key.substr(6) + "', which the model lacks");
+    Optimizer restored(cfg);
+    restored.load(c, weights, path);
+    for (auto& [name, t] : weights)
+      std::memcpy(t.raw(), c.tensors.at("param/" + name).raw(), t.nbytes());
+    optimizer = std::move(restored);
+    step = c.step;
+    lr = c.learning_rate;
+  }
+};
+
+Trainer::Trainer(const std::string& model_path, const TrainOptions& options)
+    : impl_(std::make_unique<Impl>(model_path, options)) {}
+Trainer::~Trainer() = default;
+Trainer::Trainer(Trainer&&) noexcept = default;
+Trainer& Trainer::operator=(Trainer&&) noexcept = default;
+
+float Trainer::step(const NamedValues& batch) {
+  return impl_->do_step(batch);
+}
+
+float Trainer::evaluate(const NamedValues& batch) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<Value> empties;
+  const auto fed = impl_->bind(*impl_->eval, batch, empties);
+  return Impl::scalar_loss(impl_->eval->run(fed)[0], impl_->model.source);
+}
+
+std::vector<Value> Trainer::predict(const NamedValues& inputs) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::vector<Value> empties;
+  const auto fed = impl_->bind(*impl_->infer, inputs, empties);
+  return impl_->infer->run(fed);
+}
+
+void Trainer::set_learning_rate(float lr) {
+  VOLT_CHECK(std::isfinite(lr) && lr >= 0, InvalidArgument,
+             "learning rate must be finite and >= 0, got " + std::to_string(lr));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->lr = lr;
+}
+float Trainer::learning_rate() const {
+  return static_cast<float>(impl_->lr);
+}
+int64_t Trainer::steps() const {
+  return impl_->step;
+}
+const std::vector<std::string>& Trainer::trainable() const {
+  return impl_->trainable;
+}
+const Tensor& Trainer::weight(const std::string& name) const {
+  auto it = impl_->weights.find(name);
+  VOLT_CHECK(it != impl_->weights.end(), InvalidArgument,
+             "no float initializer named '" + name + "'");
+  return it->second;
+}
+
+void Trainer::save_checkpoint(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  write_checkpoint(path, impl_->snapshot());
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  const Checkpoint c = read_checkpoint(path);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->restore(c, path);
+}
+
+void Trainer::export_model(const std::string& onnx_path) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  std::map<std::string, Tensor> all = impl_->model.graph.initializers;
+  for (const auto& [name, t] : impl_->weights) all[name] = t;
+  write_model_with_weights(impl_->model_bytes, impl_->model.source, all, onnx_path);
+}
+
+}  // namespace volt

@@ -1,0 +1,216 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "model_builder.hpp"
+#include "volt/volt.hpp"
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ModelBuilder;
+const std::string kMlp = std::string(VOLT_SOURCE_DIR) + "/models/mnist_mlp.onnx";
+
+// A separable 10-class problem in 784 dimensions: class centers plus noise.
+struct Dataset {
+  Tensor x, y;
+};
+Dataset synthetic(int64_t n, uint64_t seed, float noise = 0.6f) {
+  std::mt19937_64 centers_rng(7);  // the same centers for every split
+  std::normal_distribution<float> unit(0, 1);
+  std::vector<float> centers(10 * 784);
+  for (float& c : centers) c = unit(centers_rng) * 0.5f;
+  std::mt19937_64 rng(seed);
+  Dataset d{Tensor::empty(DType::Float, {n, 784}), Tensor::empty(DType::Int64, {n})};
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = static_cast<int64_t>(rng() % 10);
+    d.y.data<int64_t>()[i] = c;
+    for (int64_t j = 0; j < 784; ++j)
+      d.x.data<float>()[i * 784 + j] = centers[c * 784 + j] + noise * unit(rng);
+  }
+  return d;
+}
+
+Tensor rows(const Tensor& t, int64_t begin, int64_t count) {
+  Shape s = t.shape();
+  s[0] = count;
+  const size_t row = t.nbytes() / static_cast<size_t>(t.dim(0));
+  return Tensor::copy_of(t.dtype(), s,
+                         static_cast<const char*>(t.raw()) + row * static_cast<size_t>(begin));
+}
+
+double accuracy(const Trainer& tr, const Dataset& d) {
+  const Tensor logits = tr.predict({{"x", d.x}})[0].tensor();
+  int64_t right = 0;
+  for (int64_t i = 0; i < d.x.dim(0); ++i) {
+    const float* r = logits.data<float>() + i * 10;
+    right += std::max_element(r, r + 10) - r == d.y.data<int64_t>()[i];
+  }
+  return static_cast<double>(right) / static_cast<double>(d.x.dim(0));
+}
+
+std::string temp(const std::string& name) {
+  return (fs::temp_directory_path() / ("volt_trainer_" + std::to_string(getpid()) + "_" + name))
+      .string();
+}
+
+TEST(Trainer, FineTunesTheBundledMlpToHighAccuracy) {
+  const Dataset train = synthetic(2048, 1), held_out = synthetic(512, 2);
+  Trainer tr(kMlp, {{"optimizer", "adam"}, {"learning_rate", "0.001"}, {"threads", "2"}});
+  EXPECT_EQ(tr.trainable().size(), 6u);
+  const double before = accuracy(tr, held_out);
+  float first = 0, last = 0;
+  for (int epoch = 0; epoch < 3; ++epoch)
+    for (int64_t b = 0; b < 2048; b += 64) {
+      last = tr.step({{"x", rows(train.x, b, 64)}, {"label", rows(train.y, b, 64)}});
+      if (epoch == 0 && b == 0) first = last;
+    }
+  const double after = accuracy(tr, held_out);
+  EXPECT_GE(after, 0.95) << "accuracy before " << before;
+  EXPECT_LT(last, first * 0.5f);
+  EXPECT_EQ(tr.steps(), 96);
+  EXPECT_LT(tr.evaluate({{"x", held_out.x}, {"label", held_out.y}}), 0.3f);
+}
+
+TEST(Trainer, ResumingFromACheckpointContinuesBitForBit) {
+  const Dataset d = synthetic(256, 3);
+  const TrainOptions opts{{"optimizer", "sgd"},
+                          {"momentum", "0.9"},
+                          {"nesterov", "true"},
+                          {"learning_rate", "0.01"},
+                          {"threads", "1"}};
+  auto batch = [&](int i) {
+    return NamedValues{{"x", rows(d.x, (i % 8) * 32, 32)}, {"label", rows(d.y, (i % 8) * 32, 32)}};
+  };
+  Trainer straight(kMlp, opts);
+  for (int i = 0; i < 10; ++i) straight.step(batch(i));
+
+  Trainer first(kMlp, opts);
+  for (int i = 0; i < 4; ++i) first.step(batch(i));
+  const std::string ckpt = temp("resume.ckpt");
+  first.save_checkpoint(ckpt);
+  Trainer resumed(kMlp, opts);
+  resumed.load_checkpoint(ckpt);
+  EXPECT_EQ(resumed.steps(), 4);
+  for (int i = 4; i < 10; ++i) resumed.step(batch(i));
+  for (const auto& name : straight.trainable()) {
+    const Tensor &a = straight.weight(name), &b = resumed.weight(name);
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << name;
+  }
+  fs::remove(ckpt);
+}
+
+TEST(Trainer, ExportedModelGivesTheTrainersEvaluationOutputs) {
+  const Dataset d = synthetic(64, 4);
+  Trainer tr(kMlp, {{"optimizer", "adamw"}, {"weight_decay", "0.01"}, {"learning_rate", "0.01"}});
+  for (int i = 0; i < 3; ++i) tr.step({{"x", d.x}, {"label", d.y}});
+  const std::string out = temp("tuned.onnx");
+  tr.export_model(out);
+  Session s(out);
+  const Tensor a = s.run({{"x", d.x}})[0].tensor();
+  const Tensor b = tr.predict({{"x", d.x}})[0].tensor();
+  ASSERT_EQ(a.shape(), b.shape());
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0);
+  // And it differs from the untuned model.
+  const Tensor c = Session(kMlp).run({{"x", d.x}})[0].tensor();
+  EXPECT_NE(std::memcmp(a.raw(), c.raw(), a.nbytes()), 0);
+  fs::remove(out);
+}
+
+TEST(Trainer, OneSgdStepOnALinearModelIsExact) {
+  // y = x W, loss = mean((y - t)^2): dL/dW = 2/n x^T (xW - t).
+  ModelBuilder b;
+  b.input("x", 1, {2, 3})
+      .output("y", 1, {2, 1})
+      .initializer("W", {3, 1}, {0.5f, -1.0f, 2.0f})
+      .node("MatMul", {"x", "W"}, {"y"});
+  const std::string path = temp("linear.onnx");
+  b.save(path);
+  Trainer tr(path, {{"loss", "mse"}, {"learning_rate", "0.1"}});
+  const Tensor x = Tensor::from<float>({1, 2, 3, -1, 0, 1}, {2, 3});
+  const Tensor t = Tensor::from<float>({1, 2}, {2, 1});
+  tr.step({{"x", x}, {"label", t}});
+  const float w[3] = {0.5f, -1.0f, 2.0f};
+  const float y0 = 1 * w[0] + 2 * w[1] + 3 * w[2] - 1,
+              y1 = -1 * w[0] + 0 * w[1] + 1 * w[2] - 2;  // residuals
+  const float xs[2][3] = {{1, 2, 3}, {-1, 0, 1}};
+  for (int j = 0; j < 3; ++j) {
+    const float grad = (2.0f / 2) * (xs[0][j] * y0 + xs[1][j] * y1);
+    EXPECT_NEAR(tr.weight("W").data<float>()[j], w[j] - 0.1f * grad, 1e-6f) << j;
+  }
+  fs::remove(path);
+}
+
+TEST(Trainer, BadOptionsAndInputsAreClearErrors) {
+  EXPECT_VOLT_ERROR(Trainer(kMlp, {{"colour", "blue"}}), InvalidArgument, "colour");
+  EXPECT_VOLT_ERROR(Trainer(kMlp, {{"learning_rate", "fast"}}), InvalidArgument, "learning_rate",
+                    "fast");
+  EXPECT_VOLT_ERROR(Trainer(kMlp, {{"optimizer", "lbfgs"}}), InvalidArgument, "optimizer", "lbfgs");
+  EXPECT_VOLT_ERROR(Trainer(kMlp, {{"trainable", "nothing."}}), InvalidArgument,
+                    "nothing to train");
+  EXPECT_VOLT_ERROR(Trainer(kMlp, {{"prediction", "nope"}}), InvalidArgument, "nope");
+  EXPECT_VOLT_ERROR(Trainer(kMlp, {{"device", "cuda:0"}}), Device, "cuda:0");
+  Trainer tr(kMlp, {{"freeze", "fc1."}});
+  EXPECT_EQ(tr.trainable().size(), 4u);
+  const Dataset d = synthetic(8, 5);
+  EXPECT_VOLT_ERROR(tr.step({{"x", d.x}}), InvalidArgument, "label", "missing");
+  EXPECT_VOLT_ERROR(tr.step({{"x", d.x}, {"label", Tensor::empty(DType::Float, {8})}}),
+                    InvalidArgument, "label", "int64");
+  EXPECT_VOLT_ERROR(tr.step({{"x", rows(d.x, 0, 4)}, {"label", d.y}}), InvalidArgument);
+  EXPECT_VOLT_ERROR(
+      tr.step({{"x", d.x}, {"label", Tensor::from<int64_t>({0, 1, 2, 3, 4, 5, 6, 99}, {8})}}),
+      InvalidArgument, "99");
+  EXPECT_VOLT_ERROR(tr.set_learning_rate(-1), InvalidArgument, "learning rate");
+  EXPECT_EQ(tr.steps(), 0);
+}
+
+TEST(Trainer, NonFiniteValuesSkipTheStepAndKeepTheWeights) {
+  Trainer tr(kMlp, {{"learning_rate", "0.1"}});
+  Dataset d = synthetic(4, 6);
+  const Tensor before = tr.weight("fc1.weight").clone();
+  d.x.data<float>()[5] = NAN;
+  EXPECT_VOLT_ERROR(tr.step({{"x", d.x}, {"label", d.y}}), Runtime, "not finite");
+  EXPECT_EQ(std::memcmp(before.raw(), tr.weight("fc1.weight").raw(), before.nbytes()), 0);
+  EXPECT_EQ(tr.steps(), 0);
+}
+
+TEST(Trainer, MismatchedCheckpointsAreRefusedAndChangeNothing) {
+  Trainer mlp(kMlp);
+  const std::string ckpt = temp("mlp.ckpt");
+  mlp.save_checkpoint(ckpt);
+  ModelBuilder b;
+  b.input("x", 1, {2, 3})
+      .output("y", 1, {2, 1})
+      .initializer("W", {3, 1}, {1, 2, 3})
+      .node("MatMul", {"x", "W"}, {"y"});
+  const std::string path = temp("small.onnx");
+  b.save(path);
+  Trainer other(path, {{"loss", "mse"}});
+  EXPECT_VOLT_ERROR(other.load_checkpoint(ckpt), InvalidArgument, "'W'");
+  EXPECT_EQ(other.weight("W").data<float>()[2], 3.0f);
+  Trainer adam(kMlp, {{"optimizer", "adam"}});
+  EXPECT_VOLT_ERROR(adam.load_checkpoint(ckpt), InvalidArgument, "optimizer");
+  // A truncated file.
+  fs::resize_file(ckpt, fs::file_size(ckpt) / 2);
+  EXPECT_VOLT_ERROR(mlp.load_checkpoint(ckpt), InvalidArgument, "corrupt");
+  EXPECT_VOLT_ERROR(mlp.load_checkpoint(temp("missing.ckpt")), Io);
+  fs::remove(ckpt);
+  fs::remove(path);
+}
+
+TEST(Trainer, AnOpWithoutAGradientRuleIsNamedAtCreation) {
+  ModelBuilder b;
+  b.input("x", 1, {2, 3}).output("y", 1, {2, 3}).initializer("W", {3}, {1, 2, 3});
+  b.node("Mul", {"x", "W"}, {"m"}).node("Floor", {"m"}, {"y"}, {}, "round_down");
+  const std::string path = temp("floor.onnx");
+  b.save(path);
+  EXPECT_VOLT_ERROR(Trainer(path, {{"loss", "mse"}}), NotImplemented, "round_down", "Floor");
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,4 +1,4 @@
-// volt — command line: run, bench, info, test-onnx.
+// volt — command line: run, bench, train, info, test-onnx.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,6 +17,12 @@ void usage() {
                "  volt bench MODEL [--batch N] [--shape NAME=D1xD2...]... [--range NAME=LO:HI]... "
                "[--threads T]\n"
                "                   [--warmup W] [--iterations N | --seconds S] [--json]\n"
+               "  volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss "
+               "cross_entropy|mse|model_output]\n"
+               "                   [--optimizer sgd|adam|adamw] [--learning-rate LR] [--batch N] "
+               "[--epochs E]\n"
+               "                   [--validation-split F] [--checkpoint FILE] [--export OUT.onnx] "
+               "[--option KEY=VALUE]...\n"
                "  volt test-onnx DIR... [--expect FILE] [--verbose]\n",
                volt::version());
 }
@@ -33,6 +39,7 @@ int main(int argc, char** argv) {
     if (cmd == "run") return volt::cli::cmd_run(argc, argv);
     if (cmd == "bench") return volt::cli::cmd_bench(argc, argv);
     if (cmd == "test-onnx") return volt::cli::cmd_test_onnx(argc, argv);
+    if (cmd == "train") return volt::cli::cmd_train(argc, argv);
     if (cmd == "--version") {
       std::printf("volt %s\n", volt::version());
       return 0;

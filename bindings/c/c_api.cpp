@@ -93,7 +93,9 @@ void store_outputs(std::vector<volt::Value>& result, volt_tensor** outputs) {
   std::vector<volt_tensor*> made;
   try {
     for (auto& v : result) {
-      if (!v.is_tensor()) throw volt::Error(volt::ErrorCode::NotImplemented, "an output is not a tensor; the C API returns tensors only");
+      if (!v.is_tensor())
+        throw volt::Error(volt::ErrorCode::NotImplemented,
+                          "an output is not a tensor; the C API returns tensors only");
       made.push_back(wrap_tensor(v.tensor()));
     }
   } catch (...) {
@@ -280,19 +282,27 @@ void volt_session_free(volt_session* s) {
   delete s;
 }
 
-// --- training ---------------------------------------------------------------------------------------
-static volt_status feeds_of(size_t n, const char* const* names, const volt_tensor* const* values, volt::NamedValues& out) {
+// --- training
+// ---------------------------------------------------------------------------------------
+static volt_status feeds_of(size_t n, const char* const* names, const volt_tensor* const* values,
+                            volt::NamedValues& out) {
   if (n && (!names || !values)) return null_arg("input_names or inputs");
   for (size_t i = 0; i < n; ++i) {
-    if (!names[i]) return set_error(VOLT_ERR_INVALID_ARGUMENT, "input_names[" + std::to_string(i) + "] is NULL");
-    if (!values[i]) return set_error(VOLT_ERR_INVALID_ARGUMENT, "inputs[" + std::to_string(i) + "] is NULL");
+    if (!names[i])
+      return set_error(VOLT_ERR_INVALID_ARGUMENT, "input_names[" + std::to_string(i) + "] is NULL");
+    if (!values[i])
+      return set_error(VOLT_ERR_INVALID_ARGUMENT, "inputs[" + std::to_string(i) + "] is NULL");
     out.emplace_back(names[i], values[i]->tensor);
   }
   return VOLT_OK;
 }
 
-volt_train_options* volt_train_options_create(void) { return new (std::nothrow) volt_train_options{}; }
-void volt_train_options_free(volt_train_options* o) { delete o; }
+volt_train_options* volt_train_options_create(void) {
+  return new (std::nothrow) volt_train_options{};
+}
+void volt_train_options_free(volt_train_options* o) {
+  delete o;
+}
 
 volt_status volt_train_options_set(volt_train_options* o, const char* key, const char* value) {
   if (!o) return null_arg("options");
@@ -307,14 +317,18 @@ volt_status volt_train_options_set(volt_train_options* o, const char* key, const
   });
 }
 
-volt_status volt_trainer_create(const char* model_path, const volt_train_options* opts, volt_trainer** out) {
+volt_status volt_trainer_create(const char* model_path, const volt_train_options* opts,
+                                volt_trainer** out) {
   if (!out) return null_arg("out");
   *out = nullptr;
   if (!model_path) return null_arg("model_path");
-  return guarded([&] { *out = new volt_trainer{volt::Trainer(model_path, opts ? opts->options : volt::TrainOptions{})}; });
+  return guarded([&] {
+    *out = new volt_trainer{volt::Trainer(model_path, opts ? opts->options : volt::TrainOptions{})};
+  });
 }
 
-volt_status volt_trainer_step(volt_trainer* t, size_t n, const char* const* names, const volt_tensor* const* inputs, float* loss) {
+volt_status volt_trainer_step(volt_trainer* t, size_t n, const char* const* names,
+                              const volt_tensor* const* inputs, float* loss) {
   if (!t) return null_arg("trainer");
   volt::NamedValues feeds;
   if (volt_status s = feeds_of(n, names, inputs, feeds); s != VOLT_OK) return s;
@@ -324,7 +338,8 @@ volt_status volt_trainer_step(volt_trainer* t, size_t n, const char* const* name
   });
 }
 
-volt_status volt_trainer_evaluate(volt_trainer* t, size_t n, const char* const* names, const volt_tensor* const* inputs, float* loss) {
+volt_status volt_trainer_evaluate(volt_trainer* t, size_t n, const char* const* names,
+                                  const volt_tensor* const* inputs, float* loss) {
   if (!t) return null_arg("trainer");
   if (!loss) return null_arg("loss");
   volt::NamedValues feeds;
@@ -332,7 +347,8 @@ volt_status volt_trainer_evaluate(volt_trainer* t, size_t n, const char* const* 
   return guarded([&] { *loss = t->trainer.evaluate(feeds); });
 }
 
-volt_status volt_trainer_predict(volt_trainer* t, size_t n, const char* const* names, const volt_tensor* const* inputs, size_t n_outputs,
+volt_status volt_trainer_predict(volt_trainer* t, size_t n, const char* const* names,
+                                 const volt_tensor* const* inputs, size_t n_outputs,
                                  volt_tensor** outputs) {
   if (!t) return null_arg("trainer");
   if (n_outputs && !outputs) return null_arg("outputs");
@@ -343,7 +359,8 @@ volt_status volt_trainer_predict(volt_trainer* t, size_t n, const char* const* n
     std::vector<volt::Value> result = t->trainer.predict(feeds);
     if (result.size() != n_outputs)
       throw volt::Error(volt::ErrorCode::InvalidArgument,
-                        "n_outputs is " + std::to_string(n_outputs) + ", the model has " + std::to_string(result.size()) + " outputs");
+                        "n_outputs is " + std::to_string(n_outputs) + ", the model has " +
+                            std::to_string(result.size()) + " outputs");
     store_outputs(result, outputs);
   });
 }
@@ -371,6 +388,8 @@ volt_status volt_trainer_export(volt_trainer* t, const char* onnx_path) {
   return guarded([&] { t->trainer.export_model(onnx_path); });
 }
 
-void volt_trainer_free(volt_trainer* t) { delete t; }
+void volt_trainer_free(volt_trainer* t) {
+  delete t;
+}
 
 }  // extern "C"

@@ -3,6 +3,7 @@
 // keep_aspect_ratio_policy) and Upsample. Separable: each axis maps an output coordinate to a
 // few (input index, weight) taps, and an output element sums the products over the axes.
 #include <cmath>
+#include <functional>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
@@ -26,9 +27,13 @@ struct ResizeAttrs {
 
 class Resize final : public Kernel {
  public:
-  Resize(const Node& n, bool upsample) : upsample_(upsample), opset_(n.opset) {
+  Resize(const Node& n, bool upsample, bool backward = false)
+      : upsample_(upsample),
+        backward_(backward),
+        offset_(backward ? 1 : 0),
+        opset_(backward ? static_cast<int>(n.attr_int("forward_opset", 13)) : n.opset) {
     a_.mode = n.attr_string("mode", "nearest");
-    if (upsample || n.opset < 11) {
+    if (upsample || opset_ < 11) {
       // Upsample and Resize-10 map coordinates asymmetrically and take the floor for nearest.
       a_.transform = "asymmetric";
       a_.nearest = "floor";
@@ -46,10 +51,11 @@ class Resize final : public Kernel {
                n.describe() + ": unknown mode '" + a_.mode + "'");
     VOLT_CHECK(n.attr_int("antialias", 0) == 0, NotImplemented,
                n.describe() + ": antialias=1 is not supported");
-    if (upsample && n.opset < 9) attr_scales_ = n.attr_floats("scales");
+    if (upsample && opset_ < 9) attr_scales_ = n.attr_floats("scales");
   }
 
   void infer(InferContext& ctx) const override {
+    if (backward_) return ctx.set_output(0, ctx.dtype(0), ctx.shape(1));  // dx is shaped like x
     std::vector<double> scales;
     Shape out;
     if (!resolve(
@@ -61,14 +67,15 @@ class Resize final : public Kernel {
   }
 
   void run(RunContext& ctx) const override {
-    const Tensor& x = ctx.input(0);
+    const Tensor& x = ctx.input(offset_);
     std::vector<double> scales;
     Shape out;
     resolve(
-        x.shape(), [&](size_t i) { return ctx.has_input(i) ? &ctx.input(i) : nullptr; },
-        [&](size_t i) { return ctx.has_input(i); }, ctx.node(), scales, out);
+        x.shape(),
+        [&](size_t i) { return ctx.has_input(i + offset_) ? &ctx.input(i + offset_) : nullptr; },
+        [&](size_t i) { return ctx.has_input(i + offset_); }, ctx.node(), scales, out);
     std::vector<double> roi;
-    const size_t roi_input = 1;
+    const size_t roi_input = 1 + offset_;
     if (!upsample_ && opset_ >= 11 && ctx.has_input(roi_input) && ctx.input(roi_input).numel() > 0)
       roi = as_doubles(ctx.input(roi_input));
     const size_t r = x.rank();
@@ -79,6 +86,7 @@ class Resize final : public Kernel {
       axis_taps(d, x.dim(d), out[d], scales[d], roi, r, taps[d], outside[d]);
     Tensor& y = ctx.output(0);
     const auto st = strides_of(x.shape());
+    if (backward_) return scatter(ctx.input(0), y, out, taps, outside, st, ctx);
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
@@ -104,6 +112,44 @@ class Resize final : public Kernel {
   }
 
  private:
+  // dx[tap] += weight * dy over every output element and tap product.
+  static void scatter(const Tensor& dyt, Tensor& dxt, const Shape& out,
+                      const std::vector<std::vector<std::vector<Tap>>>& taps,
+                      const std::vector<std::vector<char>>& outside, const std::vector<int64_t>& st,
+                      const RunContext& ctx) {
+    VOLT_CHECK(dyt.shape() == out, InvalidArgument,
+               ctx.node().describe() + ": the gradient has shape " + shape_str(dyt.shape()) +
+                   ", expected " + shape_str(out));
+    const auto dy = as_doubles(dyt);
+    std::vector<double> dx(static_cast<size_t>(dxt.numel()), 0.0);
+    const size_t r = out.size();
+    std::vector<int64_t> idx(r);
+    std::function<void(size_t, int64_t, double, double)> spread = [&](size_t d, int64_t off,
+                                                                      double w, double g) {
+      if (d == r) {
+        dx[off] += w * g;
+        return;
+      }
+      for (const Tap& t : taps[d][idx[d]]) spread(d + 1, off + t.index * st[d], w * t.weight, g);
+    };
+    for (int64_t e = 0; e < dyt.numel(); ++e) {
+      int64_t rem = e;
+      bool skip = false;
+      for (size_t d = r; d-- > 0;) {
+        idx[d] = rem % out[d];
+        rem /= out[d];
+        skip = skip || outside[d][idx[d]] != 0;
+      }
+      if (!skip) spread(0, 0, 1.0, dy[e]);
+    }
+    dispatch_numeric(dxt.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* p = static_cast<T*>(dxt.raw());
+      for (size_t i = 0; i < dx.size(); ++i)
+        p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(dx[i]));
+    });
+  }
+
   template <class T>
   static double accumulate(const T* px, const std::vector<int64_t>& st,
                            const std::vector<std::vector<std::vector<Tap>>>& taps,
@@ -272,7 +318,8 @@ class Resize final : public Kernel {
     }
   }
 
-  bool upsample_;
+  bool upsample_, backward_;
+  size_t offset_;  // 1 in backward mode, where input 0 is the gradient
   int opset_;
   ResizeAttrs a_;
   std::vector<float> attr_scales_;
@@ -284,6 +331,10 @@ VOLT_REGISTER_KERNEL(
     resize, {.op = "Resize", .since = 10, .types = kNumericTypes, .create = [](const Node& n) {
                return std::make_unique<Resize>(n, false);
              }});
+VOLT_REGISTER_KERNEL(resize_grad,
+                     {.domain = "ai.volt", .op = "ResizeGrad", .create = [](const Node& n) {
+                        return std::make_unique<Resize>(n, n.attr_int("upsample", 0) != 0, true);
+                      }});
 VOLT_REGISTER_KERNEL(upsample,
                      {.op = "Upsample", .types = kNumericTypes, .create = [](const Node& n) {
                         return std::make_unique<Resize>(n, true);

@@ -87,7 +87,7 @@ class Slice final : public Kernel {
     });
   }
 
- private:
+ public:
   static Window window(const Shape& in, const std::vector<int64_t>& starts,
                        const std::vector<int64_t>& ends, std::vector<int64_t> axes,
                        const std::vector<int64_t>& steps, const Node& node) {
@@ -122,8 +122,58 @@ class Slice final : public Kernel {
     }
     return w;
   }
+
+ private:
   bool legacy_;
   std::vector<int64_t> starts_, ends_, axes_;
+};
+
+// The gradient of Slice: dy scattered back into zeros shaped like the input. Inputs: dy, the
+// input's shape, then Slice's own starts, ends, axes, steps (or its attributes before opset 10).
+class SliceGrad final : public Kernel {
+ public:
+  explicit SliceGrad(const Node& n)
+      : starts_(n.attr_ints("starts")),
+        ends_(n.attr_ints("ends")),
+        axes_(n.attr_ints("axes")),
+        legacy_(n.has_attr("starts")) {}
+  void infer(InferContext& ctx) const override {
+    const Tensor* s = ctx.input_tensor(1);
+    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), to_int64_vector(*s, ctx.node(), "shape"));
+  }
+  void run(RunContext& ctx) const override {
+    const Shape in = to_int64_vector(ctx.input(1), ctx.node(), "shape");
+    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
+    if (!legacy_) {
+      starts = to_int64_vector(ctx.input(2), ctx.node(), "starts");
+      ends = to_int64_vector(ctx.input(3), ctx.node(), "ends");
+      if (ctx.has_input(4)) axes = to_int64_vector(ctx.input(4), ctx.node(), "axes");
+      if (ctx.has_input(5)) steps = to_int64_vector(ctx.input(5), ctx.node(), "steps");
+    }
+    const Slice::Window w = Slice::window(in, starts, ends, axes, steps, ctx.node());
+    const Tensor& dy = ctx.input(0);
+    Tensor& dx = ctx.output(0);
+    const auto st = strides_of(in);
+    dispatch_numeric(dy.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* out = static_cast<T*>(dx.raw());
+      std::fill(out, out + dx.numel(), T{});
+      const T* g = static_cast<const T*>(dy.raw());
+      for (int64_t e = 0; e < dy.numel(); ++e) {
+        int64_t rem = e, off = 0;
+        for (size_t d = w.out.size(); d-- > 0;) {
+          off += (w.start[d] + (rem % w.out[d]) * w.step[d]) * st[d];
+          rem /= w.out[d];
+        }
+        out[off] = g[e];
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> starts_, ends_, axes_;
+  bool legacy_;
 };
 
 class Split final : public Kernel {
@@ -373,6 +423,8 @@ class Tile final : public Kernel {
 }  // namespace
 
 VOLT_REGISTER_KERNEL(slice, {.op = "Slice", .create = make_kernel<Slice>});
+VOLT_REGISTER_KERNEL(slice_grad,
+                     {.domain = "ai.volt", .op = "SliceGrad", .create = make_kernel<SliceGrad>});
 VOLT_REGISTER_KERNEL(split, {.op = "Split", .create = make_kernel<Split>});
 VOLT_REGISTER_KERNEL(pad, {.op = "Pad", .create = make_kernel<Pad>});
 VOLT_REGISTER_KERNEL(expand, {.op = "Expand", .since = 8, .create = make_kernel<Expand>});

@@ -217,6 +217,104 @@ TEST(Gradcheck, WhereAndDropout) {
   check({"Dropout", {rnd({2, 3}, -1, 1, 33)}, {0}});
 }
 
+TEST(Gradcheck, ConvolutionAndPooling) {
+  auto window = [](std::vector<int64_t> strides, std::vector<int64_t> pads,
+                   std::vector<int64_t> dil, int64_t group) {
+    return [=](onnx::NodeProto& n) {
+      ModelBuilder::set_ints(n, "strides", strides);
+      ModelBuilder::set_ints(n, "pads", pads);
+      ModelBuilder::set_ints(n, "dilations", dil);
+      ModelBuilder::set_int(n, "group", group);
+    };
+  };
+  check({"Conv",
+         {rnd({2, 3, 6, 5}, -1, 1, 40), rnd({4, 3, 3, 2}, -1, 1, 41), rnd({4}, -1, 1, 42)},
+         {0, 1, 2},
+         window({2, 1}, {1, 0, 0, 1}, {1, 2}, 1)});
+  check({"Conv",
+         {rnd({1, 4, 7}, -1, 1, 43), rnd({6, 2, 3}, -1, 1, 44)},
+         {0, 1},
+         window({2}, {1, 1}, {1}, 2)});
+  check({"ConvTranspose",
+         {rnd({1, 2, 3, 4}, -1, 1, 45), rnd({2, 3, 2, 3}, -1, 1, 46), rnd({3}, -1, 1, 47)},
+         {0, 1, 2},
+         [](onnx::NodeProto& n) {
+           ModelBuilder::set_ints(n, "strides", {2, 1});
+           ModelBuilder::set_ints(n, "pads", {0, 1, 1, 0});
+         }});
+  const Tensor x = rnd({2, 3, 7, 6}, -1, 1, 48);
+  check({"MaxPool", {x}, {0}, [](onnx::NodeProto& n) {
+           ModelBuilder::set_ints(n, "kernel_shape", {3, 2});
+           ModelBuilder::set_ints(n, "strides", {2, 2});
+           ModelBuilder::set_ints(n, "pads", {1, 0, 1, 1});
+         }});
+  for (int include : {0, 1})
+    check({"AveragePool", {x}, {0}, [=](onnx::NodeProto& n) {
+             ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
+             ModelBuilder::set_ints(n, "strides", {2, 2});
+             ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+             ModelBuilder::set_int(n, "count_include_pad", include);
+             ModelBuilder::set_int(n, "ceil_mode", 1);
+           }});
+  check({"GlobalAveragePool", {x}, {0}});
+  check({"GlobalMaxPool", {x}, {0}});
+}
+
+TEST(Gradcheck, Normalization) {
+  const Tensor x = rnd({3, 4, 2, 3}, -2, 2, 50);
+  const Tensor scale = rnd({4}, 0.5, 1.5, 51), bias = rnd({4}, -1, 1, 52),
+               mean = rnd({4}, -1, 1, 53), var = rnd({4}, 0.5, 2, 54);
+  check({"BatchNormalization",
+         {x, scale, bias, mean, var},
+         {0, 1, 2},
+         [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "training_mode", 1); },
+         15});
+  check({"BatchNormalization", {x, scale, bias, mean, var}, {0, 1, 2}, {}, 15});
+  check({"LayerNormalization",
+         {rnd({3, 5, 4}, -2, 2, 55), rnd({4}, 0.5, 1.5, 56), rnd({4}, -1, 1, 57)},
+         {0, 1, 2},
+         {},
+         17});
+  check({"LayerNormalization",
+         {rnd({3, 5, 4}, -2, 2, 58), rnd({5, 4}, 0.5, 1.5, 59)},
+         {0, 1},
+         [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", 1); },
+         17});
+}
+
+TEST(Gradcheck, SliceAndResize) {
+  const Tensor x = rnd({4, 5, 6}, -1, 1, 60);
+  check({"Slice",
+         {x, Tensor::from<int64_t>({1, -1}, {2}), Tensor::from<int64_t>({4, 0}, {2}),
+          Tensor::from<int64_t>({0, 2}, {2}), Tensor::from<int64_t>({2, -2}, {2})},
+         {0}});
+  check({"Slice",
+         {x},
+         {0},
+         [](onnx::NodeProto& n) {
+           ModelBuilder::set_ints(n, "starts", {1});
+           ModelBuilder::set_ints(n, "ends", {3});
+           ModelBuilder::set_ints(n, "axes", {1});
+         },
+         9});
+  const Tensor img = rnd({1, 2, 3, 4}, -1, 1, 61);
+  const Tensor roi = Tensor::empty(DType::Double, {0});
+  for (const std::string mode : {"nearest", "linear", "cubic"})
+    check({"Resize",
+           {img, roi, Tensor::from<float>({1, 1, 2.0f, 1.5f}, {4})},
+           {0},
+           [=](onnx::NodeProto& n) { ModelBuilder::set_string(n, "mode", mode); }});
+}
+
+TEST(Gradcheck, Split) {
+  // Split has several outputs: check the first through a Concat-free path by giving it one.
+  check({"Split",
+         {rnd({6, 2}, -1, 1, 62)},
+         {0},
+         [](onnx::NodeProto& n) { ModelBuilder::set_ints(n, "split", {6}); },
+         11});
+}
+
 TEST(Gradcheck, OpsWithoutARuleAreNamed) {
   ModelBuilder b(13, 8);
   b.input_any("x", 11)

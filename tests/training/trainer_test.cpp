@@ -145,6 +145,27 @@ TEST(Trainer, OneSgdStepOnALinearModelIsExact) {
   fs::remove(path);
 }
 
+TEST(Trainer, TrainsTheBundledCnnWithBatchNormInTrainingMode) {
+  const std::string cnn = std::string(VOLT_SOURCE_DIR) + "/models/small_cnn.onnx";
+  // Two classes: a bright left half or a bright right half.
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> u(0, 0.3f);
+  Tensor x = Tensor::empty(DType::Float, {16, 1, 28, 28}), y = Tensor::empty(DType::Int64, {16});
+  for (int64_t i = 0; i < 16; ++i) {
+    y.data<int64_t>()[i] = i % 2;
+    for (int64_t p = 0; p < 28 * 28; ++p)
+      x.data<float>()[i * 784 + p] = u(rng) + (((p % 28) < 14) == (i % 2 == 0) ? 0.7f : 0.0f);
+  }
+  Trainer tr(cnn, {{"optimizer", "adam"}, {"learning_rate", "0.01"}});
+  const Tensor mean_before = tr.weight("bn1.running_mean").clone();
+  const float first = tr.evaluate({{"x", x}, {"label", y}});
+  for (int i = 0; i < 15; ++i) tr.step({{"x", x}, {"label", y}});
+  EXPECT_LT(tr.evaluate({{"x", x}, {"label", y}}), first);
+  // The running statistics moved towards the batch statistics.
+  EXPECT_NE(
+      std::memcmp(mean_before.raw(), tr.weight("bn1.running_mean").raw(), mean_before.nbytes()), 0);
+}
+
 TEST(Trainer, BadOptionsAndInputsAreClearErrors) {
   EXPECT_VOLT_ERROR(Trainer(kMlp, {{"colour", "blue"}}), InvalidArgument, "colour");
   EXPECT_VOLT_ERROR(Trainer(kMlp, {{"learning_rate", "fast"}}), InvalidArgument, "learning_rate",

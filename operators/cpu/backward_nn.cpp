@@ -1,0 +1,322 @@
+// volt's backward kernels for the network layers (domain "ai.volt"): convolution (data and
+// weights, all attributes), bias, pooling (max, average, global), batch normalization (batch or
+// running statistics), layer normalization and Slice. Reference loops in double precision.
+#include <cmath>
+
+#include "operators/common/dispatch.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/cpu/conv_reference.hpp"
+#include "operators/grad/gradient_rule.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+std::vector<double> doubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  dispatch_numeric(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = static_cast<const T*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(p[i]));
+  });
+  return v;
+}
+
+void store(Tensor& t, const std::vector<double>& v) {
+  dispatch_numeric(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* p = static_cast<T*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v[i]));
+  });
+}
+
+// Visits every (output position, kernel position) pair of a window geometry with the flat input
+// offset it touches (or -1 in the padding): f(out_flat, kernel_flat, in_flat).
+template <class F>
+void for_each_tap(const WindowGeometry& g, F f) {
+  const size_t r = g.in.size();
+  const int64_t out_sp = numel_of(g.out), k_sp = numel_of(g.kernel);
+  std::vector<int64_t> o(r), k(r);
+  for (int64_t op = 0; op < out_sp; ++op) {
+    int64_t rem = op;
+    for (size_t d = r; d-- > 0;) {
+      o[d] = rem % g.out[d];
+      rem /= g.out[d];
+    }
+    for (int64_t kp = 0; kp < k_sp; ++kp) {
+      int64_t krem = kp, off = 0;
+      bool inside = true;
+      for (size_t d = r; d-- > 0;) {
+        k[d] = krem % g.kernel[d];
+        krem /= g.kernel[d];
+      }
+      for (size_t d = 0; d < r; ++d) {
+        const int64_t i = o[d] * g.strides[d] - g.pad_begin[d] + k[d] * g.dilations[d];
+        inside = inside && i >= 0 && i < g.in[d];
+        off = off * g.in[d] + i;
+      }
+      f(op, kp, inside ? off : -1);
+    }
+  }
+}
+
+class ConvGrad final : public Kernel {
+ public:
+  explicit ConvGrad(const Node& n)
+      : attrs_(n), group_(n.attr_int("group", 1)), wrt_(n.attr_int("wrt", 0)) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(1 + wrt_), ctx.shape(1 + wrt_));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &xt = ctx.input(1), &wt = ctx.input(2);
+    const ConvShapes s = conv_shapes(attrs_, group_, xt.shape(), wt.shape(), ctx.node());
+    const auto dy = doubles(ctx.input(0)), x = doubles(xt), w = doubles(wt);
+    const int64_t in_sp = numel_of(s.win.in), out_sp = numel_of(s.win.out),
+                  k_sp = numel_of(s.win.kernel);
+    const int64_t cg = s.c / s.group, mg = s.m / s.group;
+    std::vector<double> out(static_cast<size_t>(wrt_ == 0 ? x.size() : w.size()), 0.0);
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> taps;  // (out, kernel, in) inside the input
+    for_each_tap(s.win, [&](int64_t op, int64_t kp, int64_t ip) {
+      if (ip >= 0) taps.emplace_back(op, kp, ip);
+    });
+    if (wrt_ == 0) {
+#pragma omp parallel for
+      for (int64_t n = 0; n < s.n; ++n)
+        for (int64_t m = 0; m < s.m; ++m) {
+          const int64_t g = m / mg;
+          const double* dyp = dy.data() + (n * s.m + m) * out_sp;
+          for (int64_t c = 0; c < cg; ++c) {
+            double* dx = out.data() + (n * s.c + g * cg + c) * in_sp;
+            const double* wk = w.data() + (m * cg + c) * k_sp;
+            for (const auto& [op, kp, ip] : taps) dx[ip] += dyp[op] * wk[kp];
+          }
+        }
+    } else {
+#pragma omp parallel for
+      for (int64_t m = 0; m < s.m; ++m) {
+        const int64_t g = m / mg;
+        for (int64_t c = 0; c < cg; ++c) {
+          double* dw = out.data() + (m * cg + c) * k_sp;
+          for (int64_t n = 0; n < s.n; ++n) {
+            const double* dyp = dy.data() + (n * s.m + m) * out_sp;
+            const double* xp = x.data() + (n * s.c + g * cg + c) * in_sp;
+            for (const auto& [op, kp, ip] : taps) dw[kp] += dyp[op] * xp[ip];
+          }
+        }
+      }
+    }
+    store(ctx.output(0), out);
+  }
+
+ private:
+  WindowAttributes attrs_;
+  int64_t group_, wrt_;
+};
+
+// The gradient of a per-channel bias: dy summed over every axis but 1.
+class BiasGrad final : public Kernel {
+ public:
+  explicit BiasGrad(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), {ctx.shape(0).at(1)});
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& t = ctx.input(0);
+    const int64_t n = t.dim(0), c = t.dim(1), inner = t.numel() / std::max<int64_t>(n * c, 1);
+    const auto dy = doubles(t);
+    std::vector<double> out(static_cast<size_t>(c), 0.0);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t ch = 0; ch < c; ++ch)
+        for (int64_t i = 0; i < inner; ++i) out[ch] += dy[(b * c + ch) * inner + i];
+    store(ctx.output(0), out);
+  }
+};
+
+class PoolGrad final : public Kernel {
+ public:
+  explicit PoolGrad(const Node& n)
+      : attrs_(n),
+        kind_(n.attr_string("kind", "max")),
+        global_(n.attr_int("global", 0) != 0),
+        count_include_pad_(n.attr_int("count_include_pad", 0) != 0) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(1)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& xt = ctx.input(1);
+    const std::vector<int64_t> spatial(xt.shape().begin() + 2, xt.shape().end());
+    WindowAttributes a = attrs_;
+    if (global_) a.pads.clear(), a.strides.clear(), a.auto_pad = "NOTSET";
+    const WindowGeometry g =
+        resolve_window(a, spatial, global_ ? spatial : attrs_.kernel_shape, ctx.node());
+    const auto dy = doubles(ctx.input(0)), x = doubles(xt);
+    const int64_t planes = xt.dim(0) * xt.dim(1), in_sp = numel_of(g.in), out_sp = numel_of(g.out);
+    std::vector<double> dx(x.size(), 0.0);
+    // Per output position: the taps inside the input, and (for averages) the divisor.
+    std::vector<std::vector<int64_t>> window(static_cast<size_t>(out_sp));
+    std::vector<int64_t> padded(static_cast<size_t>(out_sp), 0);
+    for_each_tap(g, [&](int64_t op, int64_t kp, int64_t ip) {
+      if (ip >= 0) window[op].push_back(ip);
+      (void)kp;
+    });
+    if (count_include_pad_) {  // taps inside input + pads (not past the end padding)
+      WindowGeometry padded_g = g;
+      for (size_t d = 0; d < g.in.size(); ++d)
+        padded_g.in[d] = g.in[d] + g.pad_begin[d] + g.pad_end[d], padded_g.pad_begin[d] = 0;
+      for_each_tap(padded_g, [&](int64_t op, int64_t, int64_t ip) { padded[op] += ip >= 0; });
+    }
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t op = 0; op < out_sp; ++op) {
+        const auto& taps = window[op];
+        if (taps.empty()) continue;
+        const double d = dy[p * out_sp + op];
+        if (kind_ == "max") {
+          int64_t best = taps[0];
+          for (int64_t ip : taps)
+            if (x[p * in_sp + ip] > x[p * in_sp + best]) best = ip;
+          dx[p * in_sp + best] += d;
+        } else {
+          const double count = static_cast<double>(
+              count_include_pad_ ? padded[op] : static_cast<int64_t>(taps.size()));
+          for (int64_t ip : taps) dx[p * in_sp + ip] += d / count;
+        }
+      }
+    store(ctx.output(0), dx);
+  }
+
+ private:
+  WindowAttributes attrs_;
+  std::string kind_;
+  bool global_, count_include_pad_;
+};
+
+// dx, dscale, dbias of BatchNormalization: with batch statistics (training) or running ones.
+class BatchNormGrad final : public Kernel {
+ public:
+  explicit BatchNormGrad(const Node& n)
+      : epsilon_(n.attr_float("epsilon", 1e-5f)), training_(n.attr_int("training", 1) != 0) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(1), ctx.shape(1));
+    ctx.set_output(1, ctx.dtype(2), ctx.shape(2));
+    ctx.set_output(2, ctx.dtype(2), ctx.shape(2));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& xt = ctx.input(1);
+    const int64_t n = xt.dim(0), c = xt.dim(1), inner = xt.numel() / std::max<int64_t>(n * c, 1);
+    const double count = static_cast<double>(n * inner);
+    const auto dy = doubles(ctx.input(0)), x = doubles(xt), scale = doubles(ctx.input(2));
+    const std::vector<double> rmean =
+        ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>{};
+    const std::vector<double> rvar =
+        ctx.has_input(4) ? doubles(ctx.input(4)) : std::vector<double>{};
+    std::vector<double> dx(x.size()), dscale(static_cast<size_t>(c)), dbias(static_cast<size_t>(c));
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double mean = 0, var = 0;
+      auto at = [&](int64_t b, int64_t i) { return (b * c + ch) * inner + i; };
+      if (training_) {
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t i = 0; i < inner; ++i) mean += x[at(b, i)];
+        mean /= count;
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t i = 0; i < inner; ++i) var += (x[at(b, i)] - mean) * (x[at(b, i)] - mean);
+        var /= count;
+      } else {
+        mean = rmean.at(ch);
+        var = rvar.at(ch);
+      }
+      const double inv = 1 / std::sqrt(var + epsilon_);
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < inner; ++i) {
+          sum_dy += dy[at(b, i)];
+          sum_dy_xhat += dy[at(b, i)] * (x[at(b, i)] - mean) * inv;
+        }
+      dscale[ch] = sum_dy_xhat;
+      dbias[ch] = sum_dy;
+      for (int64_t b = 0; b < n; ++b)
+        for (int64_t i = 0; i < inner; ++i) {
+          const double xhat = (x[at(b, i)] - mean) * inv;
+          dx[at(b, i)] =
+              training_
+                  ? scale[ch] * inv * (dy[at(b, i)] - sum_dy / count - xhat * sum_dy_xhat / count)
+                  : scale[ch] * inv * dy[at(b, i)];
+        }
+    }
+    store(ctx.output(0), dx);
+    if (ctx.has_output(1)) store(ctx.output(1), dscale);
+    if (ctx.has_output(2)) store(ctx.output(2), dbias);
+  }
+
+ private:
+  float epsilon_;
+  bool training_;
+};
+
+// dx, dscale, dbias of LayerNormalization (scale and bias shaped like the normalized axes).
+class LayerNormGrad final : public Kernel {
+ public:
+  explicit LayerNormGrad(const Node& n)
+      : axis_(n.attr_int("axis", -1)), epsilon_(n.attr_float("epsilon", 1e-5f)) {}
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(1), ctx.shape(1));
+    ctx.set_output(1, ctx.dtype(2), ctx.shape(2));
+    if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(2), ctx.shape(2));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &xt = ctx.input(1), &st = ctx.input(2);
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(xt.rank()), ctx.node());
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(xt.rank()); ++d)
+      (d < axis ? outer : inner) *= xt.dim(d);
+    VOLT_CHECK(st.numel() == inner, NotImplemented,
+               ctx.node().describe() +
+                   ": the gradient needs a scale with one value per normalized element");
+    const auto dy = doubles(ctx.input(0)), x = doubles(xt), scale = doubles(st);
+    std::vector<double> dx(x.size()), dscale(static_cast<size_t>(inner), 0.0),
+        dbias(static_cast<size_t>(inner), 0.0);
+    for (int64_t o = 0; o < outer; ++o) {
+      const double* xr = x.data() + o * inner;
+      const double* dr = dy.data() + o * inner;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < inner; ++i) mean += xr[i];
+      mean /= static_cast<double>(inner);
+      for (int64_t i = 0; i < inner; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      const double inv = 1 / std::sqrt(var / static_cast<double>(inner) + epsilon_);
+      double m1 = 0, m2 = 0;
+      for (int64_t i = 0; i < inner; ++i) {
+        const double xhat = (xr[i] - mean) * inv, g = dr[i] * scale[i];
+        dscale[i] += dr[i] * xhat;
+        dbias[i] += dr[i];
+        m1 += g;
+        m2 += g * xhat;
+      }
+      m1 /= static_cast<double>(inner);
+      m2 /= static_cast<double>(inner);
+      for (int64_t i = 0; i < inner; ++i) {
+        const double xhat = (xr[i] - mean) * inv;
+        dx[o * inner + i] = inv * (dr[i] * scale[i] - m1 - xhat * m2);
+      }
+    }
+    store(ctx.output(0), dx);
+    if (ctx.has_output(1)) store(ctx.output(1), dscale);
+    if (ctx.has_output(2)) store(ctx.output(2), dbias);
+  }
+
+ private:
+  int64_t axis_;
+  float epsilon_;
+};
+
+KernelDef internal(const char* op, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
+  return {.domain = kVoltDomain, .op = op, .create = std::move(create)};
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(conv_grad, internal("ConvGrad", make_kernel<ConvGrad>));
+VOLT_REGISTER_KERNEL(bias_grad, internal("BiasGrad", make_kernel<BiasGrad>));
+VOLT_REGISTER_KERNEL(pool_grad, internal("PoolGrad", make_kernel<PoolGrad>));
+VOLT_REGISTER_KERNEL(batch_norm_grad, internal("BatchNormGrad", make_kernel<BatchNormGrad>));
+VOLT_REGISTER_KERNEL(layer_norm_grad, internal("LayerNormGrad", make_kernel<LayerNormGrad>));
+
+}  // namespace volt

@@ -5,32 +5,13 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/grad/gradient_rule.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
-
-std::vector<double> doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = static_cast<const T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(p[i]));
-  });
-  return v;
-}
-
-void store(Tensor& t, const std::vector<double>& v) {
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v[i]));
-  });
-}
 
 // Sums `v` (shaped `from`) down to `to` by numpy's broadcasting rules.
 std::vector<double> sum_to_shape(const std::vector<double>& v, const Shape& from, const Shape& to,
@@ -68,7 +49,7 @@ class SumToShape final : public Kernel {
       std::memcpy(out.raw(), g.raw(), g.nbytes());
       return;
     }
-    store(out, sum_to_shape(doubles(g), g.shape(), out.shape(), ctx.node()));
+    from_doubles(out, sum_to_shape(to_doubles(g), g.shape(), out.shape(), ctx.node()));
   }
 };
 
@@ -77,9 +58,9 @@ class Scale final : public Kernel {
   explicit Scale(const Node& n) : scale_(n.attr_float("scale", 1.0f)) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
-    auto v = doubles(ctx.input(0));
+    auto v = to_doubles(ctx.input(0));
     for (double& x : v) x *= scale_;
-    store(ctx.output(0), v);
+    from_doubles(ctx.output(0), v);
   }
 
  private:
@@ -91,7 +72,8 @@ class FillLike final : public Kernel {
   FillLike(const Node&, double value) : value_(value) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
-    store(ctx.output(0), std::vector<double>(static_cast<size_t>(ctx.output(0).numel()), value_));
+    from_doubles(ctx.output(0),
+                 std::vector<double>(static_cast<size_t>(ctx.output(0).numel()), value_));
   }
 
  private:
@@ -106,10 +88,11 @@ class EltwiseGrad final : public Kernel {
         tanh_gelu_(n.attr_string("approximate", "none") == "tanh") {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
-    const auto dy = doubles(ctx.input(0)), x = doubles(ctx.input(1)), y = doubles(ctx.input(2));
+    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(ctx.input(1)),
+               y = to_doubles(ctx.input(2));
     std::vector<double> dx(dy.size());
     for (size_t i = 0; i < dy.size(); ++i) dx[i] = dy[i] * derivative(x[i], y[i], ctx);
-    store(ctx.output(0), dx);
+    from_doubles(ctx.output(0), dx);
   }
 
  private:
@@ -153,7 +136,7 @@ class PowGrad final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const Tensor &dyt = ctx.input(0), &at = ctx.input(1), &bt = ctx.input(2), &yt = ctx.input(3);
-    const auto dy = doubles(dyt), a = doubles(at), b = doubles(bt), y = doubles(yt);
+    const auto dy = to_doubles(dyt), a = to_doubles(at), b = to_doubles(bt), y = to_doubles(yt);
     std::vector<double> out(dy.size());
     BroadcastIterator(dyt.shape(), {broadcast_strides(at.shape(), dyt.shape()),
                                     broadcast_strides(bt.shape(), dyt.shape())})
@@ -162,7 +145,7 @@ class PowGrad final : public Kernel {
           out[e] = wrt_ == 0 ? dy[e] * bv * std::pow(av, bv - 1) : dy[e] * y[e] * std::log(av);
           ++e;
         });
-    store(ctx.output(0), out);
+    from_doubles(ctx.output(0), out);
   }
 
  private:
@@ -175,14 +158,14 @@ class Mask final : public Kernel {
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
     const Tensor &dyt = ctx.input(0), &ct = ctx.input(1);
-    auto v = doubles(dyt);
+    auto v = to_doubles(dyt);
     const bool* c = ct.data<bool>();
     BroadcastIterator(dyt.shape(), {broadcast_strides(ct.shape(), dyt.shape())})
         .for_each([&, e = size_t{0}](const int64_t* off) mutable {
           if (c[off[0]] == invert_) v[e] = 0;
           ++e;
         });
-    store(ctx.output(0), v);
+    from_doubles(ctx.output(0), v);
   }
 
  private:
@@ -204,7 +187,8 @@ class MatMulGrad final : public Kernel {
     const Shape batch = broadcast_shapes(
         {Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)}, ctx.node());
     const int64_t nb = numel_of(batch);
-    const auto A = doubles(ctx.input(1)), B = doubles(ctx.input(2)), dY = doubles(ctx.input(0));
+    const auto A = to_doubles(ctx.input(1)), B = to_doubles(ctx.input(2)),
+               dY = to_doubles(ctx.input(0));
     const auto sa = broadcast_strides(Shape(a.begin(), a.end() - 2), batch),
                sb = broadcast_strides(Shape(b.begin(), b.end() - 2), batch);
     Shape full = batch;
@@ -240,7 +224,7 @@ class MatMulGrad final : public Kernel {
     }
     const Shape& target = wrt_ == 0 ? a : b;
     std::vector<double> r = sum_to_shape(g, full, target, ctx.node());
-    store(ctx.output(0), r);  // a 1-D operand has the same elements as its promoted form
+    from_doubles(ctx.output(0), r);  // a 1-D operand has the same elements as its promoted form
   }
 
  private:
@@ -258,7 +242,7 @@ class GatherGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Shape data = shape_from(ctx.input(2), ctx.node());
     const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
-    const auto dy = doubles(ctx.input(0));
+    const auto dy = to_doubles(ctx.input(0));
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.size()), ctx.node());
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= data[d];
@@ -273,7 +257,7 @@ class GatherGrad final : public Kernel {
         for (int64_t s = 0; s < inner; ++s)
           out[(o * n + i) * inner + s] += dy[(o * k + j) * inner + s];
       }
-    store(ctx.output(0), out);
+    from_doubles(ctx.output(0), out);
   }
 
  private:
@@ -298,8 +282,8 @@ class ReduceGrad final : public Kernel {
     const Shape x = shape_from(ctx.input(1), ctx.node());
     std::vector<int64_t> axes =
         ctx.has_input(2) ? to_int64_vector(ctx.input(2), ctx.node(), "axes") : attr_axes_;
-    const auto dy = doubles(ctx.input(0));
-    if (axes.empty() && noop_) return store(ctx.output(0), dy);
+    const auto dy = to_doubles(ctx.input(0));
+    if (axes.empty() && noop_) return from_doubles(ctx.output(0), dy);
     std::vector<char> reduced(x.size(), axes.empty() ? 1 : 0);
     for (int64_t a : axes)
       reduced[normalize_axis(a, static_cast<int64_t>(x.size()), ctx.node())] = 1;
@@ -314,7 +298,7 @@ class ReduceGrad final : public Kernel {
     BroadcastIterator(x, {broadcast_strides(kept, x)})
         .for_each(
             [&, e = size_t{0}](const int64_t* off) mutable { out[e++] = dy[off[0]] * scale; });
-    store(ctx.output(0), out);
+    from_doubles(ctx.output(0), out);
   }
 
  private:
@@ -340,7 +324,7 @@ class SoftmaxGrad final : public Kernel {
       const int64_t axis = normalize_axis(axis_, r, ctx.node());
       for (int64_t i = 0; i < r; ++i) (i < axis ? outer : (i == axis ? n : inner)) *= s[i];
     }
-    const auto dy = doubles(ctx.input(0)), y = doubles(ctx.input(1));
+    const auto dy = to_doubles(ctx.input(0)), y = to_doubles(ctx.input(1));
     std::vector<double> dx(dy.size());
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
@@ -354,7 +338,7 @@ class SoftmaxGrad final : public Kernel {
           dx[e] = log_ ? dy[e] - std::exp(y[e]) * acc : y[e] * (dy[e] - acc);
         }
       }
-    store(ctx.output(0), dx);
+    from_doubles(ctx.output(0), dx);
   }
 
  private:
@@ -375,11 +359,12 @@ class LossGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& xt = ctx.input(1);
     const int64_t n = xt.dim(0), c = xt.dim(1), inner = xt.numel() / std::max<int64_t>(n * c, 1);
-    const auto dl = doubles(ctx.input(0)), x = doubles(xt);
+    const auto dl = to_doubles(ctx.input(0)), x = to_doubles(xt);
     const auto labels = to_int64_vector(ctx.input(2), ctx.node(), "labels");
     VOLT_CHECK(static_cast<int64_t>(labels.size()) == n * inner, InvalidArgument,
                ctx.node().describe() + ": labels do not match the scores");
-    const std::vector<double> w = ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>{};
+    const std::vector<double> w =
+        ctx.has_input(3) ? to_doubles(ctx.input(3)) : std::vector<double>{};
     auto weight_of = [&](int64_t cls) {
       return (has_ignore_ && cls == ignore_) ? 0.0 : (w.empty() ? 1.0 : w[cls]);
     };
@@ -408,7 +393,7 @@ class LossGrad final : public Kernel {
           dx[(b * c + k) * inner + i] = coef * (p - (k == cls ? 1.0 : 0.0));
         }
       }
-    store(ctx.output(0), dx);
+    from_doubles(ctx.output(0), dx);
   }
 
  private:
@@ -422,11 +407,11 @@ class DropoutGrad final : public Kernel {
   explicit DropoutGrad(const Node&) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
-    auto v = doubles(ctx.input(0));
+    auto v = to_doubles(ctx.input(0));
     const bool* mask = ctx.input(1).data<bool>();
-    const double ratio = ctx.has_input(2) ? doubles(ctx.input(2))[0] : 0.5;
+    const double ratio = ctx.has_input(2) ? to_doubles(ctx.input(2))[0] : 0.5;
     for (size_t i = 0; i < v.size(); ++i) v[i] = mask[i] ? v[i] / (1 - ratio) : 0;
-    store(ctx.output(0), v);
+    from_doubles(ctx.output(0), v);
   }
 };
 

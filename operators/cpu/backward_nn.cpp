@@ -5,32 +5,13 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/grad/gradient_rule.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
-
-std::vector<double> doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = static_cast<const T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      v[i] = static_cast<double>(static_cast<typename Compute<T>::type>(p[i]));
-  });
-  return v;
-}
-
-void store(Tensor& t, const std::vector<double>& v) {
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v[i]));
-  });
-}
 
 // Visits every (output position, kernel position) pair of a window geometry with the flat input
 // offset it touches (or -1 in the padding): f(out_flat, kernel_flat, in_flat).
@@ -72,7 +53,7 @@ class ConvGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor &xt = ctx.input(1), &wt = ctx.input(2);
     const ConvShapes s = conv_shapes(attrs_, group_, xt.shape(), wt.shape(), ctx.node());
-    const auto dy = doubles(ctx.input(0)), x = doubles(xt), w = doubles(wt);
+    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(xt), w = to_doubles(wt);
     const int64_t in_sp = numel_of(s.win.in), out_sp = numel_of(s.win.out),
                   k_sp = numel_of(s.win.kernel);
     const int64_t cg = s.c / s.group, mg = s.m / s.group;
@@ -107,7 +88,7 @@ class ConvGrad final : public Kernel {
         }
       }
     }
-    store(ctx.output(0), out);
+    from_doubles(ctx.output(0), out);
   }
 
  private:
@@ -125,12 +106,12 @@ class BiasGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& t = ctx.input(0);
     const int64_t n = t.dim(0), c = t.dim(1), inner = t.numel() / std::max<int64_t>(n * c, 1);
-    const auto dy = doubles(t);
+    const auto dy = to_doubles(t);
     std::vector<double> out(static_cast<size_t>(c), 0.0);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t ch = 0; ch < c; ++ch)
         for (int64_t i = 0; i < inner; ++i) out[ch] += dy[(b * c + ch) * inner + i];
-    store(ctx.output(0), out);
+    from_doubles(ctx.output(0), out);
   }
 };
 
@@ -149,7 +130,7 @@ class PoolGrad final : public Kernel {
     if (global_) a.pads.clear(), a.strides.clear(), a.auto_pad = "NOTSET";
     const WindowGeometry g =
         resolve_window(a, spatial, global_ ? spatial : attrs_.kernel_shape, ctx.node());
-    const auto dy = doubles(ctx.input(0)), x = doubles(xt);
+    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(xt);
     const int64_t planes = xt.dim(0) * xt.dim(1), in_sp = numel_of(g.in), out_sp = numel_of(g.out);
     std::vector<double> dx(x.size(), 0.0);
     // Per output position: the taps inside the input, and (for averages) the divisor.
@@ -181,7 +162,7 @@ class PoolGrad final : public Kernel {
           for (int64_t ip : taps) dx[p * in_sp + ip] += d / count;
         }
       }
-    store(ctx.output(0), dx);
+    from_doubles(ctx.output(0), dx);
   }
 
  private:
@@ -204,11 +185,11 @@ class BatchNormGrad final : public Kernel {
     const Tensor& xt = ctx.input(1);
     const int64_t n = xt.dim(0), c = xt.dim(1), inner = xt.numel() / std::max<int64_t>(n * c, 1);
     const double count = static_cast<double>(n * inner);
-    const auto dy = doubles(ctx.input(0)), x = doubles(xt), scale = doubles(ctx.input(2));
+    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(xt), scale = to_doubles(ctx.input(2));
     const std::vector<double> rmean =
-        ctx.has_input(3) ? doubles(ctx.input(3)) : std::vector<double>{};
+        ctx.has_input(3) ? to_doubles(ctx.input(3)) : std::vector<double>{};
     const std::vector<double> rvar =
-        ctx.has_input(4) ? doubles(ctx.input(4)) : std::vector<double>{};
+        ctx.has_input(4) ? to_doubles(ctx.input(4)) : std::vector<double>{};
     std::vector<double> dx(x.size()), dscale(static_cast<size_t>(c)), dbias(static_cast<size_t>(c));
     for (int64_t ch = 0; ch < c; ++ch) {
       double mean = 0, var = 0;
@@ -242,9 +223,9 @@ class BatchNormGrad final : public Kernel {
                   : scale[ch] * inv * dy[at(b, i)];
         }
     }
-    store(ctx.output(0), dx);
-    if (ctx.has_output(1)) store(ctx.output(1), dscale);
-    if (ctx.has_output(2)) store(ctx.output(2), dbias);
+    from_doubles(ctx.output(0), dx);
+    if (ctx.has_output(1)) from_doubles(ctx.output(1), dscale);
+    if (ctx.has_output(2)) from_doubles(ctx.output(2), dbias);
   }
 
  private:
@@ -271,7 +252,7 @@ class LayerNormGrad final : public Kernel {
     VOLT_CHECK(st.numel() == inner, NotImplemented,
                ctx.node().describe() +
                    ": the gradient needs a scale with one value per normalized element");
-    const auto dy = doubles(ctx.input(0)), x = doubles(xt), scale = doubles(st);
+    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(xt), scale = to_doubles(st);
     std::vector<double> dx(x.size()), dscale(static_cast<size_t>(inner), 0.0),
         dbias(static_cast<size_t>(inner), 0.0);
     for (int64_t o = 0; o < outer; ++o) {
@@ -297,9 +278,9 @@ class LayerNormGrad final : public Kernel {
         dx[o * inner + i] = inv * (dr[i] * scale[i] - m1 - xhat * m2);
       }
     }
-    store(ctx.output(0), dx);
-    if (ctx.has_output(1)) store(ctx.output(1), dscale);
-    if (ctx.has_output(2)) store(ctx.output(2), dbias);
+    from_doubles(ctx.output(0), dx);
+    if (ctx.has_output(1)) from_doubles(ctx.output(1), dscale);
+    if (ctx.has_output(2)) from_doubles(ctx.output(2), dbias);
   }
 
  private:

@@ -4,18 +4,11 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
-
-double scalar_of(const Tensor& t) {
-  return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
-    using T = typename decltype(tag)::type;
-    return static_cast<double>(
-        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[0]));
-  });
-}
 
 class Range final : public Kernel {
  public:
@@ -42,9 +35,9 @@ class Range final : public Kernel {
 
  private:
   static int64_t count(const Tensor& s, const Tensor& l, const Tensor& d, const Node& node) {
-    const double delta = scalar_of(d);
+    const double delta = scalar_value(d);
     VOLT_CHECK(delta != 0, InvalidArgument, node.describe() + ": delta cannot be 0");
-    const double n = std::ceil((scalar_of(l) - scalar_of(s)) / delta);
+    const double n = std::ceil((scalar_value(l) - scalar_value(s)) / delta);
     VOLT_CHECK(n < 1e12, InvalidArgument, node.describe() + ": the range has too many elements");
     return std::max<int64_t>(0, static_cast<int64_t>(n));
   }

@@ -4,6 +4,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -74,17 +75,6 @@ void nll(const std::vector<double>& log_prob, const Shape& shape, const Tensor& 
   }
 }
 
-std::vector<double> as_doubles(const Tensor& x) {
-  std::vector<double> v(static_cast<size_t>(x.numel()));
-  dispatch_numeric(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < x.numel(); ++i)
-      v[i] = static_cast<double>(
-          static_cast<typename Compute<T>::type>(static_cast<const T*>(x.raw())[i]));
-  });
-  return v;
-}
-
 class NllLoss final : public Kernel {
  public:
   explicit NllLoss(const Node& n)
@@ -100,7 +90,7 @@ class NllLoss final : public Kernel {
     const Tensor& x = ctx.input(0);
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      nll<T>(as_doubles(x), x.shape(), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
+      nll<T>(to_doubles(x), x.shape(), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
              ignore_, has_ignore_, r_, ctx.output(0), ctx.node());
     });
   }
@@ -127,7 +117,7 @@ class SoftmaxCrossEntropy final : public Kernel {
     const Tensor& x = ctx.input(0);
     const Shape& s = x.shape();
     const int64_t n = s[0], c = s[1], inner = x.numel() / std::max<int64_t>(n * c, 1);
-    std::vector<double> v = as_doubles(x);
+    std::vector<double> v = to_doubles(x);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t i = 0; i < inner; ++i) {
         double mx = -INFINITY, sum = 0;

@@ -5,20 +5,13 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
 
 // Reads element i of a float tensor of any float dtype as double.
-double read(const Tensor& t, int64_t i) {
-  return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
-    using T = typename decltype(tag)::type;
-    return static_cast<double>(
-        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
-  });
-}
-
 template <class T>
 void write(Tensor& t, int64_t i, double v) {
   static_cast<T*>(t.raw())[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v));
@@ -105,8 +98,8 @@ class LayerNorm final : public Kernel {
         so += k * s_strides[d];
         if (bias) bo += k * b_strides[d];
       }
-      sc[i] = read(scale, so);
-      if (bias) bi[i] = read(*bias, bo);
+      sc[i] = value_at(scale, so);
+      if (bias) bi[i] = value_at(*bias, bo);
     }
     Tensor* mean_out = ctx.has_output(1) ? &ctx.output(1) : nullptr;
     Tensor* inv_out = ctx.has_output(2) ? &ctx.output(2) : nullptr;
@@ -170,13 +163,13 @@ void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced
     } else {
       for (int64_t b : base) {
         double mean = 0, var = 0;
-        for (int64_t i : inner) mean += read(x, b + i);
+        for (int64_t i : inner) mean += value_at(x, b + i);
         mean /= static_cast<double>(inner.size());
-        for (int64_t i : inner) var += (read(x, b + i) - mean) * (read(x, b + i) - mean);
+        for (int64_t i : inner) var += (value_at(x, b + i) - mean) * (value_at(x, b + i) - mean);
         const double inv = 1.0 / std::sqrt(var / static_cast<double>(inner.size()) + epsilon);
         const int64_t c = s.size() > 1 ? (b / st[1]) % s[1] : 0;
-        const double sc = scale ? read(*scale, c) : 1.0, bi = bias ? read(*bias, c) : 0.0;
-        for (int64_t i : inner) write<T>(y, b + i, (read(x, b + i) - mean) * inv * sc + bi);
+        const double sc = scale ? value_at(*scale, c) : 1.0, bi = bias ? value_at(*bias, c) : 0.0;
+        for (int64_t i : inner) write<T>(y, b + i, (value_at(x, b + i) - mean) * inv * sc + bi);
       }
     }
   });
@@ -236,13 +229,13 @@ class Lrn final : public Kernel {
             for (int64_t i = 0; i < inner; ++i) {
               double sq = 0;
               for (int64_t k = std::max<int64_t>(0, ch - lo); k <= std::min(c - 1, ch + hi); ++k) {
-                const double v = read(x, (b * c + k) * inner + i);
+                const double v = value_at(x, (b * c + k) * inner + i);
                 sq += v * v;
               }
               const int64_t e = (b * c + ch) * inner + i;
               write<T>(y, e,
-                       read(x, e) / std::pow(bias_ + alpha_ / static_cast<double>(size_) * sq,
-                                             static_cast<double>(beta_)));
+                       value_at(x, e) / std::pow(bias_ + alpha_ / static_cast<double>(size_) * sq,
+                                                 static_cast<double>(beta_)));
             }
       }
     });

@@ -2,18 +2,11 @@
 // tensors. Inputs: R (learning rate), T (step), then the tensors, their gradients and states.
 #include "operators/common/dispatch.hpp"
 #include "operators/common/optimizer_math.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
-
-double scalar(const Tensor& t) {
-  return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
-    using T = typename decltype(tag)::type;
-    return static_cast<double>(
-        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[0]));
-  });
-}
 
 enum class Rule { Adagrad, Momentum, Adam };
 
@@ -36,8 +29,8 @@ class Optimizer final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const size_t k = tensors(ctx.input_count());
-    const double r = scalar(ctx.input(0));
-    const int64_t t = static_cast<int64_t>(scalar(ctx.input(1)));
+    const double r = scalar_value(ctx.input(0));
+    const int64_t t = static_cast<int64_t>(scalar_value(ctx.input(1)));
     for (size_t i = 0; i < k; ++i) {
       const Tensor& x = ctx.input(2 + i);
       const Tensor& g = ctx.input(2 + k + i);

@@ -5,20 +5,13 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
-
-double at(const Tensor& t, int64_t i) {
-  return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
-    using T = typename decltype(tag)::type;
-    return static_cast<double>(
-        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
-  });
-}
 
 // Rounds half to even and saturates into the range of the quantized type.
 int64_t saturate(double v, DType t) {
@@ -88,12 +81,13 @@ class QuantizeLinear final : public Kernel {
     const AxisIndexer idx(x.shape(), scale, axis_, ctx.node());
     for (int64_t e = 0; e < x.numel(); ++e) {
       const int64_t k = idx(e);
-      const double q =
-          x.dtype() == DType::Float
-              ? static_cast<double>(static_cast<float>(at(x, e)) / static_cast<float>(at(scale, k)))
-              : at(x, e) / at(scale, k);
+      const double q = x.dtype() == DType::Float
+                           ? static_cast<double>(static_cast<float>(value_at(x, e)) /
+                                                 static_cast<float>(value_at(scale, k)))
+                           : value_at(x, e) / value_at(scale, k);
       store(y, e,
-            saturate(std::nearbyint(q) + (zp ? at(*zp, k) : 0), y.dtype()));  // round, then shift
+            saturate(std::nearbyint(q) + (zp ? value_at(*zp, k) : 0),
+                     y.dtype()));  // round, then shift
     }
   }
 
@@ -116,7 +110,7 @@ class DequantizeLinear final : public Kernel {
       for (int64_t e = 0; e < x.numel(); ++e) {
         const int64_t k = idx(e);
         py[e] = static_cast<T>(static_cast<typename Compute<T>::type>(
-            (at(x, e) - (zp ? at(*zp, k) : 0)) * at(scale, k)));
+            (value_at(x, e) - (zp ? value_at(*zp, k) : 0)) * value_at(scale, k)));
       }
     });
   }
@@ -137,21 +131,20 @@ class DynamicQuantizeLinear final : public Kernel {
     const Tensor& x = ctx.input(0);
     double mn = 0, mx = 0;  // the range always includes zero
     for (int64_t e = 0; e < x.numel(); ++e) {
-      mn = std::min(mn, at(x, e));
-      mx = std::max(mx, at(x, e));
+      mn = std::min(mn, value_at(x, e));
+      mx = std::max(mx, value_at(x, e));
     }
     const float scale = static_cast<float>((mx - mn) / 255.0);
     const int64_t zp = scale == 0 ? 0 : saturate(-mn / static_cast<double>(scale), DType::UInt8);
     Tensor& y = ctx.output(0);
     // In float32, as the spec computes it: the rounding of x / scale depends on it.
     for (int64_t e = 0; e < x.numel(); ++e)
-      store(
-          y, e,
-          scale == 0
-              ? zp
-              : saturate(std::nearbyint(static_cast<double>(static_cast<float>(at(x, e)) / scale)) +
-                             static_cast<double>(zp),
-                         DType::UInt8));
+      store(y, e,
+            scale == 0 ? zp
+                       : saturate(std::nearbyint(static_cast<double>(
+                                      static_cast<float>(value_at(x, e)) / scale)) +
+                                      static_cast<double>(zp),
+                                  DType::UInt8));
     ctx.output(1).data<float>()[0] = scale;
     ctx.output(2).data<uint8_t>()[0] = static_cast<uint8_t>(zp);
   }
@@ -176,11 +169,11 @@ std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tens
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int64_t acc = 0;
-        const double za = azp ? at(*azp, azp->numel() > 1 ? i : 0) : 0,
-                     zb = bzp ? at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
+        const double za = azp ? value_at(*azp, azp->numel() > 1 ? i : 0) : 0,
+                     zb = bzp ? value_at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += static_cast<int64_t>(at(a, (bi % ba) * m * k + i * k + p) - za) *
-                 static_cast<int64_t>(at(b, (bi % bb) * k * n + p * n + j) - zb);
+          acc += static_cast<int64_t>(value_at(a, (bi % ba) * m * k + i * k + p) - za) *
+                 static_cast<int64_t>(value_at(b, (bi % bb) * k * n + p * n + j) - zb);
         y[(bi * m + i) * n + j] = acc;
       }
   return y;
@@ -224,9 +217,9 @@ class QLinearMatMul final : public Kernel {
     const int64_t n = out.back();
     for (size_t i = 0; i < acc.size(); ++i) {
       const int64_t j = static_cast<int64_t>(i) % n;
-      const double s = at(as, 0) * at(bs, bs.numel() > 1 ? j : 0) / at(ys, 0);
+      const double s = value_at(as, 0) * value_at(bs, bs.numel() > 1 ? j : 0) / value_at(ys, 0);
       store(y, static_cast<int64_t>(i),
-            saturate(static_cast<double>(acc[i]) * s + at(yzp, 0), y.dtype()));
+            saturate(static_cast<double>(acc[i]) * s + value_at(yzp, 0), y.dtype()));
     }
   }
 };
@@ -250,11 +243,11 @@ class IntegerConv final : public Kernel {
     Tensor xi = allocate_tensor(DType::Int32, x.shape()),
            wq = allocate_tensor(DType::Int32, w.shape());
     for (int64_t e = 0; e < x.numel(); ++e)
-      xi.data<int32_t>()[e] = static_cast<int32_t>(at(x, e) - (xzp ? at(*xzp, 0) : 0));
+      xi.data<int32_t>()[e] = static_cast<int32_t>(value_at(x, e) - (xzp ? value_at(*xzp, 0) : 0));
     const int64_t per_m = w.numel() / std::max<int64_t>(w.dim(0), 1);
     for (int64_t e = 0; e < w.numel(); ++e)
-      wq.data<int32_t>()[e] =
-          static_cast<int32_t>(at(w, e) - (wzp ? at(*wzp, wzp->numel() > 1 ? e / per_m : 0) : 0));
+      wq.data<int32_t>()[e] = static_cast<int32_t>(
+          value_at(w, e) - (wzp ? value_at(*wzp, wzp->numel() > 1 ? e / per_m : 0) : 0));
     Tensor bias;
     if (qlinear_ && ctx.has_input(8)) bias = ctx.input(8);
     Tensor acc = allocate_tensor(DType::Int32, s.out);
@@ -270,9 +263,10 @@ class IntegerConv final : public Kernel {
     const int64_t per_channel = acc.numel() / std::max<int64_t>(s.n * s.m, 1);
     for (int64_t e = 0; e < acc.numel(); ++e) {
       const int64_t m = (e / per_channel) % s.m;
-      const double scale = at(xs, 0) * at(ws, ws.numel() > 1 ? m : 0) / at(ys, 0);
+      const double scale = value_at(xs, 0) * value_at(ws, ws.numel() > 1 ? m : 0) / value_at(ys, 0);
       store(y, e,
-            saturate(static_cast<double>(acc.data<int32_t>()[e]) * scale + at(yzp, 0), y.dtype()));
+            saturate(static_cast<double>(acc.data<int32_t>()[e]) * scale + value_at(yzp, 0),
+                     y.dtype()));
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -77,7 +78,7 @@ class Resize final : public Kernel {
     std::vector<double> roi;
     const size_t roi_input = 1 + offset_;
     if (!upsample_ && opset_ >= 11 && ctx.has_input(roi_input) && ctx.input(roi_input).numel() > 0)
-      roi = as_doubles(ctx.input(roi_input));
+      roi = to_doubles(ctx.input(roi_input));
     const size_t r = x.rank();
     // Per axis and output coordinate: the taps, or "outside" for tf_crop_and_resize.
     std::vector<std::vector<std::vector<Tap>>> taps(r);
@@ -120,7 +121,7 @@ class Resize final : public Kernel {
     VOLT_CHECK(dyt.shape() == out, InvalidArgument,
                ctx.node().describe() + ": the gradient has shape " + shape_str(dyt.shape()) +
                    ", expected " + shape_str(out));
-    const auto dy = as_doubles(dyt);
+    const auto dy = to_doubles(dyt);
     std::vector<double> dx(static_cast<size_t>(dxt.numel()), 0.0);
     const size_t r = out.size();
     std::vector<int64_t> idx(r);
@@ -162,17 +163,6 @@ class Resize final : public Kernel {
     return s;
   }
 
-  static std::vector<double> as_doubles(const Tensor& t) {
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    dispatch_numeric(t.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (int64_t i = 0; i < t.numel(); ++i)
-        v[i] = static_cast<double>(
-            static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
-    });
-    return v;
-  }
-
   // Scales and output shape; false when an input they depend on is not known yet.
   template <class Get, class Has>
   bool resolve(const Shape& in, Get get, Has has, const Node& node, std::vector<double>& scales,
@@ -193,7 +183,7 @@ class Resize final : public Kernel {
       if (has(scales_input)) {
         const Tensor* t = get(scales_input);
         if (!t) return false;
-        if (t->numel() > 0) given_scales = as_doubles(*t);
+        if (t->numel() > 0) given_scales = to_doubles(*t);
       }
       if (given_scales.empty() && has(sizes_input)) {
         const Tensor* t = get(sizes_input);

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -38,17 +39,6 @@ std::pair<float, float> default_params(const std::string& name) {
   if (name == "Elu") return {1.0f, 0};
   if (name == "ScaledTanh" || name == "Affine") return {1.0f, 0};
   return {0, 0};
-}
-
-std::vector<double> doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < t.numel(); ++i)
-      v[i] = static_cast<double>(
-          static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
-  });
-  return v;
 }
 
 class Recurrent final : public Kernel {
@@ -106,31 +96,31 @@ class Recurrent final : public Kernel {
                   in = xt.dim(2);
     const int64_t gates = cell_ == Cell::Rnn ? 1 : (cell_ == Cell::Gru ? 3 : 4);
     const int64_t h = hidden_ ? hidden_ : ctx.input(2).dim(2);
-    const auto x = doubles(xt), w = doubles(ctx.input(1)), r = doubles(ctx.input(2));
+    const auto x = to_doubles(xt), w = to_doubles(ctx.input(1)), r = to_doubles(ctx.input(2));
     VOLT_CHECK(static_cast<int64_t>(w.size()) == dirs_ * gates * h * in &&
                    static_cast<int64_t>(r.size()) == dirs_ * gates * h * h,
                InvalidArgument,
                ctx.node().describe() + ": W or R does not match hidden_size " + std::to_string(h));
     std::vector<double> b =
-        ctx.has_input(3) ? doubles(ctx.input(3))
+        ctx.has_input(3) ? to_doubles(ctx.input(3))
                          : std::vector<double>(static_cast<size_t>(dirs_ * 2 * gates * h), 0.0);
     std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
     if (ctx.has_input(4)) {
-      const auto l = doubles(ctx.input(4));
+      const auto l = to_doubles(ctx.input(4));
       for (int64_t i = 0; i < batch; ++i)
         lens[i] = std::clamp<int64_t>(static_cast<int64_t>(l[i]), 0, seq);
     }
     auto state_in = [&](size_t i) {
       if (!ctx.has_input(i))
         return std::vector<double>(static_cast<size_t>(dirs_ * batch * h), 0.0);
-      auto v = doubles(ctx.input(i));
+      auto v = to_doubles(ctx.input(i));
       return layout_ ? to_dir_major(v, batch, h) : v;
     };
     std::vector<double> H = state_in(5),
                         C = cell_ == Cell::Lstm ? state_in(6) : std::vector<double>{};
     const std::vector<double> P =
         cell_ == Cell::Lstm && ctx.has_input(7)
-            ? doubles(ctx.input(7))
+            ? to_doubles(ctx.input(7))
             : std::vector<double>(static_cast<size_t>(dirs_ * 3 * h), 0.0);
     std::vector<double> Y(static_cast<size_t>(seq * dirs_ * batch * h),
                           0.0);  // [seq, dir, batch, h]

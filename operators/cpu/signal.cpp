@@ -5,30 +5,13 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
-
-double scalar(const Tensor& t) {
-  return dispatch_numeric(t.dtype(), [&](auto tag) -> double {
-    using T = typename decltype(tag)::type;
-    return static_cast<double>(
-        static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[0]));
-  });
-}
-
-template <class F>
-void fill(Tensor& t, F value) {
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(value(i)));
-  });
-}
 
 class Window final : public Kernel {
  public:
@@ -39,12 +22,12 @@ class Window final : public Kernel {
   void infer(InferContext& ctx) const override {
     const Tensor* s = ctx.input_tensor(0);
     if (!s) return ctx.set_output_unknown(0, dtype_);
-    ctx.set_output(0, dtype_, {static_cast<int64_t>(scalar(*s))});
+    ctx.set_output(0, dtype_, {static_cast<int64_t>(scalar_value(*s))});
   }
   void run(RunContext& ctx) const override {
     Tensor& y = ctx.output(0);
     const double n = static_cast<double>(y.numel()), denom = periodic_ ? n : n - 1;
-    fill(y, [&](int64_t i) {
+    fill_from(y, [&](int64_t i) {
       double v = 0;
       for (size_t k = 0; k < coeffs_.size(); ++k)
         v += (k % 2 ? -1 : 1) * coeffs_[k] *
@@ -73,7 +56,7 @@ class Dft final : public Kernel {
     if (ctx.has_input(1)) {
       const Tensor* l = ctx.input_tensor(1);
       if (!l) return ctx.set_output_unknown(0, ctx.dtype(0));
-      len = static_cast<int64_t>(scalar(*l));
+      len = static_cast<int64_t>(scalar_value(*l));
     }
     s[axis] = onesided_ ? len / 2 + 1 : len;
     s.back() = 2;
@@ -84,15 +67,14 @@ class Dft final : public Kernel {
     const Shape& s = x.shape();
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()) - 1, ctx.node());
     const int64_t n_in = s[axis],
-                  len = ctx.has_input(1) ? static_cast<int64_t>(scalar(ctx.input(1))) : n_in;
+                  len = ctx.has_input(1) ? static_cast<int64_t>(scalar_value(ctx.input(1))) : n_in;
     const bool complex_in = s.back() == 2;
     Tensor& y = ctx.output(0);
     const int64_t n_out = y.dim(axis);
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= s[d];
     for (size_t d = static_cast<size_t>(axis) + 1; d + 1 < s.size(); ++d) inner *= s[d];
-    std::vector<double> in(static_cast<size_t>(x.numel()));
-    fill_from(x, in);
+    const std::vector<double> in = to_doubles(x);
     std::vector<double> out(static_cast<size_t>(y.numel()));
     const double sign = inverse_ ? 1 : -1;
     for (int64_t o = 0; o < outer; ++o)
@@ -110,16 +92,7 @@ class Dft final : public Kernel {
           out[e] = acc.real();
           out[e + 1] = acc.imag();
         }
-    fill(y, [&](int64_t i) { return out[i]; });
-  }
-
-  static void fill_from(const Tensor& x, std::vector<double>& v) {
-    dispatch_numeric(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (int64_t i = 0; i < x.numel(); ++i)
-        v[i] = static_cast<double>(
-            static_cast<typename Compute<T>::type>(static_cast<const T*>(x.raw())[i]));
-    });
+    fill_from(y, [&](int64_t i) { return out[i]; });
   }
 
  private:
@@ -135,22 +108,18 @@ class Stft final : public Kernel {
     const Tensor* step = ctx.input_tensor(1);
     const Tensor* len_t = ctx.has_input(3) ? ctx.input_tensor(3) : nullptr;
     if (!step || (ctx.has_input(3) && !len_t)) return ctx.set_output_unknown(0, ctx.dtype(0));
-    const int64_t len = len_t ? static_cast<int64_t>(scalar(*len_t)) : ctx.shape(2)[0];
-    const int64_t frames = (s[1] - len) / static_cast<int64_t>(scalar(*step)) + 1;
+    const int64_t len = len_t ? static_cast<int64_t>(scalar_value(*len_t)) : ctx.shape(2)[0];
+    const int64_t frames = (s[1] - len) / static_cast<int64_t>(scalar_value(*step)) + 1;
     ctx.set_output(0, ctx.dtype(0), {s[0], frames, onesided_ ? len / 2 + 1 : len, 2});
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    const int64_t step = static_cast<int64_t>(scalar(ctx.input(1)));
+    const int64_t step = static_cast<int64_t>(scalar_value(ctx.input(1)));
     const bool has_window = ctx.has_input(2);
     const int64_t len =
-        ctx.has_input(3) ? static_cast<int64_t>(scalar(ctx.input(3))) : ctx.input(2).dim(0);
-    std::vector<double> sig(static_cast<size_t>(x.numel())), win;
-    Dft::fill_from(x, sig);
-    if (has_window) {
-      win.resize(static_cast<size_t>(ctx.input(2).numel()));
-      Dft::fill_from(ctx.input(2), win);
-    }
+        ctx.has_input(3) ? static_cast<int64_t>(scalar_value(ctx.input(3))) : ctx.input(2).dim(0);
+    const std::vector<double> sig = to_doubles(x);
+    const std::vector<double> win = has_window ? to_doubles(ctx.input(2)) : std::vector<double>{};
     Tensor& y = ctx.output(0);
     const int64_t batch = x.dim(0), n = x.dim(1), frames = y.dim(1), bins = y.dim(2);
     const bool complex_in = x.rank() == 3 && x.dim(2) == 2;
@@ -170,7 +139,7 @@ class Stft final : public Kernel {
           out[e] = acc.real();
           out[e + 1] = acc.imag();
         }
-    fill(y, [&](int64_t i) { return out[i]; });
+    fill_from(y, [&](int64_t i) { return out[i]; });
   }
 
  private:
@@ -184,14 +153,15 @@ class MelWeightMatrix final : public Kernel {
   void infer(InferContext& ctx) const override {
     const Tensor *mel = ctx.input_tensor(0), *dft = ctx.input_tensor(1);
     if (!mel || !dft) return ctx.set_output_unknown(0, dtype_);
-    ctx.set_output(
-        0, dtype_,
-        {static_cast<int64_t>(scalar(*dft)) / 2 + 1, static_cast<int64_t>(scalar(*mel))});
+    ctx.set_output(0, dtype_,
+                   {static_cast<int64_t>(scalar_value(*dft)) / 2 + 1,
+                    static_cast<int64_t>(scalar_value(*mel))});
   }
   void run(RunContext& ctx) const override {
-    const int64_t mel = static_cast<int64_t>(scalar(ctx.input(0))),
-                  dft = static_cast<int64_t>(scalar(ctx.input(1)));
-    const double rate = scalar(ctx.input(2)), lo = scalar(ctx.input(3)), hi = scalar(ctx.input(4));
+    const int64_t mel = static_cast<int64_t>(scalar_value(ctx.input(0))),
+                  dft = static_cast<int64_t>(scalar_value(ctx.input(1)));
+    const double rate = scalar_value(ctx.input(2)), lo = scalar_value(ctx.input(3)),
+                 hi = scalar_value(ctx.input(4));
     const int64_t bins = dft / 2 + 1;
     auto to_mel = [](double hz) { return 2595 * std::log10(1 + hz / 700); };
     auto to_hz = [](double m) { return 700 * (std::pow(10, m / 2595) - 1); };
@@ -216,7 +186,7 @@ class MelWeightMatrix final : public Kernel {
       for (int64_t k = c; k < r; ++k)
         set(k, m, static_cast<double>(r - k) / static_cast<double>(r - c));
     }
-    fill(ctx.output(0), [&](int64_t i) { return w[i]; });
+    fill_from(ctx.output(0), [&](int64_t i) { return w[i]; });
   }
 
  private:

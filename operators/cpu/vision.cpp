@@ -5,31 +5,11 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
-
-std::vector<double> doubles(const Tensor& t) {
-  std::vector<double> v(static_cast<size_t>(t.numel()));
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    for (int64_t i = 0; i < t.numel(); ++i)
-      v[i] = static_cast<double>(
-          static_cast<typename Compute<T>::type>(static_cast<const T*>(t.raw())[i]));
-  });
-  return v;
-}
-
-template <class F>
-void fill(Tensor& t, F value) {
-  dispatch_numeric(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = static_cast<T*>(t.raw());
-    for (int64_t i = 0; i < t.numel(); ++i)
-      p[i] = static_cast<T>(static_cast<typename Compute<T>::type>(value(i)));
-  });
-}
 
 class NonMaxSuppression final : public Kernel {
  public:
@@ -48,10 +28,10 @@ class NonMaxSuppression final : public Kernel {
             ? to_int64_vector(ctx.input(2), ctx.node(), "max_output_boxes_per_class")[0]
             : 0;
     const double iou_threshold =
-        ctx.has_input(3) && ctx.input(3).numel() ? doubles(ctx.input(3))[0] : 0;
+        ctx.has_input(3) && ctx.input(3).numel() ? to_doubles(ctx.input(3))[0] : 0;
     const bool has_score_threshold = ctx.has_input(4) && ctx.input(4).numel();
-    const double score_threshold = has_score_threshold ? doubles(ctx.input(4))[0] : 0;
-    const auto boxes = doubles(boxes_t), scores = doubles(scores_t);
+    const double score_threshold = has_score_threshold ? to_doubles(ctx.input(4))[0] : 0;
+    const auto boxes = to_doubles(boxes_t), scores = to_doubles(scores_t);
     auto corners = [&](int64_t b, int64_t i, double c[4]) {
       const double* p = boxes.data() + (b * n + i) * 4;
       if (center_) {
@@ -136,7 +116,7 @@ class RoiAlign final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& xt = ctx.input(0);
     const int64_t c = xt.dim(1), h = xt.dim(2), w = xt.dim(3), rois_n = ctx.input(1).dim(0);
-    const auto x = doubles(xt), rois = doubles(ctx.input(1));
+    const auto x = to_doubles(xt), rois = to_doubles(ctx.input(1));
     const auto idx = to_int64_vector(ctx.input(2), ctx.node(), "batch_indices");
     std::vector<double> out(static_cast<size_t>(rois_n * c * oh_ * ow_));
     const double offset = half_pixel_ ? 0.5 : 0.0;
@@ -171,7 +151,7 @@ class RoiAlign final : public Kernel {
           }
       }
     }
-    fill(ctx.output(0), [&](int64_t i) { return out[i]; });
+    fill_from(ctx.output(0), [&](int64_t i) { return out[i]; });
   }
 
  private:
@@ -202,7 +182,7 @@ class GridSample final : public Kernel {
     const Tensor& xt = ctx.input(0);
     const int64_t n = xt.dim(0), c = xt.dim(1), h = xt.dim(2), w = xt.dim(3);
     const int64_t oh = ctx.input(1).dim(1), ow = ctx.input(1).dim(2);
-    const auto x = doubles(xt), grid = doubles(ctx.input(1));
+    const auto x = to_doubles(xt), grid = to_doubles(ctx.input(1));
     std::vector<double> out(static_cast<size_t>(n * c * oh * ow));
     for (int64_t b = 0; b < n; ++b)
       for (int64_t i = 0; i < oh; ++i)
@@ -215,7 +195,7 @@ class GridSample final : public Kernel {
             out[((b * c + ch) * oh + i) * ow + j] = sample(plane, h, w, fy, fx);
           }
         }
-    fill(ctx.output(0), [&](int64_t k) { return out[k]; });
+    fill_from(ctx.output(0), [&](int64_t k) { return out[k]; });
   }
 
  private:

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "loaders/loader.hpp"
+#include "operators/grad/gradient_rule.hpp"
 #include "runtime/error.hpp"
 #include "runtime/feeds.hpp"
 #include "runtime/graph_runner.hpp"
@@ -37,13 +38,6 @@ Node make_node(const std::string& name, const std::string& op, std::vector<std::
   n.outputs = std::move(outs);
   n.attributes = std::move(attrs);
   return n;
-}
-
-Attribute int_attribute(int64_t v) {
-  Attribute a;
-  a.type = Attribute::Type::Int;
-  a.i = v;
-  return a;
 }
 
 }  // namespace
@@ -133,7 +127,7 @@ struct Trainer::Impl {
       label.dtype = DType::Int64;
       g.initializers["volt/flat_labels"] = Tensor::from<int64_t>({-1}, {1});
       g.nodes.push_back(make_node("volt/flatten_prediction", "Flatten", {prediction},
-                                  {"volt/logits"}, {{"axis", int_attribute(-1)}}));
+                                  {"volt/logits"}, {{"axis", int_attr(-1)}}));
       g.nodes.push_back(make_node("volt/flatten_label", "Reshape", {cfg.label, "volt/flat_labels"},
                                   {"volt/labels"}));
       Attribute mean;
@@ -149,7 +143,7 @@ struct Trainer::Impl {
       g.nodes.push_back(
           make_node("volt/squared", "Mul", {"volt/error", "volt/error"}, {"volt/squared"}));
       g.nodes.push_back(make_node("volt/loss", "ReduceMean", {"volt/squared"}, {"volt/loss"},
-                                  {{"keepdims", int_attribute(0)}}));
+                                  {{"keepdims", int_attr(0)}}));
     }
     g.inputs.push_back(label);
     return "volt/loss";
@@ -160,7 +154,7 @@ struct Trainer::Impl {
     int dropout_index = 0;
     for (Node& n : g.nodes) {
       if (n.op_type == "BatchNormalization" && n.domain == kOnnxDomain) {
-        n.attributes["training_mode"] = int_attribute(1);
+        n.attributes["training_mode"] = int_attr(1);
         while (n.outputs.size() < 3) n.outputs.push_back("");
         for (size_t k : {size_t{1}, size_t{2}}) {
           if (n.outputs[k].empty())
@@ -183,7 +177,7 @@ struct Trainer::Impl {
           n.outputs.resize(2);
           n.outputs[1] = n.name + "/mask";
         }
-        n.attributes["seed"] = int_attribute(static_cast<int64_t>(cfg.seed) + dropout_index++);
+        n.attributes["seed"] = int_attr(static_cast<int64_t>(cfg.seed) + dropout_index++);
       }
     }
   }

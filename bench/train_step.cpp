@@ -1,4 +1,5 @@
-// Times volt training steps (forward, backward, optimizer) on random data, for bench/train_compare.py.
+// Times volt training steps (forward, backward, optimizer) on random data, for
+// bench/train_compare.py.
 //   volt_train_step MODEL INPUT_SHAPE(e.g. 64x784) CLASSES [--optimizer sgd] [--momentum 0.9]
 //                   [--learning-rate 0.01] [--threads T] [--warmup W] [--iterations N]
 // Prints one line: "volt_step_ms median=M p10=A p90=B".
@@ -25,13 +26,20 @@ int main(int argc, char** argv) {
     int warmup = 3, iterations = 20;
     for (int i = 4; i + 1 < argc; i += 2) {
       const std::string k = argv[i], v = argv[i + 1];
-      if (k == "--optimizer") optimizer = v;
-      else if (k == "--momentum") momentum = v;
-      else if (k == "--learning-rate") lr = v;
-      else if (k == "--threads") threads = v;
-      else if (k == "--warmup") warmup = std::stoi(v);
-      else if (k == "--iterations") iterations = std::stoi(v);
-      else throw volt::Error(volt::ErrorCode::InvalidArgument, "unknown flag " + k);
+      if (k == "--optimizer")
+        optimizer = v;
+      else if (k == "--momentum")
+        momentum = v;
+      else if (k == "--learning-rate")
+        lr = v;
+      else if (k == "--threads")
+        threads = v;
+      else if (k == "--warmup")
+        warmup = std::stoi(v);
+      else if (k == "--iterations")
+        iterations = std::stoi(v);
+      else
+        throw volt::Error(volt::ErrorCode::InvalidArgument, "unknown flag " + k);
     }
     volt::TrainOptions opts{{"optimizer", optimizer}, {"learning_rate", lr}, {"threads", threads}};
     if (optimizer == "sgd") opts.emplace_back("momentum", momentum);
@@ -41,17 +49,20 @@ int main(int argc, char** argv) {
     volt::Tensor x = volt::Tensor::empty(volt::DType::Float, shape);
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = n01(rng);
     volt::Tensor y = volt::Tensor::empty(volt::DType::Int64, {shape[0]});
-    for (int64_t i = 0; i < shape[0]; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<unsigned>(classes));
+    for (int64_t i = 0; i < shape[0]; ++i)
+      y.data<int64_t>()[i] = static_cast<int64_t>(rng() % static_cast<unsigned>(classes));
     const std::string input = "x";
     for (int i = 0; i < warmup; ++i) trainer.step({{input, x}, {"label", y}});
     std::vector<double> ms;
     for (int i = 0; i < iterations; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       trainer.step({{input, x}, {"label", y}});
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     std::sort(ms.begin(), ms.end());
-    std::printf("volt_step_ms median=%.4f p10=%.4f p90=%.4f\n", ms[ms.size() / 2], ms[ms.size() / 10], ms[ms.size() * 9 / 10]);
+    std::printf("volt_step_ms median=%.4f p10=%.4f p90=%.4f\n", ms[ms.size() / 2],
+                ms[ms.size() / 10], ms[ms.size() * 9 / 10]);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "volt_train_step: %s\n", e.what());

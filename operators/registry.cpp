@@ -12,9 +12,10 @@ KernelRegistry& KernelRegistry::instance() {
 
 void KernelRegistry::add(KernelDef def) {
   def.domain = canonical_domain(def.domain);
-  defs_.push_back(std::make_unique<KernelDef>(std::move(def)));
-  std::stable_sort(defs_.begin(), defs_.end(),
-                   [](const auto& a, const auto& b) { return a->priority > b->priority; });
+  // Kept ordered by priority (highest first), equal priorities in registration order.
+  auto at = std::upper_bound(defs_.begin(), defs_.end(), def.priority,
+                             [](int p, const auto& d) { return p > d->priority; });
+  defs_.insert(at, std::make_unique<KernelDef>(std::move(def)));
 }
 
 std::vector<const KernelDef*> KernelRegistry::candidates(const Node& node,

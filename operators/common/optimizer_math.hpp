@@ -1,5 +1,6 @@
 // The update rules of the ai.onnx.preview.training optimizers, element by element. The ONNX
 // ops (operators/cpu/optimizers.cpp) and volt's trainer share these, so both follow the spec.
+// S is the arithmetic type: double for the ONNX ops, the weights' own float type in training.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -10,11 +11,12 @@ namespace volt::optim {
 struct Adagrad {
   double lr, decay, epsilon, norm;
   int64_t t;
-  void update(double& x, double g, double& h) const {
-    const double r = lr / (1 + static_cast<double>(t) * decay);
-    const double gr = norm * x + g;
+  template <class S>
+  void update(S& x, S g, S& h) const {
+    const S r = static_cast<S>(lr / (1 + static_cast<double>(t) * decay));
+    const S gr = static_cast<S>(norm) * x + g;
     h += gr * gr;
-    x -= r * gr / (std::sqrt(h) + epsilon);
+    x -= r * gr / (std::sqrt(h) + static_cast<S>(epsilon));
   }
 };
 
@@ -24,10 +26,11 @@ struct Momentum {
   double lr, alpha, beta, norm;
   bool nesterov;
   int64_t t;
-  void update(double& x, double g, double& v) const {
-    const double gr = norm * x + g;
-    v = alpha * v + (t > 0 ? beta : 1.0) * gr;
-    x -= lr * (nesterov ? gr + alpha * v : v);
+  template <class S>
+  void update(S& x, S g, S& v) const {
+    const S gr = static_cast<S>(norm) * x + g;
+    v = static_cast<S>(alpha) * v + static_cast<S>(t > 0 ? beta : 1.0) * gr;
+    x -= static_cast<S>(lr) * (nesterov ? gr + static_cast<S>(alpha) * v : v);
   }
 };
 
@@ -36,14 +39,22 @@ struct Momentum {
 struct Adam {
   double lr, alpha, beta, epsilon, norm, norm_post;
   int64_t t;
-  void update(double& x, double g, double& v, double& h) const {
-    const double gr = norm * x + g;
-    v = alpha * v + (1 - alpha) * gr;
-    h = beta * h + (1 - beta) * gr * gr;
-    const double r = t > 0 ? lr * std::sqrt(1 - std::pow(beta, static_cast<double>(t))) /
-                                 (1 - std::pow(alpha, static_cast<double>(t)))
-                           : lr;
-    x = (1 - norm_post) * (x - r * v / (std::sqrt(h) + epsilon));
+  // The bias-corrected rate, computed once per step.
+  double rate() const {
+    return t > 0 ? lr * std::sqrt(1 - std::pow(beta, static_cast<double>(t))) /
+                       (1 - std::pow(alpha, static_cast<double>(t)))
+                 : lr;
+  }
+  template <class S>
+  void update(S& x, S g, S& v, S& h, S r) const {
+    const S gr = static_cast<S>(norm) * x + g;
+    v = static_cast<S>(alpha) * v + static_cast<S>(1 - alpha) * gr;
+    h = static_cast<S>(beta) * h + static_cast<S>(1 - beta) * gr * gr;
+    x = static_cast<S>(1 - norm_post) * (x - r * v / (std::sqrt(h) + static_cast<S>(epsilon)));
+  }
+  template <class S>
+  void update(S& x, S g, S& v, S& h) const {
+    update(x, g, v, h, static_cast<S>(rate()));
   }
 };
 

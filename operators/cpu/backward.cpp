@@ -49,6 +49,18 @@ class SumToShape final : public Kernel {
       std::memcpy(out.raw(), g.raw(), g.nbytes());
       return;
     }
+    // The bias case, [rows, n] summed to [n] (or [1, n]), in float without conversions.
+    const int64_t n = out.numel();
+    if (g.dtype() == DType::Float && g.rank() >= 1 && n == g.shape().back() &&
+        out.shape().back() == n) {
+      const float* pg = g.data<float>();
+      float* po = out.data<float>();
+      const int64_t rows = g.numel() / std::max<int64_t>(n, 1);
+      std::fill(po, po + n, 0.0f);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j) po[j] += pg[r * n + j];
+      return;
+    }
     from_doubles(out, sum_to_shape(to_doubles(g), g.shape(), out.shape(), ctx.node()));
   }
 };

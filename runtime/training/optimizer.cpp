@@ -33,30 +33,41 @@ void Optimizer::step(std::map<std::string, Tensor>& params,
         T* p2 = s2 ? static_cast<T*>(s2->raw()) : nullptr;
         const int64_t n = x.numel();
         const optim::Momentum momentum{lr, c_.momentum, 1.0, c_.weight_decay, c_.nesterov, t};
-        const bool decoupled = c_.optimizer == "adamw";
+        const bool decoupled = c_.optimizer == "adamw",
+                   sgd = !adam;  // decided once, not per element
         const optim::Adam adam_rule{
             lr, c_.beta1, c_.beta2, c_.epsilon, decoupled ? 0.0 : c_.weight_decay, 0.0, t};
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) {
-          double xv = static_cast<double>(static_cast<C>(px[i]));
-          const double g = static_cast<double>(static_cast<C>(pg[i]));
-          if (c_.optimizer == "sgd") {
-            if (p1) {
-              double v = static_cast<double>(static_cast<C>(p1[i]));
-              momentum.update(xv, g, v);
-              p1[i] = static_cast<T>(static_cast<C>(v));
-            } else {
-              xv -= lr * (g + c_.weight_decay * xv);
-            }
-          } else {
-            if (decoupled) xv *= 1 - lr * c_.weight_decay;  // AdamW: decay apart from the gradient
-            double m = static_cast<double>(static_cast<C>(p1[i])),
-                   v = static_cast<double>(static_cast<C>(p2[i]));
-            adam_rule.update(xv, g, m, v);
-            p1[i] = static_cast<T>(static_cast<C>(m));
-            p2[i] = static_cast<T>(static_cast<C>(v));
+        // Arithmetic in the weights' own precision for float and double; float for 16-bit.
+        using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        const S rate = static_cast<S>(adam_rule.rate()), wd = static_cast<S>(c_.weight_decay),
+                slr = static_cast<S>(lr);
+        // One loop per rule, with no branches inside, so each vectorizes.
+        auto load = [](const T* p, int64_t i) { return static_cast<S>(static_cast<C>(p[i])); };
+        auto put = [](T* p, int64_t i, S v) { p[i] = static_cast<T>(static_cast<C>(v)); };
+        if (sgd && p1) {
+#pragma omp parallel for simd if (n > 65536)
+          for (int64_t i = 0; i < n; ++i) {
+            S xv = load(px, i), v = load(p1, i);
+            momentum.update(xv, load(pg, i), v);
+            put(p1, i, v);
+            put(px, i, xv);
           }
-          px[i] = static_cast<T>(static_cast<C>(xv));
+        } else if (sgd) {
+#pragma omp parallel for simd if (n > 65536)
+          for (int64_t i = 0; i < n; ++i) {
+            const S xv = load(px, i);
+            put(px, i, xv - slr * (load(pg, i) + wd * xv));
+          }
+        } else {
+          const S decay = decoupled ? 1 - slr * wd : S(1);  // AdamW: decay apart from the gradient
+#pragma omp parallel for simd if (n > 65536)
+          for (int64_t i = 0; i < n; ++i) {
+            S xv = load(px, i) * decay, m = load(p1, i), v = load(p2, i);
+            adam_rule.update(xv, load(pg, i), m, v, rate);
+            put(p1, i, m);
+            put(p2, i, v);
+            put(px, i, xv);
+          }
         }
       }
     });

@@ -216,8 +216,8 @@ struct Trainer::Impl {
     double sq = 0;
     for (size_t i = 0; i < trainable.size(); ++i) {
       const Tensor& g = out[1 + i].tensor();
-      double s = 0;
-      dispatch_float(g, [&](double v) { s += v * v; });
+      const double s =
+          sum_of_squares(g);  // also the finiteness check: a NaN or Inf makes it non-finite
       VOLT_CHECK(std::isfinite(s), Runtime,
                  model.source + ": step " + std::to_string(step + 1) + ": the gradient of '" +
                      trainable[i] + "' is not finite; the update was skipped");
@@ -241,12 +241,28 @@ struct Trainer::Impl {
     return loss;
   }
 
+  static double sum_of_squares(const Tensor& t) {
+    const int64_t n = t.numel();
+    if (t.dtype() == DType::Float) {
+      const float* p = t.data<float>();
+      double s = 0;
+#pragma omp parallel for simd reduction(+ : s) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+      return s;
+    }
+    double s = 0;
+    dispatch_float(t, [&](double v) { s += v * v; });
+    return s;
+  }
+
   template <class F>
   static void dispatch_float(const Tensor& t, F f) {
     if (t.dtype() == DType::Float) {
-      for (int64_t i = 0; i < t.numel(); ++i) f(static_cast<double>(t.data<float>()[i]));
+      const float* p = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) f(static_cast<double>(p[i]));
     } else if (t.dtype() == DType::Double) {
-      for (int64_t i = 0; i < t.numel(); ++i) f(t.data<double>()[i]);
+      const double* p = t.data<double>();
+      for (int64_t i = 0; i < t.numel(); ++i) f(p[i]);
     } else if (t.dtype() == DType::Float16) {
       for (int64_t i = 0; i < t.numel(); ++i)
         f(static_cast<double>(static_cast<float>(t.data<Float16>()[i])));

@@ -2,6 +2,7 @@
 // operators/grad/: broadcasting reductions, elementwise derivatives, matmul, gather, reduction,
 // softmax and loss gradients. Reference loops computed in double (precision over speed, for now).
 #include <cmath>
+#include <map>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
@@ -94,49 +95,128 @@ class FillLike final : public Kernel {
 
 class EltwiseGrad final : public Kernel {
  public:
+  enum class Fn {
+    Relu,
+    LeakyRelu,
+    Elu,
+    Sigmoid,
+    Tanh,
+    Exp,
+    Log,
+    Sqrt,
+    Reciprocal,
+    Erf,
+    Softplus,
+    Abs,
+    Sin,
+    Cos,
+    Clip,
+    Gelu,
+    GeluTanh
+  };
+
   explicit EltwiseGrad(const Node& n)
-      : fn_(n.attr_string("fn", "")),
-        alpha_(n.attr_float("alpha", fn_ == "LeakyRelu" ? 0.01f : 1.0f)),
-        tanh_gelu_(n.attr_string("approximate", "none") == "tanh") {}
+      : fn_(parse(n)), alpha_(n.attr_float("alpha", fn_ == Fn::LeakyRelu ? 0.01f : 1.0f)) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
-    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(ctx.input(1)),
-               y = to_doubles(ctx.input(2));
-    std::vector<double> dx(dy.size());
-    for (size_t i = 0; i < dy.size(); ++i) dx[i] = dy[i] * derivative(x[i], y[i], ctx);
-    from_doubles(ctx.output(0), dx);
+    const int64_t n = ctx.input(0).numel();
+    dispatch_numeric(ctx.input(0).dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      if constexpr (!std::is_floating_point_v<C>) {
+        ctx.error("needs floating-point gradients");
+      } else {
+        const T* dy = static_cast<const T*>(ctx.input(0).raw());
+        const T* x = static_cast<const T*>(ctx.input(1).raw());
+        const T* y = static_cast<const T*>(ctx.input(2).raw());
+        T* dx = static_cast<T*>(ctx.output(0).raw());
+        if (fn_ == Fn::Relu) {  // the hot case in training, kept branch-free so it vectorizes
+#pragma omp parallel for simd if (n > 65536)
+          for (int64_t i = 0; i < n; ++i)
+            dx[i] = static_cast<C>(x[i]) > C(0) ? dy[i] : static_cast<T>(C(0));
+          return;
+        }
+#pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          dx[i] = static_cast<T>(static_cast<C>(
+              static_cast<C>(dy[i]) * derivative(static_cast<C>(x[i]), static_cast<C>(y[i]))));
+      }
+    });
   }
 
  private:
-  double derivative(double x, double y, const RunContext& ctx) const {
-    if (fn_ == "Relu") return x > 0 ? 1 : 0;
-    if (fn_ == "LeakyRelu") return x >= 0 ? 1 : alpha_;
-    if (fn_ == "Elu") return x >= 0 ? 1 : y + alpha_;
-    if (fn_ == "Sigmoid") return y * (1 - y);
-    if (fn_ == "Tanh") return 1 - y * y;
-    if (fn_ == "Exp") return y;
-    if (fn_ == "Log") return 1 / x;
-    if (fn_ == "Sqrt") return 0.5 / y;
-    if (fn_ == "Reciprocal") return -y * y;
-    if (fn_ == "Erf") return 2 / std::sqrt(M_PI) * std::exp(-x * x);
-    if (fn_ == "Softplus") return 1 / (1 + std::exp(-x));
-    if (fn_ == "Abs") return x > 0 ? 1 : (x < 0 ? -1 : 0);
-    if (fn_ == "Sin") return std::cos(x);
-    if (fn_ == "Cos") return -std::sin(x);
-    if (fn_ == "Clip") return x == y ? 1 : 0;
-    if (fn_ == "Gelu") {
-      if (tanh_gelu_) {
-        const double c = std::sqrt(2 / M_PI), u = c * (x + 0.044715 * x * x * x), t = std::tanh(u);
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
-      }
-      return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
-             x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
-    }
-    ctx.error("no derivative for '" + fn_ + "'");
+  static Fn parse(const Node& n) {
+    const std::string f = n.attr_string("fn", "");
+    static const std::map<std::string, Fn> names = {{"Relu", Fn::Relu},
+                                                    {"LeakyRelu", Fn::LeakyRelu},
+                                                    {"Elu", Fn::Elu},
+                                                    {"Sigmoid", Fn::Sigmoid},
+                                                    {"Tanh", Fn::Tanh},
+                                                    {"Exp", Fn::Exp},
+                                                    {"Log", Fn::Log},
+                                                    {"Sqrt", Fn::Sqrt},
+                                                    {"Reciprocal", Fn::Reciprocal},
+                                                    {"Erf", Fn::Erf},
+                                                    {"Softplus", Fn::Softplus},
+                                                    {"Abs", Fn::Abs},
+                                                    {"Sin", Fn::Sin},
+                                                    {"Cos", Fn::Cos},
+                                                    {"Clip", Fn::Clip},
+                                                    {"Gelu", Fn::Gelu}};
+    auto it = names.find(f);
+    VOLT_CHECK(it != names.end(), InvalidModel, n.describe() + ": no derivative for '" + f + "'");
+    if (it->second == Fn::Gelu && n.attr_string("approximate", "none") == "tanh")
+      return Fn::GeluTanh;
+    return it->second;
   }
-  std::string fn_;
+
+  template <class C>
+  C derivative(C x, C y) const {
+    const C pi = static_cast<C>(3.14159265358979323846);
+    switch (fn_) {
+      case Fn::Relu:
+        return x > 0 ? C(1) : C(0);
+      case Fn::LeakyRelu:
+        return x >= 0 ? C(1) : static_cast<C>(alpha_);
+      case Fn::Elu:
+        return x >= 0 ? C(1) : y + static_cast<C>(alpha_);
+      case Fn::Sigmoid:
+        return y * (1 - y);
+      case Fn::Tanh:
+        return 1 - y * y;
+      case Fn::Exp:
+        return y;
+      case Fn::Log:
+        return 1 / x;
+      case Fn::Sqrt:
+        return C(0.5) / y;
+      case Fn::Reciprocal:
+        return -y * y;
+      case Fn::Erf:
+        return 2 / std::sqrt(pi) * std::exp(-x * x);
+      case Fn::Softplus:
+        return 1 / (1 + std::exp(-x));
+      case Fn::Abs:
+        return x > 0 ? C(1) : (x < 0 ? C(-1) : C(0));
+      case Fn::Sin:
+        return std::cos(x);
+      case Fn::Cos:
+        return -std::sin(x);
+      case Fn::Clip:
+        return x == y ? C(1) : C(0);
+      case Fn::Gelu:
+        return C(0.5) * (1 + std::erf(x / std::sqrt(C(2)))) +
+               x * std::exp(C(-0.5) * x * x) / std::sqrt(2 * pi);
+      case Fn::GeluTanh: {
+        const C c = std::sqrt(2 / pi), u = c * (x + C(0.044715) * x * x * x), t = std::tanh(u);
+        return C(0.5) * (1 + t) + C(0.5) * x * (1 - t * t) * c * (1 + 3 * C(0.044715) * x * x);
+      }
+    }
+    return 0;
+  }
+
+  Fn fn_;
   float alpha_;
-  bool tanh_gelu_;
 };
 
 // d(a^b): wrt a: dy * b * a^(b-1); wrt b: dy * y * ln(a). Inputs broadcast to dy's shape.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/cpu/conv_reference.hpp"
@@ -43,14 +44,100 @@ void for_each_tap(const WindowGeometry& g, F f) {
   }
 }
 
+// oneDNN's backward-data or backward-weights convolution for f32 (plain layouts).
+struct ConvGradState {
+  dnnl::primitive prim;
+  dnnl::memory::desc dy, x, w, scratch;
+};
+
 class ConvGrad final : public Kernel {
  public:
   explicit ConvGrad(const Node& n)
       : attrs_(n), group_(n.attr_int("group", 1)), wrt_(n.attr_int("wrt", 0)) {}
   void infer(InferContext& ctx) const override {
     ctx.set_output(0, ctx.dtype(1 + wrt_), ctx.shape(1 + wrt_));
+    if (ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
+        ctx.dtype(2) != DType::Float || ctx.shape(1).size() > 5)
+      return;
+    const ConvShapes s = conv_shapes(attrs_, group_, ctx.shape(1), ctx.shape(2), ctx.node());
+    if (s.out != ctx.shape(0) || numel_of(s.out) == 0) return;
+    try {
+      ctx.set_state(prepare(ctx, s));
+    } catch (const KernelUnsupported&) {
+    }
   }
   void run(RunContext& ctx) const override {
+    if (const auto* st = static_cast<const ConvGradState*>(ctx.state_ptr())) {
+      const void* dy = ctx.input(0).raw();
+      const void* x = ctx.input(1).raw();
+      const void* w = ctx.input(2).raw();
+      void* out = ctx.output(0).raw();
+      if (wrt_ == 0)
+        dnnl_adapter::execute(st->prim,
+                              {{DNNL_ARG_DIFF_DST, dnnl_adapter::wrap(st->dy, dy)},
+                               {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st->w, w)},
+                               {DNNL_ARG_DIFF_SRC, dnnl_adapter::wrap(st->x, out)}},
+                              st->scratch, ctx.scratch());
+      else
+        dnnl_adapter::execute(st->prim,
+                              {{DNNL_ARG_DIFF_DST, dnnl_adapter::wrap(st->dy, dy)},
+                               {DNNL_ARG_SRC, dnnl_adapter::wrap(st->x, x)},
+                               {DNNL_ARG_DIFF_WEIGHTS, dnnl_adapter::wrap(st->w, out)}},
+                              st->scratch, ctx.scratch());
+      return;
+    }
+    reference(ctx);
+  }
+
+ private:
+  std::shared_ptr<ConvGradState> prepare(InferContext& ctx, const ConvShapes& s) const {
+    return dnnl_adapter::guarded(ctx.node(), [&] {
+      using dims = dnnl::memory::dims;
+      const auto f32 = dnnl::memory::data_type::f32;
+      auto st = std::make_shared<ConvGradState>();
+      Shape ws = ctx.shape(2);
+      if (s.group > 1) {  // grouped weights as [G, M/G, C/G, k...]
+        Shape g{s.group, s.m / s.group};
+        g.insert(g.end(), ws.begin() + 1, ws.end());
+        ws = g;
+      }
+      st->x = dnnl_adapter::plain_md(ctx.shape(1), f32);
+      st->w = dnnl_adapter::plain_md(ws, f32);
+      st->dy = dnnl_adapter::plain_md(s.out, f32);
+      dims strides(s.win.strides.begin(), s.win.strides.end()),
+          pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
+          pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
+      for (int64_t d : s.win.dilations) dil.push_back(d - 1);
+      // oneDNN's right padding must make its output size formula give ours exactly.
+      for (size_t i = 0; i < pr.size(); ++i) {
+        const int64_t eff = (s.win.kernel[i] - 1) * s.win.dilations[i] + 1;
+        pr[i] = (s.win.out[i] - 1) * s.win.strides[i] + eff - s.win.in[i] - s.win.pad_begin[i];
+      }
+      dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training,
+                                         dnnl::algorithm::convolution_direct, st->x, st->w, st->dy,
+                                         strides, dil, pl, pr);
+      dnnl::convolution_forward::primitive_desc fpd(fd, dnnl_adapter::engine());
+      if (wrt_ == 0) {
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, st->x, st->w,
+                                                st->dy, strides, dil, pl, pr);
+        dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                           dnnl_adapter::engine(), fpd);
+        st->prim = dnnl::convolution_backward_data(pd);
+        st->scratch = pd.scratchpad_desc();
+      } else {
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, st->x,
+                                                   st->w, st->dy, strides, dil, pl, pr);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                              dnnl_adapter::engine(), fpd);
+        st->prim = dnnl::convolution_backward_weights(pd);
+        st->scratch = pd.scratchpad_desc();
+      }
+      ctx.request_scratch(st->scratch.get_size());
+      return st;
+    });
+  }
+
+  void reference(RunContext& ctx) const {
     const Tensor &xt = ctx.input(1), &wt = ctx.input(2);
     const ConvShapes s = conv_shapes(attrs_, group_, xt.shape(), wt.shape(), ctx.node());
     const auto dy = to_doubles(ctx.input(0)), x = to_doubles(xt), w = to_doubles(wt);
@@ -91,7 +178,6 @@ class ConvGrad final : public Kernel {
     from_doubles(ctx.output(0), out);
   }
 
- private:
   WindowAttributes attrs_;
   int64_t group_, wrt_;
 };
@@ -106,12 +192,19 @@ class BiasGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& t = ctx.input(0);
     const int64_t n = t.dim(0), c = t.dim(1), inner = t.numel() / std::max<int64_t>(n * c, 1);
-    const auto dy = to_doubles(t);
-    std::vector<double> out(static_cast<size_t>(c), 0.0);
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t ch = 0; ch < c; ++ch)
-        for (int64_t i = 0; i < inner; ++i) out[ch] += dy[(b * c + ch) * inner + i];
-    from_doubles(ctx.output(0), out);
+    dispatch_numeric(t.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      const T* dy = static_cast<const T*>(t.raw());
+      T* out = static_cast<T*>(ctx.output(0).raw());
+#pragma omp parallel for if (t.numel() > 65536)
+      for (int64_t ch = 0; ch < c; ++ch) {
+        C acc = 0;
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t i = 0; i < inner; ++i) acc += static_cast<C>(dy[(b * c + ch) * inner + i]);
+        out[ch] = static_cast<T>(acc);
+      }
+    });
   }
 };
 
@@ -130,15 +223,12 @@ class PoolGrad final : public Kernel {
     if (global_) a.pads.clear(), a.strides.clear(), a.auto_pad = "NOTSET";
     const WindowGeometry g =
         resolve_window(a, spatial, global_ ? spatial : attrs_.kernel_shape, ctx.node());
-    const auto dy = to_doubles(ctx.input(0)), x = to_doubles(xt);
     const int64_t planes = xt.dim(0) * xt.dim(1), in_sp = numel_of(g.in), out_sp = numel_of(g.out);
-    std::vector<double> dx(x.size(), 0.0);
     // Per output position: the taps inside the input, and (for averages) the divisor.
     std::vector<std::vector<int64_t>> window(static_cast<size_t>(out_sp));
     std::vector<int64_t> padded(static_cast<size_t>(out_sp), 0);
-    for_each_tap(g, [&](int64_t op, int64_t kp, int64_t ip) {
+    for_each_tap(g, [&](int64_t op, int64_t, int64_t ip) {
       if (ip >= 0) window[op].push_back(ip);
-      (void)kp;
     });
     if (count_include_pad_) {  // taps inside input + pads (not past the end padding)
       WindowGeometry padded_g = g;
@@ -146,23 +236,35 @@ class PoolGrad final : public Kernel {
         padded_g.in[d] = g.in[d] + g.pad_begin[d] + g.pad_end[d], padded_g.pad_begin[d] = 0;
       for_each_tap(padded_g, [&](int64_t op, int64_t, int64_t ip) { padded[op] += ip >= 0; });
     }
-    for (int64_t p = 0; p < planes; ++p)
-      for (int64_t op = 0; op < out_sp; ++op) {
-        const auto& taps = window[op];
-        if (taps.empty()) continue;
-        const double d = dy[p * out_sp + op];
-        if (kind_ == "max") {
-          int64_t best = taps[0];
-          for (int64_t ip : taps)
-            if (x[p * in_sp + ip] > x[p * in_sp + best]) best = ip;
-          dx[p * in_sp + best] += d;
-        } else {
-          const double count = static_cast<double>(
-              count_include_pad_ ? padded[op] : static_cast<int64_t>(taps.size()));
-          for (int64_t ip : taps) dx[p * in_sp + ip] += d / count;
+    dispatch_numeric(xt.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = std::conditional_t<std::is_same_v<T, bool>, int, typename Compute<T>::type>;
+      const T* x = static_cast<const T*>(xt.raw());
+      const T* dy = static_cast<const T*>(ctx.input(0).raw());
+      T* dx = static_cast<T*>(ctx.output(0).raw());
+#pragma omp parallel for if (planes * in_sp > 65536)
+      for (int64_t p = 0; p < planes; ++p) {
+        T* dxp = dx + p * in_sp;
+        const T* xp = x + p * in_sp;
+        std::vector<C> acc(static_cast<size_t>(in_sp), C(0));
+        for (int64_t op = 0; op < out_sp; ++op) {
+          const auto& taps = window[op];
+          if (taps.empty()) continue;
+          const C d = static_cast<C>(dy[p * out_sp + op]);
+          if (kind_ == "max") {
+            int64_t best = taps[0];
+            for (int64_t ip : taps)
+              if (static_cast<C>(xp[ip]) > static_cast<C>(xp[best])) best = ip;
+            acc[best] += d;
+          } else {
+            const C count =
+                static_cast<C>(count_include_pad_ ? padded[op] : static_cast<int64_t>(taps.size()));
+            for (int64_t ip : taps) acc[ip] += d / count;
+          }
         }
+        for (int64_t i = 0; i < in_sp; ++i) dxp[i] = static_cast<T>(acc[i]);
       }
-    from_doubles(ctx.output(0), dx);
+    });
   }
 
  private:

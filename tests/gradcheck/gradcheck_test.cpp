@@ -315,6 +315,68 @@ TEST(Gradcheck, Split) {
          11});
 }
 
+// The float32 backward kernels (oneDNN where it applies) against the float64 reference ones.
+std::vector<Tensor> gradients_in(DType dtype, const Case& c, const Tensor& seed64) {
+  ModelBuilder b(c.opset, 10);
+  std::vector<std::string> names;
+  NamedValues feeds;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    names.push_back("in" + std::to_string(i));
+    b.input_any(names.back(), static_cast<int>(dtype));
+    feeds.emplace_back(names.back(), testing::cast_to(c.inputs[i], dtype));
+  }
+  b.output_any("y", static_cast<int>(dtype)).node(c.op, names, {"y"}, c.attrs, "op");
+  const std::string bytes = b.bytes();
+  Graph g = load_model_from_bytes(bytes.data(), bytes.size()).graph;
+  ValueInfo seed_info;
+  seed_info.name = "seed";
+  g.inputs.push_back(seed_info);
+  GradientRequest req{"y", "seed", {}};
+  for (size_t w : c.wrt) req.wrt.push_back(names[w]);
+  const auto grads = append_gradients(g, req, "gradcheck");
+  g.outputs.clear();
+  for (const auto& n : grads) g.outputs.push_back(ValueInfo{n});
+  feeds.emplace_back("seed", testing::cast_to(seed64, dtype));
+  std::vector<Tensor> out;
+  for (auto& v : run_graph(g, feeds)) {
+    Tensor d = Tensor::empty(DType::Double, v.tensor().shape());
+    for (int64_t i = 0; i < d.numel(); ++i)
+      d.data<double>()[i] =
+          dtype == DType::Float ? v.tensor().data<float>()[i] : v.tensor().data<double>()[i];
+    out.push_back(d);
+  }
+  return out;
+}
+
+TEST(Gradcheck, Float32ConvolutionBackwardMatchesFloat64) {
+  struct Conf {
+    Shape x, w;
+    std::vector<int64_t> strides, pads, dil;
+    int64_t group;
+  };
+  for (const Conf& k : {Conf{{3, 4, 9, 7}, {6, 4, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},
+                        Conf{{1, 6, 11, 10}, {9, 2, 3, 2}, {2, 1}, {0, 1, 1, 0}, {2, 1}, 3},
+                        Conf{{2, 3, 13}, {5, 3, 4}, {3}, {1, 2}, {1}, 1}}) {
+    Case c{"Conv", {rnd(k.x, -1, 1, 70), rnd(k.w, -1, 1, 71)}, {0, 1}, [&](onnx::NodeProto& n) {
+             ModelBuilder::set_ints(n, "strides", k.strides);
+             ModelBuilder::set_ints(n, "pads", k.pads);
+             ModelBuilder::set_ints(n, "dilations", k.dil);
+             ModelBuilder::set_int(n, "group", k.group);
+           }};
+    // The output shape, for the seed.
+    ModelBuilder probe(13, 10);
+    probe.input_any("a", 11).input_any("b", 11).output_any("y", 11).node("Conv", {"a", "b"}, {"y"},
+                                                                         c.attrs);
+    const std::string pb = probe.bytes();
+    Session ps = Session::from_bytes(pb.data(), pb.size());
+    const Shape ys = ps.run({{"a", c.inputs[0]}, {"b", c.inputs[1]}})[0].tensor().shape();
+    const Tensor seed = rnd(ys, -1, 1, 72);
+    const auto a = gradients_in(DType::Float, c, seed), b = gradients_in(DType::Double, c, seed);
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_LT(testing::max_rel_diff(a[i], b[i]), 1e-4) << "gradient " << i;
+  }
+}
+
 TEST(Gradcheck, OpsWithoutARuleAreNamed) {
   ModelBuilder b(13, 8);
   b.input_any("x", 11)

@@ -62,6 +62,15 @@ std::unique_ptr<Kernel> make_kernel(const Node& n) {
   return std::make_unique<K>(n);
 }
 
+// The domain of volt's own kernels (backward kernels emitted by operators/grad/).
+inline const std::string kVoltDomain = "ai.volt";
+
+// A kernel of volt's own domain, any dtype.
+inline KernelDef volt_kernel(const char* op,
+                             std::function<std::unique_ptr<Kernel>(const Node&)> create) {
+  return {.domain = kVoltDomain, .op = op, .create = std::move(create)};
+}
+
 // Common dtype sets.
 inline const std::vector<DType> kFloatTypes = {DType::Float, DType::Double, DType::Float16,
                                                DType::BFloat16};

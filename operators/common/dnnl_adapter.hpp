@@ -35,6 +35,19 @@ auto guarded(const Node& node, F&& f) -> decltype(f()) {
   }
 }
 
+// Runs `prepare` (which builds the oneDNN state and sets it on `ctx`); when oneDNN cannot do
+// this configuration, leaves no state so the kernel's reference loop runs instead.
+template <class F>
+void prepare_or_fall_back(InferContext& ctx, F&& prepare) {
+  try {
+    guarded(ctx.node(), [&] {
+      prepare();
+      return 0;
+    });
+  } catch (const KernelUnsupported&) {
+  }
+}
+
 // Executes a primitive with the scratchpad from the run context, on this thread's stream.
 void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
              const dnnl::memory::desc& scratch_md, void* scratch);

@@ -507,28 +507,24 @@ class DropoutGrad final : public Kernel {
   }
 };
 
-KernelDef internal(const char* op, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
-  return {.domain = kVoltDomain, .op = op, .create = std::move(create)};
-}
-
 }  // namespace
 
-VOLT_REGISTER_KERNEL(sum_to_shape, internal("SumToShape", make_kernel<SumToShape>));
-VOLT_REGISTER_KERNEL(scale, internal("Scale", make_kernel<Scale>));
-VOLT_REGISTER_KERNEL(zeros_like, internal("ZerosLike", [](const Node& n) {
+VOLT_REGISTER_KERNEL(sum_to_shape, volt_kernel("SumToShape", make_kernel<SumToShape>));
+VOLT_REGISTER_KERNEL(scale, volt_kernel("Scale", make_kernel<Scale>));
+VOLT_REGISTER_KERNEL(zeros_like, volt_kernel("ZerosLike", [](const Node& n) {
                        return std::make_unique<FillLike>(n, 0.0);
                      }));
-VOLT_REGISTER_KERNEL(ones_like, internal("OnesLike", [](const Node& n) {
+VOLT_REGISTER_KERNEL(ones_like, volt_kernel("OnesLike", [](const Node& n) {
                        return std::make_unique<FillLike>(n, 1.0);
                      }));
-VOLT_REGISTER_KERNEL(eltwise_grad, internal("EltwiseGrad", make_kernel<EltwiseGrad>));
-VOLT_REGISTER_KERNEL(pow_grad, internal("PowGrad", make_kernel<PowGrad>));
-VOLT_REGISTER_KERNEL(mask, internal("Mask", make_kernel<Mask>));
-VOLT_REGISTER_KERNEL(matmul_grad, internal("MatMulGrad", make_kernel<MatMulGrad>));
-VOLT_REGISTER_KERNEL(gather_grad, internal("GatherGrad", make_kernel<GatherGrad>));
-VOLT_REGISTER_KERNEL(reduce_grad, internal("ReduceGrad", make_kernel<ReduceGrad>));
-VOLT_REGISTER_KERNEL(softmax_grad, internal("SoftmaxGrad", make_kernel<SoftmaxGrad>));
-VOLT_REGISTER_KERNEL(loss_grad, internal("LossGrad", make_kernel<LossGrad>));
-VOLT_REGISTER_KERNEL(dropout_grad, internal("DropoutGrad", make_kernel<DropoutGrad>));
+VOLT_REGISTER_KERNEL(eltwise_grad, volt_kernel("EltwiseGrad", make_kernel<EltwiseGrad>));
+VOLT_REGISTER_KERNEL(pow_grad, volt_kernel("PowGrad", make_kernel<PowGrad>));
+VOLT_REGISTER_KERNEL(mask, volt_kernel("Mask", make_kernel<Mask>));
+VOLT_REGISTER_KERNEL(matmul_grad, volt_kernel("MatMulGrad", make_kernel<MatMulGrad>));
+VOLT_REGISTER_KERNEL(gather_grad, volt_kernel("GatherGrad", make_kernel<GatherGrad>));
+VOLT_REGISTER_KERNEL(reduce_grad, volt_kernel("ReduceGrad", make_kernel<ReduceGrad>));
+VOLT_REGISTER_KERNEL(softmax_grad, volt_kernel("SoftmaxGrad", make_kernel<SoftmaxGrad>));
+VOLT_REGISTER_KERNEL(loss_grad, volt_kernel("LossGrad", make_kernel<LossGrad>));
+VOLT_REGISTER_KERNEL(dropout_grad, volt_kernel("DropoutGrad", make_kernel<DropoutGrad>));
 
 }  // namespace volt

@@ -390,16 +390,12 @@ class LayerNormGrad final : public Kernel {
   float epsilon_;
 };
 
-KernelDef internal(const char* op, std::function<std::unique_ptr<Kernel>(const Node&)> create) {
-  return {.domain = kVoltDomain, .op = op, .create = std::move(create)};
-}
-
 }  // namespace
 
-VOLT_REGISTER_KERNEL(conv_grad, internal("ConvGrad", make_kernel<ConvGrad>));
-VOLT_REGISTER_KERNEL(bias_grad, internal("BiasGrad", make_kernel<BiasGrad>));
-VOLT_REGISTER_KERNEL(pool_grad, internal("PoolGrad", make_kernel<PoolGrad>));
-VOLT_REGISTER_KERNEL(batch_norm_grad, internal("BatchNormGrad", make_kernel<BatchNormGrad>));
-VOLT_REGISTER_KERNEL(layer_norm_grad, internal("LayerNormGrad", make_kernel<LayerNormGrad>));
+VOLT_REGISTER_KERNEL(conv_grad, volt_kernel("ConvGrad", make_kernel<ConvGrad>));
+VOLT_REGISTER_KERNEL(bias_grad, volt_kernel("BiasGrad", make_kernel<BiasGrad>));
+VOLT_REGISTER_KERNEL(pool_grad, volt_kernel("PoolGrad", make_kernel<PoolGrad>));
+VOLT_REGISTER_KERNEL(batch_norm_grad, volt_kernel("BatchNormGrad", make_kernel<BatchNormGrad>));
+VOLT_REGISTER_KERNEL(layer_norm_grad, volt_kernel("LayerNormGrad", make_kernel<LayerNormGrad>));
 
 }  // namespace volt

@@ -42,27 +42,23 @@ class BatchNorm final : public Kernel {
     if (ctx.dtype(0) != DType::Float || numel_of(x) == 0) return;
     for (size_t i = 1; i <= 4; ++i)
       if (ctx.dtype(i) != DType::Float) return;
-    try {
-      dnnl_adapter::guarded(ctx.node(), [&] {
-        auto st = std::make_shared<BatchNormState>();
-        st->data = dnnl_adapter::plain_md(x, dnnl::memory::data_type::f32);
-        st->stat = dnnl_adapter::plain_md({x[1]}, dnnl::memory::data_type::f32);
-        st->scale = st->shift = st->stat;
-        const auto flags = dnnl::normalization_flags::use_global_stats |
-                           dnnl::normalization_flags::use_scale |
-                           dnnl::normalization_flags::use_shift;
-        dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data,
-                                                  epsilon_, flags);
-        dnnl::batch_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                             dnnl_adapter::engine());
-        st->prim = dnnl::batch_normalization_forward(pd);
-        st->scratch = pd.scratchpad_desc();
-        ctx.request_scratch(st->scratch.get_size());
-        ctx.set_state(st);
-        return 0;
-      });
-    } catch (const KernelUnsupported&) {
-    }
+    dnnl_adapter::prepare_or_fall_back(ctx, [&] {
+      auto st = std::make_shared<BatchNormState>();
+      st->data = dnnl_adapter::plain_md(x, dnnl::memory::data_type::f32);
+      st->stat = dnnl_adapter::plain_md({x[1]}, dnnl::memory::data_type::f32);
+      st->scale = st->shift = st->stat;
+      const auto flags = dnnl::normalization_flags::use_global_stats |
+                         dnnl::normalization_flags::use_scale |
+                         dnnl::normalization_flags::use_shift;
+      dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data,
+                                                epsilon_, flags);
+      dnnl::batch_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                           dnnl_adapter::engine());
+      st->prim = dnnl::batch_normalization_forward(pd);
+      st->scratch = pd.scratchpad_desc();
+      ctx.request_scratch(st->scratch.get_size());
+      ctx.set_state(st);
+    });
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);

@@ -43,25 +43,21 @@ class LayerNorm final : public Kernel {
         !scale_plain || outer * inner == 0)
       return;
     if (ctx.dtype(1) != DType::Float || (ctx.has_input(2) && ctx.dtype(2) != DType::Float)) return;
-    try {
-      dnnl_adapter::guarded(ctx.node(), [&] {
-        auto st = std::make_shared<LayerNormState>();
-        st->data = dnnl_adapter::plain_md({outer, inner}, dnnl::memory::data_type::f32);
-        st->scale = dnnl_adapter::plain_md({inner}, dnnl::memory::data_type::f32);
-        auto flags = dnnl::normalization_flags::use_scale;
-        if (ctx.has_input(2)) flags |= dnnl::normalization_flags::use_shift;
-        dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data,
-                                                  epsilon_, flags);
-        dnnl::layer_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                             dnnl_adapter::engine());
-        st->prim = dnnl::layer_normalization_forward(pd);
-        st->scratch = pd.scratchpad_desc();
-        ctx.request_scratch(st->scratch.get_size());
-        ctx.set_state(st);
-        return 0;
-      });
-    } catch (const KernelUnsupported&) {
-    }
+    dnnl_adapter::prepare_or_fall_back(ctx, [&] {
+      auto st = std::make_shared<LayerNormState>();
+      st->data = dnnl_adapter::plain_md({outer, inner}, dnnl::memory::data_type::f32);
+      st->scale = dnnl_adapter::plain_md({inner}, dnnl::memory::data_type::f32);
+      auto flags = dnnl::normalization_flags::use_scale;
+      if (ctx.has_input(2)) flags |= dnnl::normalization_flags::use_shift;
+      dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data,
+                                                epsilon_, flags);
+      dnnl::layer_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                           dnnl_adapter::engine());
+      st->prim = dnnl::layer_normalization_forward(pd);
+      st->scratch = pd.scratchpad_desc();
+      ctx.request_scratch(st->scratch.get_size());
+      ctx.set_state(st);
+    });
   }
 
   void run(RunContext& ctx) const override {

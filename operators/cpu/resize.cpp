@@ -321,10 +321,9 @@ VOLT_REGISTER_KERNEL(
     resize, {.op = "Resize", .since = 10, .types = kNumericTypes, .create = [](const Node& n) {
                return std::make_unique<Resize>(n, false);
              }});
-VOLT_REGISTER_KERNEL(resize_grad,
-                     {.domain = "ai.volt", .op = "ResizeGrad", .create = [](const Node& n) {
-                        return std::make_unique<Resize>(n, n.attr_int("upsample", 0) != 0, true);
-                      }});
+VOLT_REGISTER_KERNEL(resize_grad, volt_kernel("ResizeGrad", [](const Node& n) {
+                       return std::make_unique<Resize>(n, n.attr_int("upsample", 0) != 0, true);
+                     }));
 VOLT_REGISTER_KERNEL(upsample,
                      {.op = "Upsample", .types = kNumericTypes, .create = [](const Node& n) {
                         return std::make_unique<Resize>(n, true);

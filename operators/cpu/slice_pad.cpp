@@ -423,8 +423,7 @@ class Tile final : public Kernel {
 }  // namespace
 
 VOLT_REGISTER_KERNEL(slice, {.op = "Slice", .create = make_kernel<Slice>});
-VOLT_REGISTER_KERNEL(slice_grad,
-                     {.domain = "ai.volt", .op = "SliceGrad", .create = make_kernel<SliceGrad>});
+VOLT_REGISTER_KERNEL(slice_grad, volt_kernel("SliceGrad", make_kernel<SliceGrad>));
 VOLT_REGISTER_KERNEL(split, {.op = "Split", .create = make_kernel<Split>});
 VOLT_REGISTER_KERNEL(pad, {.op = "Pad", .create = make_kernel<Pad>});
 VOLT_REGISTER_KERNEL(expand, {.op = "Expand", .since = 8, .create = make_kernel<Expand>});

@@ -33,29 +33,25 @@ class Softmax final : public Kernel {
     const Extent e = extent(x, ctx.node());
     ctx.set_output(0, ctx.dtype(0), x);
     if (ctx.dtype(0) != DType::Float || kind_ == SoftmaxKind::Hardmax || numel_of(x) == 0) return;
-    try {
-      dnnl_adapter::guarded(ctx.node(), [&] {
-        auto st = std::make_shared<SoftmaxState>();
-        st->md = dnnl_adapter::plain_md({e.outer, e.n, e.inner}, dnnl::memory::data_type::f32);
-        if (kind_ == SoftmaxKind::Softmax) {
-          dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, st->md, 1);
-          dnnl::softmax_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                   dnnl_adapter::engine());
-          st->prim = dnnl::softmax_forward(pd);
-          st->scratch = pd.scratchpad_desc();
-        } else {
-          dnnl::logsoftmax_forward::desc d(dnnl::prop_kind::forward_inference, st->md, 1);
-          dnnl::logsoftmax_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                      dnnl_adapter::engine());
-          st->prim = dnnl::logsoftmax_forward(pd);
-          st->scratch = pd.scratchpad_desc();
-        }
-        ctx.request_scratch(st->scratch.get_size());
-        ctx.set_state(st);
-        return 0;
-      });
-    } catch (const KernelUnsupported&) {
-    }
+    dnnl_adapter::prepare_or_fall_back(ctx, [&] {
+      auto st = std::make_shared<SoftmaxState>();
+      st->md = dnnl_adapter::plain_md({e.outer, e.n, e.inner}, dnnl::memory::data_type::f32);
+      if (kind_ == SoftmaxKind::Softmax) {
+        dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, st->md, 1);
+        dnnl::softmax_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                 dnnl_adapter::engine());
+        st->prim = dnnl::softmax_forward(pd);
+        st->scratch = pd.scratchpad_desc();
+      } else {
+        dnnl::logsoftmax_forward::desc d(dnnl::prop_kind::forward_inference, st->md, 1);
+        dnnl::logsoftmax_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                    dnnl_adapter::engine());
+        st->prim = dnnl::logsoftmax_forward(pd);
+        st->scratch = pd.scratchpad_desc();
+      }
+      ctx.request_scratch(st->scratch.get_size());
+      ctx.set_state(st);
+    });
   }
 
   void run(RunContext& ctx) const override {

@@ -10,11 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "operators/registry.hpp"
 #include "runtime/graph.hpp"
 
 namespace volt {
-
-inline const std::string kVoltDomain = "ai.volt";
 
 class GradEmitter {
  public:

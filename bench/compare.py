@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""Inference latency, volt vs ONNX Runtime 1.30 CPU (onnxruntime-node), side by side in one run.
+
+For each model and batch: the same random inputs (.npy) go to `volt bench --json` and to
+bench/ort_bench.mjs; runs alternate (volt, ort, volt, ort ...); each side reports the median of
+its rounds' p50. Outputs are checked to agree (relative 1e-4 of the output's scale, fp32).
+ONNX Runtime is installed on first use with `npm install --ignore-scripts` into build/peers.
+The node binding adds 20-30 us per call: compare small models at a batch where that is noise.
+
+  /usr/bin/python3 bench/compare.py [--threads 2] [--rounds 3] [--iterations 50] [--models mlp,cnn]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(ROOT, "build", "peers")
+VOLT = os.path.join(ROOT, "build", "bin", "volt")
+
+# name -> (model path, input name, shape for a batch, batch sizes)
+MODELS = {
+    "mlp": (os.path.join(ROOT, "models", "mnist_mlp.onnx"), "x", lambda b: [b, 784], [1, 64]),
+    "cnn": (os.path.join(ROOT, "models", "small_cnn.onnx"), "x", lambda b: [b, 1, 28, 28], [1, 64]),
+    "resnet50": (os.path.join(ROOT, "build", "zoo", "resnet50.onnx"), "input", lambda b: [b, 3, 224, 224], [1, 8]),
+    "mobilenetv2": (os.path.join(ROOT, "build", "zoo", "mobilenetv2.onnx"), "input", lambda b: [b, 3, 224, 224], [1, 8]),
+}
+
+
+def ensure_ort():
+    module = os.path.join(PEERS, "node_modules", "onnxruntime-node")
+    if not os.path.isdir(module):
+        os.makedirs(PEERS, exist_ok=True)
+        subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", PEERS, "onnxruntime-node@1.30.0"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return module
+
+
+def volt_run(model, feeds, threads, iterations):
+    cmd = [VOLT, "bench", model, "--threads", str(threads), "--iterations", str(iterations), "--warmup", "5", "--json"]
+    for name, (path, shape) in feeds.items():
+        cmd += ["--shape", f"{name}={'x'.join(map(str, shape))}"]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def ort_run(module, model, feeds, threads, iterations, out_dir="-"):
+    cmd = ["node", os.path.join(ROOT, "bench", "ort_bench.mjs"), model, str(threads), "5", str(iterations), out_dir]
+    cmd += [f"{name}={path}" for name, (path, _) in feeds.items()]
+    env = dict(os.environ, VOLT_ORT_NODE=module)
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
+
+
+def agree(model, feeds, module, threads, tmp):
+    volt_dir, ort_dir = os.path.join(tmp, "volt_out"), os.path.join(tmp, "ort_out")
+    os.makedirs(ort_dir, exist_ok=True)
+    cmd = [VOLT, "run", model, "--threads", str(threads), "--output-dir", volt_dir] + [f"--input={n}={p}" for n, (p, _) in feeds.items()]
+    subprocess.run(cmd, check=True, capture_output=True)
+    ort_run(module, model, feeds, threads, 1, ort_dir)
+    worst = 0.0
+    for f in os.listdir(ort_dir):
+        a, b = np.load(os.path.join(volt_dir, f)), np.load(os.path.join(ort_dir, f))
+        worst = max(worst, float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-12)))
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--models", default="mlp,cnn")
+    args = ap.parse_args()
+    module = ensure_ort()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            path, input_name, shape_of, batches = MODELS[name]
+            if not os.path.exists(path):
+                print(f"{name}: {path} missing (make it with models/zoo/make_zoo.py)", file=sys.stderr)
+                continue
+            for batch in batches:
+                shape = shape_of(batch)
+                x = np.random.default_rng(batch).random(shape, dtype=np.float32)
+                npy = os.path.join(tmp, f"{name}_{batch}.npy")
+                np.save(npy, x)
+                feeds = {input_name: (npy, shape)}
+                worst = agree(path, feeds, module, args.threads, tmp)
+                v, o = [], []
+                for _ in range(args.rounds):
+                    v.append(volt_run(path, feeds, args.threads, args.iterations))
+                    o.append(ort_run(module, path, feeds, args.threads, args.iterations))
+                vm, om = statistics.median(r["p50_ms"] for r in v), statistics.median(r["p50_ms"] for r in o)
+                rows.append((name, batch, vm, om, worst, max(r["peak_rss_mib"] for r in v), max(r["peak_rss_mib"] for r in o),
+                             statistics.median(r["load_ms"] + r["first_run_ms"] for r in v), statistics.median(r["load_ms"] + r["first_run_ms"] for r in o)))
+    print(f"inference p50 latency, {args.threads} threads, median of {args.rounds} alternating rounds x {args.iterations} runs")
+    print(f"{'model':<12} {'batch':>5} {'volt ms':>9} {'ort ms':>9} {'volt/ort':>9} {'max rel diff':>13} {'rss v/o MiB':>13} {'load+1st v/o ms':>17}")
+    for name, batch, v, o, worst, rv, ro, fv, fo in rows:
+        print(f"{name:<12} {batch:>5} {v:>9.3f} {o:>9.3f} {v / o:>9.2f} {worst:>13.1e} {rv:>6.0f}/{ro:<6.0f} {fv:>8.0f}/{fo:<8.0f}")
+
+
+if __name__ == "__main__":
+    main()

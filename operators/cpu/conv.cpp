@@ -10,16 +10,30 @@
 namespace volt {
 namespace {
 
+// Conv on oneDNN. The primitive picks its own (blocked) layouts for src and dst; the plain
+// tensors of the graph are reordered into and out of the arena's scratch around it. Fused
+// post-ops come from the fuse_conv_activation pass: a residual input (a sum post-op, the
+// residual copied into dst first) and a Relu.
 struct ConvState {
   dnnl::convolution_forward prim;
-  dnnl::memory::desc src, weights, bias, dst, scratch, user_weights;
+  dnnl::memory::desc src, weights, bias, dst, scratch, user_weights, plain_src, plain_dst;
+  dnnl::reorder src_in, dst_out, residual_in;
+  size_t src_offset = 0, dst_offset = 0;  // of the blocked buffers in the scratch
   Tensor packed_weights;
-  bool has_bias = false;
+  bool has_bias = false, blocked_src = false, blocked_dst = false;
 };
+
+size_t align64(size_t n) {
+  return (n + 63) / 64 * 64;
+}
 
 class Conv final : public Kernel {
  public:
-  explicit Conv(const Node& n) : attrs_(n), group_(n.attr_int("group", 1)) {}
+  explicit Conv(const Node& n)
+      : attrs_(n),
+        group_(n.attr_int("group", 1)),
+        relu_(n.attr_string("volt.activation", "") == "Relu"),
+        residual_(n.has_input(3)) {}
 
   void infer(InferContext& ctx) const override {
     const ConvShapes s = conv_shapes(attrs_, group_, ctx.shape(0), ctx.shape(1), ctx.node());
@@ -29,10 +43,13 @@ class Conv final : public Kernel {
       VOLT_CHECK(ctx.shape(2) == Shape{s.m}, InvalidArgument,
                  ctx.node().describe() + ": bias B must have shape [" + std::to_string(s.m) +
                      "], got " + shape_str(ctx.shape(2)));
+    if (residual_) broadcast_shapes({s.out, ctx.shape(3)}, ctx.node());  // checks it broadcasts
     ctx.set_output(0, ctx.dtype(0), s.out);
     if ((ctx.dtype(0) != DType::Float && ctx.dtype(0) != DType::BFloat16) || s.win.in.size() > 3 ||
         numel_of(s.out) == 0)
       return;
+    const bool sum_post_op = residual_ && ctx.shape(3) == s.out && ctx.dtype(3) == ctx.dtype(0);
+    if (residual_ && !sum_post_op) return;  // a broadcast residual: the reference path adds it
     try {
       ctx.set_state(prepare(ctx, s));
     } catch (const KernelUnsupported&) {
@@ -41,36 +58,30 @@ class Conv final : public Kernel {
   }
 
   void run(RunContext& ctx) const override {
-    const auto* st = static_cast<const ConvState*>(ctx.state_ptr());
-    if (st) {
-      std::unordered_map<int, dnnl::memory> args = {
-          {DNNL_ARG_SRC, dnnl_adapter::wrap(st->src, ctx.input(0).raw())},
-          {DNNL_ARG_WEIGHTS,
-           dnnl_adapter::wrap(st->weights,
-                              st->packed_weights.defined() ? st->packed_weights.raw() : nullptr)},
-          {DNNL_ARG_DST, dnnl_adapter::wrap(st->dst, ctx.output(0).raw())}};
-      Tensor packed;
-      if (!st->packed_weights.defined()) {  // weights computed at run time: reorder them now
-        packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st->weights.get_size())});
-        dnnl::memory src = dnnl_adapter::wrap(st->user_weights, ctx.input(1).raw());
-        dnnl::memory dst = dnnl_adapter::wrap(st->weights, packed.raw());
-        dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
-        args[DNNL_ARG_WEIGHTS] = dst;
-      }
-      if (st->has_bias)
-        args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st->bias, ctx.input(2).raw()));
-      dnnl_adapter::execute(st->prim, std::move(args), st->scratch, ctx.scratch());
-      return;
-    }
+    if (const auto* st = static_cast<const ConvState*>(ctx.state_ptr())) return run_dnnl(*st, ctx);
     const ConvShapes s =
         conv_shapes(attrs_, group_, ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
+    Tensor& y = ctx.output(0);
     dispatch_numeric(ctx.input(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<typename Compute<T>::type>) {
-        reference_conv<T>(s, static_cast<const T*>(ctx.input(0).raw()),
-                          static_cast<const T*>(ctx.input(1).raw()),
-                          ctx.has_input(2) ? static_cast<const T*>(ctx.input(2).raw()) : nullptr,
-                          static_cast<T*>(ctx.output(0).raw()));
+      using C = typename Compute<T>::type;
+      if constexpr (std::is_floating_point_v<C>) {
+        T* py = static_cast<T*>(y.raw());
+        reference_conv<T>(
+            s, static_cast<const T*>(ctx.input(0).raw()), static_cast<const T*>(ctx.input(1).raw()),
+            ctx.has_input(2) ? static_cast<const T*>(ctx.input(2).raw()) : nullptr, py);
+        if (residual_) {
+          const Tensor& r = ctx.input(3);
+          const T* pr = static_cast<const T*>(r.raw());
+          BroadcastIterator(y.shape(), {broadcast_strides(r.shape(), y.shape())})
+              .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
+                py[e] = static_cast<T>(static_cast<C>(py[e]) + static_cast<C>(pr[off[0]]));
+                ++e;
+              });
+        }
+        if (relu_)
+          for (int64_t i = 0; i < y.numel(); ++i)
+            if (!(static_cast<C>(py[i]) > C(0))) py[i] = static_cast<T>(C(0));
       } else {
         ctx.error("Conv needs floating-point inputs");
       }
@@ -78,9 +89,51 @@ class Conv final : public Kernel {
   }
 
  private:
+  void run_dnnl(const ConvState& st, RunContext& ctx) const {
+    char* scratch = static_cast<char*>(ctx.scratch());
+    const void* x = ctx.input(0).raw();
+    void* y = ctx.output(0).raw();
+    dnnl::stream& stream = dnnl_adapter::stream();
+    dnnl::memory src = dnnl_adapter::wrap(st.plain_src, x);
+    if (st.blocked_src) {
+      dnnl::memory blocked = dnnl_adapter::wrap(st.src, scratch + st.src_offset);
+      st.src_in.execute(stream, src, blocked);
+      src = blocked;
+    }
+    dnnl::memory dst = st.blocked_dst ? dnnl_adapter::wrap(st.dst, scratch + st.dst_offset)
+                                      : dnnl_adapter::wrap(st.plain_dst, y);
+    if (residual_) {  // the sum post-op adds the convolution to what dst already holds
+      const void* r = ctx.input(3).raw();
+      if (st.blocked_dst) {
+        dnnl::memory plain = dnnl_adapter::wrap(st.plain_dst, r);
+        st.residual_in.execute(stream, plain, dst);
+      } else if (r != y)
+        std::memcpy(y, r, ctx.output(0).nbytes());
+    }
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+    Tensor packed;
+    if (st.packed_weights.defined()) {
+      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw()));
+    } else {  // weights computed at run time (training): reorder them now
+      packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st.weights.get_size())});
+      dnnl::memory user = dnnl_adapter::wrap(st.user_weights, ctx.input(1).raw());
+      dnnl::memory w = dnnl_adapter::wrap(st.weights, packed.raw());
+      dnnl::reorder(user, w).execute(stream, user, w);
+      args.emplace(DNNL_ARG_WEIGHTS, w);
+    }
+    if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, ctx.input(2).raw()));
+    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
+    if (st.blocked_dst) {
+      dnnl::memory plain = dnnl_adapter::wrap(st.plain_dst, y);
+      st.dst_out.execute(stream, dst, plain);
+      stream.wait();
+    }
+  }
+
   std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& s) const {
     return dnnl_adapter::guarded(ctx.node(), [&] {
       using dims = dnnl::memory::dims;
+      using tag = dnnl::memory::format_tag;
       auto st = std::make_shared<ConvState>();
       const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
       const Shape& ws = ctx.shape(1);
@@ -89,11 +142,13 @@ class Conv final : public Kernel {
         wshape = {s.group, s.m / s.group};
         wshape.insert(wshape.end(), ws.begin() + 1, ws.end());
       }
-      st->src = dnnl_adapter::plain_md(ctx.shape(0), dt);
-      st->dst = dnnl_adapter::plain_md(s.out, dt);
+      st->plain_src = dnnl_adapter::plain_md(ctx.shape(0), dt);
+      st->plain_dst = dnnl_adapter::plain_md(s.out, dt);
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
-      const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), dt,
-                                     dnnl::memory::format_tag::any);
+      const dnnl::memory::desc src_any(dims(ctx.shape(0).begin(), ctx.shape(0).end()), dt,
+                                       tag::any);
+      const dnnl::memory::desc dst_any(dims(s.out.begin(), s.out.end()), dt, tag::any);
+      const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), dt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
           pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
@@ -103,18 +158,42 @@ class Conv final : public Kernel {
         st->has_bias = true;
         st->bias = dnnl_adapter::plain_md({s.m}, dt);
         d = std::make_unique<dnnl::convolution_forward::desc>(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, st->src, w_any,
-            st->bias, st->dst, strides, dil, pl, pr);
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, w_any,
+            st->bias, dst_any, strides, dil, pl, pr);
       } else {
         d = std::make_unique<dnnl::convolution_forward::desc>(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, st->src, w_any,
-            st->dst, strides, dil, pl, pr);
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, w_any,
+            dst_any, strides, dil, pl, pr);
       }
-      dnnl::convolution_forward::primitive_desc pd(*d, dnnl_adapter::scratch_attr(),
-                                                   dnnl_adapter::engine());
+      dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
+      dnnl::post_ops ops;
+      if (residual_) ops.append_sum(1.0f);
+      if (relu_) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(ops);
+      dnnl::convolution_forward::primitive_desc pd(*d, attr, dnnl_adapter::engine());
       st->prim = dnnl::convolution_forward(pd);
+      st->src = pd.src_desc();
+      st->dst = pd.dst_desc();
       st->weights = pd.weights_desc();
       st->scratch = pd.scratchpad_desc();
+      st->blocked_src = st->src != st->plain_src;
+      st->blocked_dst = st->dst != st->plain_dst;
+      size_t total = align64(st->scratch.get_size());
+      if (st->blocked_src) {
+        st->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(
+            dnnl_adapter::engine(), st->plain_src, dnnl_adapter::engine(), st->src));
+        st->src_offset = total;
+        total += align64(st->src.get_size());
+      }
+      if (st->blocked_dst) {
+        st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(
+            dnnl_adapter::engine(), st->dst, dnnl_adapter::engine(), st->plain_dst));
+        if (residual_)
+          st->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(
+              dnnl_adapter::engine(), st->plain_dst, dnnl_adapter::engine(), st->dst));
+        st->dst_offset = total;
+        total += align64(st->dst.get_size());
+      }
       if (const Tensor* w = ctx.input_tensor(1)) {
         st->packed_weights =
             allocate_tensor(DType::UInt8, {static_cast<int64_t>(st->weights.get_size())});
@@ -123,13 +202,14 @@ class Conv final : public Kernel {
         dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
         dnnl_adapter::stream().wait();
       }
-      ctx.request_scratch(st->scratch.get_size());
+      ctx.request_scratch(total);
       return st;
     });
   }
 
   WindowAttributes attrs_;
   int64_t group_;
+  bool relu_, residual_;
 };
 
 }  // namespace

@@ -21,5 +21,6 @@ Graph run_passes(const Graph& graph, int level);
 // The passes themselves.
 Graph eliminate_dead_nodes(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
+Graph fuse_conv_activation(const Graph& graph);
 
 }  // namespace volt

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "loaders/loader.hpp"
 #include "model_builder.hpp"
 #include "runtime/compiled_graph.hpp"
@@ -81,6 +83,51 @@ TEST(Passes, DeadNodesAndUnusedInitializersAreRemoved) {
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "Relu");
   EXPECT_TRUE(g.initializers.empty());
+}
+
+TEST(Passes, ConvAddReluFuseIntoOneConvWithTheSameResult) {
+  // y = Relu(Conv(x, W, B) + r); z = Relu(Conv(x, W2)) — both fuse; a Conv whose output is read
+  // twice does not.
+  ModelBuilder b;
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> w(8 * 3 * 3 * 3), w2(8 * 3 * 1 * 1), bias(8);
+  for (float& v : w) v = u(rng);
+  for (float& v : w2) v = u(rng);
+  for (float& v : bias) v = u(rng);
+  b.input("x", 1, {2, 3, 9, 9})
+      .input("r", 1, {2, 8, 9, 9})
+      .output("y", 1, {2, 8, 9, 9})
+      .output("z", 1, {2, 8, 9, 9})
+      .output("c3", 1, {2, 8, 9, 9});
+  b.initializer("W", {8, 3, 3, 3}, w)
+      .initializer("W2", {8, 3, 1, 1}, w2)
+      .initializer("B", {8}, bias);
+  b.node("Conv", {"x", "W", "B"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Add", {"c", "r"}, {"s"}).node("Relu", {"s"}, {"y"});
+  b.node("Conv", {"x", "W2"}, {"c2"}).node("Relu", {"c2"}, {"z"});
+  b.node("Conv", {"x", "W2"}, {"c3"}).node("Relu", {"c3"}, {"unused"});
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  const Graph fused = fuse_conv_activation(m.graph);
+  int convs = 0, others = 0;
+  for (const Node& n : fused.nodes) (n.op_type == "Conv" ? convs : others)++;
+  EXPECT_EQ(convs, 3);
+  EXPECT_EQ(others, 1);  // the Relu after the Conv whose output is also a graph output stays
+
+  Tensor x = Tensor::empty(DType::Float, {2, 3, 9, 9}),
+         r = Tensor::empty(DType::Float, {2, 8, 9, 9});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] = u(rng);
+  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 2});
+  const auto a = plain.run({{"x", x}, {"r", r}}), c = opt.run({{"x", x}, {"r", r}});
+  for (size_t k = 0; k < a.size(); ++k)
+    for (int64_t i = 0; i < a[k].tensor().numel(); ++i)
+      ASSERT_NEAR(a[k].tensor().data<float>()[i], c[k].tensor().data<float>()[i], 1e-5f)
+          << "output " << k << " element " << i;
 }
 
 }  // namespace

@@ -21,7 +21,8 @@ typedef enum {
   VOLT_ERR_RUNTIME,
   VOLT_ERR_DEVICE,
   VOLT_ERR_CANCELLED,
-  VOLT_ERR_TIMEOUT
+  VOLT_ERR_TIMEOUT,
+  VOLT_STATUS_FORCE_INT32 = 0x7fffffff
 } volt_status;
 
 typedef enum {
@@ -41,7 +42,8 @@ typedef enum {
   VOLT_UINT64 = 13,
   VOLT_COMPLEX64 = 14,
   VOLT_COMPLEX128 = 15,
-  VOLT_BFLOAT16 = 16
+  VOLT_BFLOAT16 = 16,
+  VOLT_DTYPE_FORCE_INT32 = 0x7fffffff /* keeps the enum int-sized: any int a caller passes is a valid value */
 } volt_dtype;
 
 typedef struct volt_tensor volt_tensor;

@@ -130,12 +130,9 @@ struct Trainer::Impl {
                                   {"volt/logits"}, {{"axis", int_attr(-1)}}));
       g.nodes.push_back(make_node("volt/flatten_label", "Reshape", {cfg.label, "volt/flat_labels"},
                                   {"volt/labels"}));
-      Attribute mean;
-      mean.type = Attribute::Type::String;
-      mean.s = "mean";
       g.nodes.push_back(make_node("volt/loss", "SoftmaxCrossEntropyLoss",
                                   {"volt/logits", "volt/labels"}, {"volt/loss"},
-                                  {{"reduction", mean}}));
+                                  {{"reduction", string_attr("mean")}}));
     } else {  // mse
       for (const auto& o : model.graph.outputs)
         if (o.name == prediction) label.dtype = o.dtype;

@@ -18,6 +18,19 @@ int64_t checked_index(int64_t i, int64_t n, const Node& node) {
   return i < 0 ? i + n : i;
 }
 
+// The data offset GatherElements reads and ScatterElements writes for element e of indices
+// (shape `is`): e's own coordinates, except `index` on `axis`.
+int64_t element_offset(int64_t e, const Shape& is, int64_t index, int64_t axis, const Shape& data,
+                       const std::vector<int64_t>& ds, const Node& node) {
+  int64_t rem = e, off = 0;
+  for (size_t d = is.size(); d-- > 0;) {
+    const int64_t i = rem % is[d];
+    rem /= is[d];
+    off += (static_cast<int64_t>(d) == axis ? checked_index(index, data[d], node) : i) * ds[d];
+  }
+  return off;
+}
+
 // out[...i_axis...] = data[...indices[...]...] along one axis, indices shaped like out.
 class GatherElements final : public Kernel {
  public:
@@ -36,14 +49,7 @@ class GatherElements final : public Kernel {
       const T* src = static_cast<const T*>(data.raw());
       T* dst = static_cast<T*>(ctx.output(0).raw());
       for (int64_t e = 0; e < static_cast<int64_t>(idx.size()); ++e) {
-        int64_t rem = e, off = 0;
-        for (size_t d = is.size(); d-- > 0;) {
-          const int64_t i = rem % is[d];
-          rem /= is[d];
-          off += (static_cast<int64_t>(d) == axis ? checked_index(idx[e], data.dim(d), ctx.node())
-                                                  : i) *
-                 ds[d];
-        }
+        const int64_t off = element_offset(e, is, idx[e], axis, data.shape(), ds, ctx.node());
         dst[e] = src[off];
       }
     });
@@ -114,14 +120,7 @@ class ScatterElements final : public Kernel {
                 dst);
       const T* u = static_cast<const T*>(upd.raw());
       for (int64_t e = 0; e < static_cast<int64_t>(idx.size()); ++e) {
-        int64_t rem = e, off = 0;
-        for (size_t d = is.size(); d-- > 0;) {
-          const int64_t i = rem % is[d];
-          rem /= is[d];
-          off += (static_cast<int64_t>(d) == axis ? checked_index(idx[e], data.dim(d), ctx.node())
-                                                  : i) *
-                 ds[d];
-        }
+        const int64_t off = element_offset(e, is, idx[e], axis, data.shape(), ds, ctx.node());
         combine(dst[off], u[e], reduction_);
       }
     });

@@ -10,6 +10,7 @@
 #include "loaders/proto_convert.hpp"
 #include "runtime/error.hpp"
 #include "runtime/tensor_alloc.hpp"
+#include "runtime/utf8.hpp"
 
 namespace volt {
 namespace fs = std::filesystem;
@@ -162,7 +163,11 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, ExternalData* external,
       break;
     case DType::String: {
       auto* out = t.data<std::string>();
-      for (int i = 0; i < p.string_data_size(); ++i) out[i] = p.string_data(i);
+      for (int i = 0; i < p.string_data_size(); ++i) {
+        VOLT_CHECK(is_valid_utf8(p.string_data(i)), InvalidModel,
+                   what + ": string element " + std::to_string(i) + " is not valid UTF-8");
+        out[i] = p.string_data(i);
+      }
       break;
     }
     case DType::Undefined:

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "runtime/contexts.hpp"
+#include "runtime/run_control.hpp"
 
 namespace volt {
 namespace {
@@ -25,6 +26,15 @@ std::shared_ptr<void> take_arena(const Plan& plan) {
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
+// The arena counts against the run's memory limit while the run holds it; the check comes
+// before the arena is allocated.
+std::shared_ptr<MemoryBudget> reserve_arena(const Plan& plan) {
+  const RunControl* run = current_run_control();
+  if (!run || plan.arena_bytes == 0) return nullptr;
+  run->budget()->reserve(plan.arena_bytes, "the intermediate values' arena");
+  return run->budget();
+}
+
 void give_back_arena(const Plan& plan, std::shared_ptr<void> arena) {
   if (!arena) return;
   std::lock_guard<std::mutex> lock(plan.arena_mutex);
@@ -33,9 +43,21 @@ void give_back_arena(const Plan& plan, std::shared_ptr<void> arena) {
 
 // Returns the arena to the plan's pool when the run ends, normally or by an exception.
 struct ArenaLease {
+  ArenaLease(const Plan& p) : plan(p), budget(reserve_arena(p)) {
+    try {
+      arena = take_arena(plan);
+    } catch (...) {
+      if (budget) budget->release(plan.arena_bytes);
+      throw;
+    }
+  }
+  ~ArenaLease() {
+    give_back_arena(plan, std::move(arena));
+    if (budget) budget->release(plan.arena_bytes);
+  }
   const Plan& plan;
+  std::shared_ptr<MemoryBudget> budget;
   std::shared_ptr<void> arena;
-  ~ArenaLease() { give_back_arena(plan, std::move(arena)); }
 };
 
 std::string where(const Plan& plan, const PlanStep& st) {
@@ -78,7 +100,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
     else if (id < fed.size() && fed[id])
       slot[id] = fed[id];
   }
-  ArenaLease lease{plan, take_arena(plan)};
+  ArenaLease lease(plan);
   char* arena = static_cast<char*>(lease.arena.get());
 
   const Graph& g = *cg.graph;
@@ -87,6 +109,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   std::vector<char> out_fresh;
   for (const PlanStep& st : plan.steps) {
     const Node& node = g.nodes[st.node];
+    check_run_interrupted();
     try {
       ins.assign(st.inputs.size(), nullptr);
       for (size_t i = 0; i < st.inputs.size(); ++i) {

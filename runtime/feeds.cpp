@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/error.hpp"
+#include "runtime/utf8.hpp"
 
 namespace volt {
 
@@ -18,6 +19,10 @@ void check_feed(const ValueInfo& info, const Value& v, const std::string& source
   VOLT_CHECK(t.defined(), InvalidArgument, what + " is an undefined tensor");
   VOLT_CHECK(info.dtype == DType::Undefined || t.dtype() == info.dtype, InvalidArgument,
              what + " must be " + dtype_name(info.dtype) + ", got " + dtype_name(t.dtype()));
+  if (t.dtype() == DType::String)
+    for (int64_t i = 0; i < t.numel(); ++i)
+      VOLT_CHECK(is_valid_utf8(t.data<std::string>()[i]), InvalidArgument,
+                 what + ": string element " + std::to_string(i) + " is not valid UTF-8");
   if (!info.has_shape) return;
   bool ok = t.rank() == info.shape.size();
   for (size_t i = 0; ok && i < info.shape.size(); ++i)
@@ -30,7 +35,9 @@ std::vector<const Value*> bind_feeds(const CompiledGraph& cg, const NamedValues&
                                      const std::string& source, std::vector<Value>& empties) {
   const Graph& g = *cg.graph;
   std::vector<const Value*> fed(cg.names.size(), nullptr);
-  for (const auto& [name, value] : values) {
+  for (const auto& named : values) {
+    const std::string& name = named.first;  // (clang 14 cannot capture structured bindings)
+    const Value& value = named.second;
     auto it = std::find_if(g.inputs.begin(), g.inputs.end(),
                            [&](const ValueInfo& v) { return v.name == name; });
     if (it == g.inputs.end()) {

@@ -1,6 +1,7 @@
 #include "runtime/graph_runner.hpp"
 
 #include "runtime/executor.hpp"
+#include "runtime/run_control.hpp"
 
 namespace volt {
 
@@ -72,6 +73,7 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
       in.types[id] = TypeShape::of(*fed[id]);
       in.fed[id] = 1;
     }
+  const RunControlSuspended not_this_runs_memory;
   return plans_.insert(key, build_plan(compiled_, in, threads_));
 }
 

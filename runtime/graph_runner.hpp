@@ -42,6 +42,7 @@ class GraphRunner {
   // returns the graph outputs in order.
   std::vector<Value> run(const std::vector<const Value*>& fed) const;
   std::shared_ptr<const Plan> plan_for(const std::vector<const Value*>& fed) const;
+  size_t cached_plans() const { return plans_.size(); }
 
  private:
   CompiledGraph compiled_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "runtime/error.hpp"
+
 namespace volt {
 
 namespace {
@@ -43,6 +45,9 @@ ArenaLayout layout_arena(const std::vector<BufferLifetime>& buffers) {
       cursor = std::max(cursor, end);
     }
     if (best == SIZE_MAX) best = cursor;
+    // Past 2^62 bytes no machine has the memory; refusing here also keeps the sums exact.
+    VOLT_CHECK(best <= (SIZE_MAX >> 2) && size <= (SIZE_MAX >> 2) - best, OutOfMemory,
+               "the intermediate values need more than 2^62 bytes");
     out.offsets[idx] = static_cast<int64_t>(best);
     placed.push_back({best, best + size, b.first, b.last});
     out.total_bytes = std::max(out.total_bytes, best + size);

@@ -248,7 +248,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         continue;
       }
       plan->placement[id] = Placement::Arena;
-      const size_t bytes = static_cast<size_t>(numel_of(t.shape)) * dtype_size(t.dtype);
+      const size_t bytes = checked_bytes(t.dtype, numel_of(t.shape));
       if (st.def && st.def->inplace_input >= 0 && j == 0 &&
           static_cast<size_t>(st.def->inplace_input) < st.inputs.size()) {
         const int src = st.inputs[st.def->inplace_input];

@@ -7,6 +7,7 @@
 #include "loaders/loader.hpp"
 #include "runtime/feeds.hpp"
 #include "runtime/passes/passes.hpp"
+#include "runtime/run_control.hpp"
 #include "runtime/session_impl.hpp"
 
 namespace volt {
@@ -26,6 +27,7 @@ void check_options(const SessionOptions& o) {
              "optimization_level must be 0, 1 or 2, got " + std::to_string(o.optimization_level));
   VOLT_CHECK(o.device == "cpu", Device,
              "device '" + o.device + "' is not available (this build runs on: cpu)");
+  VOLT_CHECK(o.plan_cache_size >= 1, InvalidArgument, "plan_cache_size must be at least 1");
   VOLT_CHECK(o.precision == "fp32", NotImplemented,
              "precision '" + o.precision + "' is not supported on cpu yet (use fp32)");
 }
@@ -36,14 +38,18 @@ Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(st
   check_options(options);
   auto graph = std::make_shared<const Graph>(run_passes(model.graph, options.optimization_level));
   runner = std::make_unique<GraphRunner>(graph, model.source, options.device,
-                                         resolve_threads(options.threads));
+                                         resolve_threads(options.threads),
+                                         std::vector<std::string>{}, options.plan_cache_size);
   for (const auto& v : model.graph.inputs)
     if (!model.graph.is_initializer(v.name)) inputs.push_back(v);
   outputs = model.graph.outputs;
 }
 
 std::vector<Value> Session::Impl::run(const NamedValues& feeds,
-                                      const std::vector<std::string>& output_names) {
+                                      const std::vector<std::string>& output_names,
+                                      const RunOptions& run_options) {
+  const RunControl control(run_options, options.memory_limit);
+  const ScopedRunControl installed(&control);
   std::vector<Value> empties;
   const std::vector<const Value*> fed =
       bind_feeds(runner->compiled(), feeds, model.source, empties);
@@ -78,8 +84,13 @@ const std::vector<ValueInfo>& Session::outputs() const {
   return impl_->outputs;
 }
 std::vector<Value> Session::run(const NamedValues& inputs,
-                                const std::vector<std::string>& output_names) const {
-  return impl_->run(inputs, output_names);
+                                const std::vector<std::string>& output_names,
+                                const RunOptions& run_options) const {
+  return impl_->run(inputs, output_names, run_options);
+}
+
+size_t Session::cached_plans() const {
+  return impl_->runner->cached_plans();
 }
 
 }  // namespace volt

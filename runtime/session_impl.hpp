@@ -16,7 +16,8 @@ struct Session::Impl {
   std::vector<ValueInfo> inputs, outputs;
 
   Impl(Model m, SessionOptions o);
-  std::vector<Value> run(const NamedValues& inputs, const std::vector<std::string>& output_names);
+  std::vector<Value> run(const NamedValues& inputs, const std::vector<std::string>& output_names,
+                         const RunOptions& run_options);
 };
 
 }  // namespace volt

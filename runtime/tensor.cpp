@@ -5,6 +5,7 @@
 #include <new>
 #include <sstream>
 
+#include "runtime/run_control.hpp"
 #include "runtime/tensor_alloc.hpp"
 #include "volt/volt.hpp"
 
@@ -183,19 +184,45 @@ constexpr size_t kAlignment = 64;  // one cache line; what AVX-512 loads like
 
 std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  // Inside a run, the bytes count against its memory limit until the tensor is freed.
+  std::shared_ptr<MemoryBudget> budget;
+  if (const RunControl* run = current_run_control()) {
+    budget = run->budget();
+    budget->reserve(rounded, "a tensor");
+  }
   void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-  if (!p)
+  if (!p) {
+    if (budget) budget->release(rounded);
     throw Error(ErrorCode::OutOfMemory,
                 "out of memory allocating " + std::to_string(bytes) + " bytes");
+  }
   if (zero) std::memset(p, 0, bytes);
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  if (!budget) return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return std::shared_ptr<void>(p, [budget, rounded](void* q) {
+    std::free(q);
+    budget->release(rounded);
+  });
 }
 
 std::shared_ptr<void> allocate_strings(int64_t n) {
+  const size_t bytes = checked_bytes(DType::String, n);
+  std::shared_ptr<MemoryBudget> budget;
+  if (const RunControl* run = current_run_control()) {
+    budget = run->budget();
+    budget->reserve(bytes, "a string tensor");
+  }
   auto* p = new (std::nothrow) std::string[static_cast<size_t>(n == 0 ? 1 : n)];
-  if (!p) throw Error(ErrorCode::OutOfMemory, "out of memory allocating a string tensor");
-  return std::shared_ptr<void>(p, [](void* q) { delete[] static_cast<std::string*>(q); });
+  if (!p) {
+    if (budget) budget->release(bytes);
+    throw Error(ErrorCode::OutOfMemory, "out of memory allocating a string tensor");
+  }
+  return std::shared_ptr<void>(p, [budget, bytes](void* q) {
+    delete[] static_cast<std::string*>(q);
+    if (budget) budget->release(bytes);
+  });
 }
+
+}  // namespace
 
 size_t checked_bytes(DType dtype, int64_t numel) {
   const size_t es = dtype_size(dtype);
@@ -204,7 +231,6 @@ size_t checked_bytes(DType dtype, int64_t numel) {
                 "tensor of " + std::to_string(numel) + " elements is too large");
   return static_cast<size_t>(numel) * es;
 }
-}  // namespace
 
 Tensor allocate_tensor(DType dtype, Shape shape, bool zero) {
   if (dtype == DType::Undefined || !dtype_is_valid(static_cast<int32_t>(dtype)))

@@ -5,4 +5,6 @@
 namespace volt {
 // A fresh 64-byte aligned tensor; zero-filled when `zero`, uninitialized otherwise.
 Tensor allocate_tensor(DType dtype, Shape shape, bool zero = false);
+// numel * the element size, or ErrorCode::OutOfMemory where that cannot be a real allocation.
+size_t checked_bytes(DType dtype, int64_t numel);
 }  // namespace volt

@@ -29,6 +29,40 @@ int Args::get_int(const std::string& k, int fallback) const {
   throw Error(ErrorCode::InvalidArgument, "--" + k + ": '" + v + "' is not an integer");
 }
 
+SessionOptions session_options_from(const Args& args) {
+  SessionOptions opts;
+  opts.threads = args.get_int("threads", 0);
+  opts.precision = args.get("precision", "fp32");
+  if (args.has("memory-limit")) {
+    const std::string v = args.get("memory-limit");
+    size_t used = 0;
+    unsigned long long n = 0;
+    try {
+      n = std::stoull(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string suffix = used ? v.substr(used) : "";
+    const int shift = suffix.empty()  ? 0
+                      : suffix == "K" ? 10
+                      : suffix == "M" ? 20
+                      : suffix == "G" ? 30
+                                      : -1;
+    if (!used || shift < 0 || n > (~0ULL >> shift))
+      throw Error(ErrorCode::InvalidArgument,
+                  "--memory-limit: '" + v + "' is not a byte count (like 512M or 2G)");
+    opts.memory_limit = static_cast<size_t>(n << shift);
+  }
+  return opts;
+}
+
+RunOptions run_options_from(const Args& args) {
+  RunOptions r;
+  r.timeout_ms = args.get_int("timeout-ms", 0);
+  if (r.timeout_ms < 0) throw Error(ErrorCode::InvalidArgument, "--timeout-ms must be positive");
+  return r;
+}
+
 double Args::get_double(const std::string& k, double fallback) const {
   if (!has(k)) return fallback;
   const std::string v = get(k);

@@ -19,6 +19,12 @@ struct Args {
   int get_int(const std::string& k, int fallback) const;
   double get_double(const std::string& k, double fallback) const;
 };
+// The session options every running subcommand takes: --threads T, --precision P,
+// --memory-limit BYTES (suffixes K, M, G allowed).
+SessionOptions session_options_from(const Args& args);
+// The run options: --timeout-ms MS.
+RunOptions run_options_from(const Args& args);
+
 // `switches` are flags that take no value.
 Args parse_args(int argc, char** argv, int first, const std::vector<std::string>& switches);
 

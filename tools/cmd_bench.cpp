@@ -45,9 +45,8 @@ int cmd_bench(int argc, char** argv) {
   if (batch < 1 || warmup < 0 || iterations < 0 || seconds < 0)
     throw Error(ErrorCode::InvalidArgument,
                 "batch, warmup, iterations and seconds must be positive");
-  SessionOptions opts;
-  opts.threads = args.get_int("threads", 0);
-  opts.precision = args.get("precision", "fp32");
+  const SessionOptions opts = session_options_from(args);
+  const RunOptions run_options = run_options_from(args);
 
   const auto t_load = Clock::now();
   Session session(args.positional[0], opts);
@@ -65,9 +64,9 @@ int cmd_bench(int argc, char** argv) {
                       r == ranges.end() ? std::pair<int64_t, int64_t>{0, 10} : r->second));
   }
   const auto t_first = Clock::now();
-  session.run(feeds);
+  session.run(feeds, {}, run_options);
   const double first_ms = ms_since(t_first);
-  for (int i = 0; i < warmup; ++i) session.run(feeds);
+  for (int i = 0; i < warmup; ++i) session.run(feeds, {}, run_options);
 
   std::vector<double> lat;
   const bool tty = isatty(fileno(stderr));
@@ -76,7 +75,7 @@ int cmd_bench(int argc, char** argv) {
     if (iterations > 0 && i >= iterations) break;
     if (iterations == 0 && ms_since(t_start) >= seconds * 1000.0) break;
     const auto t = Clock::now();
-    session.run(feeds);
+    session.run(feeds, {}, run_options);
     lat.push_back(ms_since(t));
     if (tty && iterations > 0 && (i % std::max(1, iterations / 50) == 0 || i + 1 == iterations))
       std::fprintf(stderr, "\r[%-50s] %d/%d",

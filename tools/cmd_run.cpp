@@ -13,9 +13,10 @@ int cmd_run(int argc, char** argv) {
   const Args args = parse_args(argc, argv, 2, {});
   if (args.positional.size() != 1)
     throw Error(ErrorCode::InvalidArgument,
-                "usage: volt run MODEL [--input NAME=FILE.npy|random]... [--output-dir DIR]");
-  SessionOptions opts;
-  opts.threads = args.get_int("threads", 0);
+                "usage: volt run MODEL [--input NAME=FILE.npy|random]... [--output-dir DIR] "
+                "[--threads T] [--timeout-ms MS] [--memory-limit BYTES]");
+  const SessionOptions opts = session_options_from(args);
+  const RunOptions run_options = run_options_from(args);
   Session session(args.positional[0], opts);
   const auto shapes = parse_shapes(args.all("shape"));
   const auto ranges = parse_ranges(args.all("range"));
@@ -48,7 +49,7 @@ int cmd_run(int argc, char** argv) {
     throw Error(ErrorCode::InvalidArgument,
                 "the model has no input '" + sources.begin()->first + "'");
 
-  const std::vector<Value> outs = session.run(feeds);
+  const std::vector<Value> outs = session.run(feeds, {}, run_options);
   const std::string dir = args.get("output-dir");
   if (!dir.empty()) std::filesystem::create_directories(dir);
   for (size_t i = 0; i < outs.size(); ++i) {

@@ -1,5 +1,8 @@
 // The C API, implemented only on the public C++ API. Every entry point catches everything:
 // no exception crosses into C.
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -17,6 +20,10 @@ struct volt_options {
 };
 struct volt_session {
   volt::Session session;
+};
+struct volt_run_options {
+  int64_t timeout_ms = 0;
+  volt::CancelToken cancel;
 };
 struct volt_train_options {
   volt::TrainOptions options;
@@ -73,6 +80,18 @@ volt_status guarded(F&& f) {
   } catch (...) {
     return set_error(VOLT_ERR_RUNTIME, "unknown error");
   }
+}
+
+// A decimal integer in [lo, hi], or an error naming the option.
+int64_t parse_integer(const std::string& key, const char* value, int64_t lo, int64_t hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(value, &end, 10);
+  if (end == value || *end != '\0' || errno == ERANGE || n < lo || n > hi)
+    throw volt::Error(volt::ErrorCode::InvalidArgument,
+                      "option '" + key + "': '" + value + "' is not an integer in [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return n;
 }
 
 volt_status null_arg(const char* what) {
@@ -178,19 +197,17 @@ volt_status volt_options_set(volt_options* o, const char* key, const char* value
   if (!value) return null_arg("value");
   const std::string k = key, v = value;
   auto parse_int = [&](int lo, int hi) {
-    char* end = nullptr;
-    const long n = std::strtol(value, &end, 10);
-    if (end == value || *end != '\0' || n < lo || n > hi)
-      throw volt::Error(volt::ErrorCode::InvalidArgument,
-                        "option '" + k + "': '" + v + "' is not an integer in [" +
-                            std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return static_cast<int>(n);
+    return static_cast<int>(parse_integer(k, value, lo, hi));
   };
   return guarded([&] {
     if (k == "threads")
       o->options.threads = parse_int(0, 4096);
     else if (k == "optimize")
       o->options.optimization_level = parse_int(0, 2);
+    else if (k == "memory_limit")
+      o->options.memory_limit = static_cast<size_t>(parse_integer(k, value, 0, INT64_MAX));
+    else if (k == "plan_cache_size")
+      o->options.plan_cache_size = static_cast<size_t>(parse_integer(k, value, 1, 1 << 20));
     else if (k == "device") {
       if (v != "cpu" && v.rfind("cuda", 0) != 0)
         throw volt::Error(volt::ErrorCode::InvalidArgument,
@@ -203,7 +220,9 @@ volt_status volt_options_set(volt_options* o, const char* key, const char* value
       o->options.precision = v;
     } else {
       throw volt::Error(volt::ErrorCode::InvalidArgument,
-                        "unknown option '" + k + "' (known: threads, device, precision, optimize)");
+                        "unknown option '" + k +
+                            "' (known: threads, device, precision, optimize, memory_limit, "
+                            "plan_cache_size)");
     }
   });
 }
@@ -243,9 +262,43 @@ const char* volt_session_output_name(const volt_session* s, size_t i) {
   return s && i < s->session.outputs().size() ? s->session.outputs()[i].name.c_str() : nullptr;
 }
 
+volt_run_options* volt_run_options_create(void) {
+  return new (std::nothrow) volt_run_options{};
+}
+void volt_run_options_free(volt_run_options* o) {
+  delete o;
+}
+volt_status volt_run_options_set(volt_run_options* o, const char* key, const char* value) {
+  if (!o) return null_arg("run options");
+  if (!key) return null_arg("key");
+  if (!value) return null_arg("value");
+  return guarded([&] {
+    const std::string k = key;
+    if (k == "timeout_ms")
+      o->timeout_ms = parse_integer(k, value, 0, INT64_MAX / 1000000);
+    else
+      throw volt::Error(volt::ErrorCode::InvalidArgument,
+                        "unknown run option '" + k + "' (known: timeout_ms)");
+  });
+}
+void volt_run_options_cancel(volt_run_options* o) {
+  if (o) o->cancel.cancel();
+}
+void volt_run_options_reset(volt_run_options* o) {
+  if (o) o->cancel.reset();
+}
+
 volt_status volt_session_run(volt_session* s, size_t n_inputs, const char* const* input_names,
                              const volt_tensor* const* inputs, size_t n_outputs,
                              const char* const* output_names, volt_tensor** outputs) {
+  return volt_session_run_with_options(s, nullptr, n_inputs, input_names, inputs, n_outputs,
+                                       output_names, outputs);
+}
+
+volt_status volt_session_run_with_options(volt_session* s, const volt_run_options* run_options,
+                                          size_t n_inputs, const char* const* input_names,
+                                          const volt_tensor* const* inputs, size_t n_outputs,
+                                          const char* const* output_names, volt_tensor** outputs) {
   if (!s) return null_arg("session");
   if (n_inputs && (!input_names || !inputs)) return null_arg("input_names or inputs");
   if (n_outputs && !outputs) return null_arg("outputs");
@@ -273,7 +326,12 @@ volt_status volt_session_run(volt_session* s, size_t n_inputs, const char* const
                             "output_names[" + std::to_string(i) + "] is NULL");
         names.emplace_back(output_names[i]);
       }
-    std::vector<volt::Value> result = s->session.run(feeds, names);
+    volt::RunOptions ro;
+    if (run_options) {
+      ro.timeout_ms = run_options->timeout_ms;
+      ro.cancel = &run_options->cancel;
+    }
+    std::vector<volt::Value> result = s->session.run(feeds, names, ro);
     store_outputs(result, outputs);
   });
 }

@@ -43,7 +43,8 @@ typedef enum {
   VOLT_COMPLEX64 = 14,
   VOLT_COMPLEX128 = 15,
   VOLT_BFLOAT16 = 16,
-  VOLT_DTYPE_FORCE_INT32 = 0x7fffffff /* keeps the enum int-sized: any int a caller passes is a valid value */
+  VOLT_DTYPE_FORCE_INT32 =
+      0x7fffffff /* keeps the enum int-sized: any int a caller passes is a valid value */
 } volt_dtype;
 
 typedef struct volt_tensor volt_tensor;
@@ -51,6 +52,7 @@ typedef struct volt_options volt_options;
 typedef struct volt_session volt_session;
 typedef struct volt_train_options volt_train_options;
 typedef struct volt_trainer volt_trainer;
+typedef struct volt_run_options volt_run_options;
 
 const char* volt_version(void);
 const char* volt_last_error(void);
@@ -67,7 +69,9 @@ int64_t volt_tensor_numel(const volt_tensor* t);
 void volt_tensor_free(volt_tensor* t);
 
 /* Options: "threads", "device" ("cpu", "cuda:0"), "precision" ("fp32", "fp16", "bf16"),
- * "optimize" ("0".."2"). */
+ * "optimize" ("0".."2"), "memory_limit" (bytes one run may hold; a run that would pass it
+ * fails with VOLT_ERR_OUT_OF_MEMORY before allocating; "0": the machine's physical memory),
+ * "plan_cache_size" (execution plans kept, one per distinct set of input shapes; default 64). */
 volt_options* volt_options_create(void);
 volt_status volt_options_set(volt_options* o, const char* key, const char* value);
 void volt_options_free(volt_options* o);
@@ -85,6 +89,20 @@ const char* volt_session_output_name(const volt_session* s, size_t i);
 volt_status volt_session_run(volt_session* s, size_t n_inputs, const char* const* input_names,
                              const volt_tensor* const* inputs, size_t n_outputs,
                              const char* const* output_names, volt_tensor** outputs);
+/* Per-run options: "timeout_ms" (> 0: the run ends with VOLT_ERR_TIMEOUT once past it; checked
+ * between nodes and inside Loop/Scan iterations). volt_run_options_cancel may be called from any
+ * thread: runs using these options end with VOLT_ERR_CANCELLED, and so do later ones until
+ * volt_run_options_reset. Free the options only after the runs using them have returned. */
+volt_run_options* volt_run_options_create(void);
+volt_status volt_run_options_set(volt_run_options* o, const char* key, const char* value);
+void volt_run_options_cancel(volt_run_options* o);
+void volt_run_options_reset(volt_run_options* o);
+void volt_run_options_free(volt_run_options* o);
+/* volt_session_run with run options (NULL: none). */
+volt_status volt_session_run_with_options(volt_session* s, const volt_run_options* run_options,
+                                          size_t n_inputs, const char* const* input_names,
+                                          const volt_tensor* const* inputs, size_t n_outputs,
+                                          const char* const* output_names, volt_tensor** outputs);
 void volt_session_free(volt_session* s);
 
 /* Fine-tuning. Option keys: loss (cross_entropy | mse | model_output), prediction, label,

@@ -7,6 +7,7 @@
 // Everything outside include/volt/ is private and may change.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -277,6 +278,29 @@ struct SessionOptions {
   int optimization_level = 2;  // 0: none, 1: basic, 2: all
   std::string device = "cpu";
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (the device must support it)
+  // Bytes one run may hold in intermediates and outputs (the model's weights not counted). A run
+  // that would pass it fails with ErrorCode::OutOfMemory before allocating. 0: the machine's
+  // physical memory, so that a hostile shape is an error rather than an OOM kill.
+  size_t memory_limit = 0;
+  // Execution plans kept, one per distinct set of input shapes; least recently used evicted.
+  size_t plan_cache_size = 64;
+};
+
+// Lets another thread stop runs: pass it in RunOptions, call cancel() from anywhere. Runs
+// check it between nodes and inside Loop/Scan iterations and end with ErrorCode::Cancelled.
+class CancelToken {
+ public:
+  void cancel() noexcept { cancelled_.store(true, std::memory_order_relaxed); }
+  void reset() noexcept { cancelled_.store(false, std::memory_order_relaxed); }
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct RunOptions {
+  int64_t timeout_ms = 0;               // > 0: the run ends with ErrorCode::Timeout past this
+  const CancelToken* cancel = nullptr;  // not owned; must outlive the run
 };
 
 using NamedValues = std::vector<std::pair<std::string, Value>>;
@@ -296,7 +320,11 @@ class Session {
   // Runs the model; safe to call from several threads at once. Returns the requested outputs
   // (all of them, in graph order, when `output_names` is empty).
   std::vector<Value> run(const NamedValues& inputs,
-                         const std::vector<std::string>& output_names = {}) const;
+                         const std::vector<std::string>& output_names = {},
+                         const RunOptions& run_options = {}) const;
+
+  // Execution plans held now (at most SessionOptions::plan_cache_size).
+  size_t cached_plans() const;
 
   struct Impl;
 

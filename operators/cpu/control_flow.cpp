@@ -3,6 +3,7 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
+#include "runtime/run_control.hpp"
 
 namespace volt {
 namespace {
@@ -83,6 +84,35 @@ class If final : public Kernel {
   std::unique_ptr<Subgraph> then_, else_;
 };
 
+// Holds, for the duration of a Loop, the memory its stacked scan outputs will take (the items
+// collected count as they are allocated), so a trip count of 2^62 is an error at once.
+class ScanReservation {
+ public:
+  void take(size_t per_iteration, int64_t trips, const Node& node) {
+    const RunControl* run = current_run_control();
+    if (!run || trips <= 0 || per_iteration == 0) return;
+    const size_t limit = run->budget()->limit();
+    VOLT_CHECK(static_cast<uint64_t>(trips) <= limit / per_iteration, OutOfMemory,
+               node.describe() + ": " + std::to_string(trips) + " iterations of " +
+                   std::to_string(per_iteration) +
+                   " bytes of scan outputs would pass the run's memory limit of " +
+                   std::to_string(limit >> 20) + " MiB");
+    bytes_ = per_iteration * static_cast<size_t>(trips);
+    run->budget()->reserve(bytes_, "the Loop's scan outputs");
+    budget_ = run->budget();
+  }
+  ~ScanReservation() {
+    if (budget_) budget_->release(bytes_);
+  }
+
+ private:
+  std::shared_ptr<MemoryBudget> budget_;
+  size_t bytes_ = 0;
+};
+
+// A Tensor's bookkeeping beside its data, counted per collected scan item.
+constexpr size_t kItemOverhead = 128;
+
 class Loop final : public Kernel {
  public:
   explicit Loop(const Node& n) : body_(make_subgraph(n.attr_graph("body"), n)) {}
@@ -100,7 +130,9 @@ class Loop final : public Kernel {
     std::vector<Value> carried;
     for (size_t i = 0; i < n_carried; ++i) carried.push_back(ctx.input_value(2 + i));
     std::vector<std::vector<Tensor>> scans(n_scan);
+    ScanReservation reserved;
     for (int64_t iter = 0; (!has_max || iter < max_trips) && cond; ++iter) {
+      check_run_interrupted();
       std::vector<Value> in;
       in.push_back(Tensor::scalar<int64_t>(iter));
       in.push_back(Tensor::scalar<bool>(cond));
@@ -109,6 +141,13 @@ class Loop final : public Kernel {
       cond = truth_of(out[0].tensor(), node);
       for (size_t i = 0; i < n_carried; ++i) carried[i] = std::move(out[1 + i]);
       for (size_t k = 0; k < n_scan; ++k) scans[k].push_back(out[1 + n_carried + k].tensor());
+      // The stacked scan outputs will need trips × one iteration's bytes: with a known trip
+      // count, refuse a run that cannot fit before collecting them one by one.
+      if (iter == 0 && has_max && n_scan > 0) {
+        size_t per_iteration = 0;
+        for (size_t k = 0; k < n_scan; ++k) per_iteration += scans[k][0].nbytes() + kItemOverhead;
+        reserved.take(per_iteration, max_trips, node);
+      }
     }
     for (size_t i = 0; i < n_carried; ++i) ctx.set_output(i, carried[i]);
     for (size_t k = 0; k < n_scan; ++k)
@@ -177,6 +216,7 @@ class Scan final : public Kernel {
     const size_t n_out = body_->output_count() - n_state;
     std::vector<std::vector<Tensor>> collected(n_out);
     for (int64_t t = 0; t < std::max<int64_t>(steps, 0); ++t) {
+      check_run_interrupted();
       std::vector<Value> in(states.begin(), states.end());
       for (size_t i = 0; i < m; ++i) {
         const bool reverse = i < in_dirs_.size() && in_dirs_[i] == 1;
@@ -221,6 +261,7 @@ class SequenceMap final : public Kernel {
     const size_t n = seq.sequence_items().size();
     std::vector<std::vector<Tensor>> outs(ctx.output_count());
     for (size_t i = 0; i < n; ++i) {
+      check_run_interrupted();
       std::vector<Value> in{seq.sequence_items()[i]};
       for (size_t k = 1; k < ctx.input_count(); ++k) {
         const Value& extra = ctx.input_value(k);

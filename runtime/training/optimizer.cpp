@@ -16,7 +16,9 @@ Tensor& Optimizer::slot(const std::string& kind, const std::string& name, const 
 
 void Optimizer::step(std::map<std::string, Tensor>& params,
                      const std::map<std::string, Tensor>& grads, double lr, int64_t t) {
-  for (auto& [name, grad] : grads) {
+  for (const auto& named : grads) {
+    const std::string& name = named.first;  // (clang 14 cannot capture structured bindings)
+    const Tensor& grad = named.second;
     Tensor& x = params.at(name);
     const bool adam = c_.optimizer != "sgd";
     Tensor* s1 = adam || c_.momentum > 0 ? &slot(adam ? "m" : "velocity", name, x) : nullptr;

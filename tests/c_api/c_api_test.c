@@ -90,6 +90,46 @@ int main(int argc, char** argv) {
   CHECK(volt_tensor_create(VOLT_FLOAT, neg, 1, data, &bad) == VOLT_ERR_INVALID_ARGUMENT);
   CHECK_MSG("negative");
 
+  /* Run options: a deadline, cancellation, and their misuse. */
+  volt_run_options* ro = volt_run_options_create();
+  CHECK(ro != NULL);
+  CHECK(volt_run_options_set(ro, "timeout_ms", "soon") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("timeout_ms");
+  CHECK(volt_run_options_set(ro, "priority", "1") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK_MSG("priority");
+  CHECK(volt_run_options_set(NULL, "timeout_ms", "1") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_run_options_set(ro, "timeout_ms", "60000") == VOLT_OK);
+  CHECK(volt_session_run_with_options(s, ro, 1, names, inputs, 1, NULL, out) == VOLT_OK);
+  volt_tensor_free(out[0]);
+  out[0] = NULL;
+  volt_run_options_cancel(ro);
+  CHECK(volt_session_run_with_options(s, ro, 1, names, inputs, 1, NULL, out) == VOLT_ERR_CANCELLED);
+  CHECK_MSG("cancelled");
+  CHECK(out[0] == NULL);
+  volt_run_options_reset(ro);
+  CHECK(volt_session_run_with_options(s, ro, 1, names, inputs, 1, NULL, out) == VOLT_OK);
+  volt_tensor_free(out[0]);
+  out[0] = NULL;
+  CHECK(volt_session_run_with_options(s, NULL, 1, names, inputs, 1, NULL, out) == VOLT_OK);
+  volt_tensor_free(out[0]);
+  out[0] = NULL;
+  volt_run_options_cancel(NULL);
+  volt_run_options_free(ro);
+
+  /* A memory limit the run cannot fit in: an error before allocating, and the session stays
+   * usable. */
+  volt_options* small = volt_options_create();
+  CHECK(volt_options_set(small, "memory_limit", "1024") == VOLT_OK);
+  CHECK(volt_options_set(small, "memory_limit", "-5") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_options_set(small, "plan_cache_size", "0") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_options_set(small, "plan_cache_size", "4") == VOLT_OK);
+  volt_session* limited = NULL;
+  CHECK(volt_session_create(argv[1], small, &limited) == VOLT_OK);
+  volt_options_free(small);
+  CHECK(volt_session_run(limited, 1, names, inputs, 1, NULL, out) == VOLT_ERR_OUT_OF_MEMORY);
+  CHECK_MSG("memory limit");
+  volt_session_free(limited);
+
   volt_tensor_free(x);
   volt_tensor_free(NULL);
   volt_session_free(s);

@@ -69,3 +69,13 @@ expect_contains("${LAST_OUT}" "logits: float32[1024,10]")
 expect_run(2 ${VOLT} train ${SRC}/models/mnist_mlp.onnx --input x=${WORK}/data/x.npy --label ${WORK}/data/y.npy --optimizer lbfgs)
 expect_contains("${LAST_ERR}" "lbfgs")
 message(STATUS "cli: all checks passed")
+
+# Limits: a run past its deadline or its memory limit is an error (exit 2), never a hang or a kill.
+expect_run(2 ${VOLT} run ${SRC}/models/small_cnn.onnx --shape x=4096x1x28x28 --timeout-ms 1)
+expect_contains("${LAST_ERR}" "deadline of 1 ms")
+expect_run(2 ${VOLT} run ${SRC}/models/small_cnn.onnx --shape x=64x1x28x28 --memory-limit 64K)
+expect_contains("${LAST_ERR}" "memory limit of 65536 bytes")
+expect_run(2 ${VOLT} bench ${SRC}/models/small_cnn.onnx --batch 4096 --iterations 1 --timeout-ms 1)
+expect_contains("${LAST_ERR}" "deadline")
+expect_run(2 ${VOLT} run ${SRC}/models/mnist_mlp.onnx --memory-limit 8Q)
+expect_contains("${LAST_ERR}" "is not a byte count")

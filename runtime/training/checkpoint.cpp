@@ -1,8 +1,12 @@
 #include "runtime/training/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -77,6 +81,21 @@ void write_all(int fd, const std::string& data, const std::string& path) {
   }
 }
 
+// Temporaries that a killed process left beside `path` ("PATH.tmp.PID.N" with PID gone).
+void remove_stale_temporaries(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      std::filesystem::remove(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& path, const Checkpoint& c) {
@@ -102,8 +121,12 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 
   // Temporary file in the same folder, synced, renamed over the target, folder synced.
   const std::filesystem::path target(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  remove_stale_temporaries(path);
+  // Unique per process and per save, so concurrent saves to one path never share a file.
+  static std::atomic<uint64_t> saves{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                          std::to_string(saves.fetch_add(1, std::memory_order_relaxed));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   VOLT_CHECK(fd >= 0, Io, path + ": cannot create " + tmp + ": " + std::strerror(errno));
   try {
     write_all(fd, file, tmp);

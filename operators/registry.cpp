@@ -5,6 +5,19 @@
 
 namespace volt {
 
+bool KernelDef::accepts(const std::vector<const TypeShape*>& in_types) const {
+  const size_t ti = static_cast<size_t>(type_input);
+  if (!types.empty() && ti < in_types.size() && in_types[ti] &&
+      std::find(types.begin(), types.end(), in_types[ti]->dtype) == types.end())
+    return false;
+  for (size_t i = 0; i < in_types.size(); ++i) {
+    const bool sparse = in_types[i] && in_types[i]->kind == ValueInfo::Kind::SparseTensor;
+    if (i == 0 && csr_input0 != sparse) return false;
+    if (i > 0 && sparse) return false;
+  }
+  return !(csr_input0 && in_types.empty());
+}
+
 KernelRegistry& KernelRegistry::instance() {
   static KernelRegistry registry;
   return registry;

@@ -14,6 +14,7 @@
 namespace volt {
 
 struct KernelDef {
+  std::string name;  // set at registration: the id given to VOLT_REGISTER_KERNEL
   std::string domain = kOnnxDomain;
   std::string op;
   int since = 1;        // first opset version this kernel implements
@@ -28,7 +29,14 @@ struct KernelDef {
   int inplace_input = -1;
   // False for ops whose output must not be computed at plan time (random generators).
   bool foldable = true;
+  // Input 0 is a CSR matrix (sparse × dense kernels, Densify): chosen only then. Kernels
+  // without it never see a sparse input.
+  bool csr_input0 = false;
   std::function<std::unique_ptr<Kernel>(const Node&)> create;
+
+  // Whether this kernel takes inputs of these types (dtype of `type_input`, sparse or dense);
+  // a null entry is an omitted input.
+  bool accepts(const std::vector<const TypeShape*>& in_types) const;
 };
 
 class KernelRegistry {
@@ -48,12 +56,16 @@ class KernelRegistry {
 };
 
 struct KernelRegistrar {
-  explicit KernelRegistrar(KernelDef def) { KernelRegistry::instance().add(std::move(def)); }
+  KernelRegistrar(const char* name, KernelDef def) {
+    def.name = name;
+    KernelRegistry::instance().add(std::move(def));
+  }
 };
 
+// Registers a kernel under `id`, the name profiles report for it.
 #define VOLT_REGISTER_KERNEL(id, ...)                               \
   static const ::volt::KernelRegistrar volt_kernel_registrar_##id { \
-    __VA_ARGS__                                                     \
+#id, __VA_ARGS__                                                \
   }
 
 // A kernel factory for kernels constructed from the node.

@@ -104,6 +104,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   char* arena = static_cast<char*>(lease.arena.get());
 
   const Graph& g = *cg.graph;
+  const RunControl* control = current_run_control();
+  RunProfile* profile = control ? control->profile() : nullptr;
   std::vector<const Value*> ins;
   std::vector<Value*> outs;
   std::vector<char> out_fresh;
@@ -124,6 +126,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       const void* state = st.state.get();
       const std::vector<TypeShape>* types = &st.output_types;
       // Steps whose shapes depend on run-time values choose and prepare their kernel now.
+      std::string kernel_name = st.def ? st.def->name : "";
       std::unique_ptr<Kernel> run_kernel;
       std::unique_ptr<NodeInferContext> run_infer;
       if (!st.shapes_static) {
@@ -136,11 +139,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
         std::string reasons;
         for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
-          const size_t ti = static_cast<size_t>(def->type_input);
-          if (!def->types.empty() && ti < ins.size() && ins[ti] &&
-              std::find(def->types.begin(), def->types.end(), in_types[ti].dtype) ==
-                  def->types.end())
-            continue;
+          if (!def->accepts(in_type_ptrs)) continue;
           auto k = def->create(node);
           auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
           try {
@@ -151,6 +150,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
           run_kernel = std::move(k);
           run_infer = std::move(ictx);
+          kernel_name = def->name;
           break;
         }
         if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
@@ -186,7 +186,14 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       for (size_t i = node.inputs.size(); i < all_inputs.size(); ++i)
         captured.emplace_back(&cg.names[all_inputs[i]], slot[all_inputs[i]]);
       NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads, &captured);
-      kernel->run(ctx);
+      if (profile) {
+        const double start = control->elapsed_us();
+        kernel->run(ctx);
+        profile->events.push_back({node.name.empty() ? node.op_type : node.name, node.op_type,
+                                   kernel_name, start, control->elapsed_us() - start});
+      } else {
+        kernel->run(ctx);
+      }
       for (size_t j = 0; j < st.outputs.size(); ++j) {
         const int id = st.outputs[j];
         if (id < 0) continue;

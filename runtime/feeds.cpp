@@ -15,20 +15,24 @@ void check_feed(const ValueInfo& info, const Value& v, const std::string& source
   VOLT_CHECK(want_seq == v.is_sequence(), InvalidArgument,
              what + (want_seq ? " must be a sequence" : " must be a tensor, got a sequence"));
   if (v.is_sequence()) return;
-  const Tensor& t = v.tensor();
-  VOLT_CHECK(t.defined(), InvalidArgument, what + " is an undefined tensor");
-  VOLT_CHECK(info.dtype == DType::Undefined || t.dtype() == info.dtype, InvalidArgument,
-             what + " must be " + dtype_name(info.dtype) + ", got " + dtype_name(t.dtype()));
-  if (t.dtype() == DType::String)
-    for (int64_t i = 0; i < t.numel(); ++i)
-      VOLT_CHECK(is_valid_utf8(t.data<std::string>()[i]), InvalidArgument,
+  // A CSR matrix may stand for any 2-D input of its element type (or a sparse_tensor input).
+  const DType dtype = v.is_csr() ? v.csr().dtype() : v.tensor().dtype();
+  const Shape shape = v.is_csr() ? v.csr().shape() : v.tensor().shape();
+  VOLT_CHECK(v.is_csr() || v.tensor().defined(), InvalidArgument, what + " is an undefined tensor");
+  VOLT_CHECK(!v.is_csr() || !info.has_shape || info.shape.size() == 2, InvalidArgument,
+             what + " has shape " + info.describe() + ": a CSR matrix can only feed a 2-D input");
+  VOLT_CHECK(info.dtype == DType::Undefined || dtype == info.dtype, InvalidArgument,
+             what + " must be " + dtype_name(info.dtype) + ", got " + dtype_name(dtype));
+  if (dtype == DType::String)
+    for (int64_t i = 0; i < v.tensor().numel(); ++i)
+      VOLT_CHECK(is_valid_utf8(v.tensor().data<std::string>()[i]), InvalidArgument,
                  what + ": string element " + std::to_string(i) + " is not valid UTF-8");
   if (!info.has_shape) return;
-  bool ok = t.rank() == info.shape.size();
+  bool ok = shape.size() == info.shape.size();
   for (size_t i = 0; ok && i < info.shape.size(); ++i)
-    ok = !info.shape[i].is_fixed() || info.shape[i].value == t.dim(i);
+    ok = !info.shape[i].is_fixed() || info.shape[i].value == shape[i];
   VOLT_CHECK(ok, InvalidArgument,
-             what + " must have shape " + info.describe() + ", got " + shape_str(t.shape()));
+             what + " must have shape " + info.describe() + ", got " + shape_str(shape));
 }
 
 std::vector<const Value*> bind_feeds(const CompiledGraph& cg, const NamedValues& values,

@@ -1,6 +1,7 @@
 #include "runtime/graph_runner.hpp"
 
 #include "runtime/executor.hpp"
+#include "runtime/passes/passes.hpp"
 #include "runtime/run_control.hpp"
 
 namespace volt {
@@ -45,6 +46,10 @@ void append_signature(std::string& key, size_t id, const Value& v) {
       key += ',';
       key += std::to_string(d);
     }
+  } else if (v.is_csr()) {
+    key += ':';
+    key += std::to_string(static_cast<int>(v.csr().dtype()));
+    key += ',' + std::to_string(v.csr().rows()) + ',' + std::to_string(v.csr().cols());
   } else if (v.is_sequence()) {
     key += ':';
     key += std::to_string(static_cast<int>(v.sequence_dtype()));
@@ -60,21 +65,46 @@ GraphRunner::GraphRunner(std::shared_ptr<const Graph> graph, const std::string& 
       threads_(threads),
       plans_(plan_cache_capacity) {}
 
+const CompiledGraph& GraphRunner::compiled_for(const std::vector<const Value*>& fed) const {
+  std::vector<std::string> sparse, spmm_ok;
+  std::string key;
+  for (size_t id = 0; id < fed.size(); ++id)
+    if (fed[id] && fed[id]->is_csr()) {
+      sparse.push_back(compiled_.names[id]);
+      const bool f32 = fed[id]->csr().dtype() == DType::Float;
+      if (f32) spmm_ok.push_back(compiled_.names[id]);
+      key += std::to_string(id) + (f32 ? "f," : "d,");
+    }
+  if (sparse.empty()) return compiled_;
+  std::lock_guard<std::mutex> lock(variants_mutex_);
+  auto& variant = sparse_variants_[key];
+  if (!variant) {
+    auto graph =
+        std::make_shared<const Graph>(densify_sparse_inputs(*compiled_.graph, sparse, spmm_ok));
+    std::vector<std::string> outer;
+    for (int id : compiled_.outer_scope) outer.push_back(compiled_.names[id]);
+    variant = std::make_unique<CompiledGraph>(
+        compile_graph(graph, compiled_.source, compiled_.device, outer));
+  }
+  return *variant;
+}
+
 std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*>& fed) const {
   std::string key;
   for (size_t id = 0; id < fed.size(); ++id)
     if (fed[id]) append_signature(key, id, *fed[id]);
   if (auto p = plans_.find(key)) return p;
+  const CompiledGraph& cg = compiled_for(fed);
   PlanInputs in;
-  in.types.resize(compiled_.names.size());
-  in.fed.assign(compiled_.names.size(), 0);
+  in.types.resize(cg.names.size());
+  in.fed.assign(cg.names.size(), 0);
   for (size_t id = 0; id < fed.size(); ++id)
     if (fed[id]) {
       in.types[id] = TypeShape::of(*fed[id]);
       in.fed[id] = 1;
     }
   const RunControlSuspended not_this_runs_memory;
-  return plans_.insert(key, build_plan(compiled_, in, threads_));
+  return plans_.insert(key, build_plan(cg, in, threads_));
 }
 
 std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed) const {

@@ -2,6 +2,7 @@
 // its main graph through one; If, Loop, Scan and SequenceMap run their bodies through others.
 #pragma once
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,9 +46,15 @@ class GraphRunner {
   size_t cached_plans() const { return plans_.size(); }
 
  private:
+  // The graph compiled for the inputs fed as CSR matrices (see densify_sparse_inputs); the
+  // same value ids as compiled_ for everything compiled_ has.
+  const CompiledGraph& compiled_for(const std::vector<const Value*>& fed) const;
+
   CompiledGraph compiled_;
   int threads_;
   mutable PlanCache plans_;
+  mutable std::mutex variants_mutex_;
+  mutable std::map<std::string, std::unique_ptr<CompiledGraph>> sparse_variants_;
 };
 
 }  // namespace volt

@@ -15,6 +15,10 @@ TypeShape TypeShape::of(const Value& v) {
   if (v.is_tensor()) {
     t.dtype = v.tensor().dtype();
     t.shape = v.tensor().shape();
+  } else if (v.is_csr()) {
+    t.kind = ValueInfo::Kind::SparseTensor;
+    t.dtype = v.csr().dtype();
+    t.shape = v.csr().shape();
   } else if (v.is_sequence()) {
     t.kind = ValueInfo::Kind::Sequence;
     t.dtype = v.sequence_dtype();
@@ -51,11 +55,7 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
     }
   std::string reasons;
   for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
-    const size_t ti = static_cast<size_t>(def->type_input);
-    if (!def->types.empty() && ti < in_types.size() && in_types[ti] &&
-        std::find(def->types.begin(), def->types.end(), in_types[ti]->dtype) == def->types.end()) {
-      continue;
-    }
+    if (!def->accepts(in_types)) continue;
     auto kernel = def->create(node);
     auto ctx = std::make_unique<NodeInferContext>(node, in_types, in_values, threads);
     try {
@@ -75,7 +75,9 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
   }
   std::string types;
   for (size_t i = 0; i < in_types.size(); ++i)
-    types += std::string(i ? ", " : "") + (in_types[i] ? dtype_name(in_types[i]->dtype) : "-");
+    types += std::string(i ? ", " : "") +
+             (in_types[i] && in_types[i]->kind == ValueInfo::Kind::SparseTensor ? "sparse " : "") +
+             (in_types[i] ? dtype_name(in_types[i]->dtype) : "-");
   fail(ErrorCode::NotImplemented, cg.source + ": " + node.describe() + ": no kernel on " +
                                       cg.device + " for inputs (" + types + ")" + reasons);
 }

@@ -33,7 +33,9 @@ void MemoryBudget::reserve(size_t bytes, const char* what) {
 }
 
 RunControl::RunControl(const RunOptions& options, size_t memory_limit)
-    : cancel_(options.cancel),
+    : profile_(options.profile),
+      start_(std::chrono::steady_clock::now()),
+      cancel_(options.cancel),
       has_deadline_(options.timeout_ms > 0),
       timeout_ms_(options.timeout_ms),
       budget_(

@@ -36,8 +36,16 @@ class RunControl {
   // Throws ErrorCode::Cancelled or ErrorCode::Timeout when the run must stop.
   void check() const;
   const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
+  // Where node timings go, or nullptr; microseconds since the run began.
+  RunProfile* profile() const { return profile_; }
+  double elapsed_us() const {
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
 
  private:
+  RunProfile* profile_;
+  std::chrono::steady_clock::time_point start_;
   const CancelToken* cancel_;
   bool has_deadline_;
   std::chrono::steady_clock::time_point deadline_;

@@ -315,6 +315,10 @@ Tensor& Value::tensor() {
   if (kind_ != Kind::Tensor) throw Error(ErrorCode::InvalidArgument, "value is not a tensor");
   return tensor_;
 }
+const CsrTensor& Value::csr() const {
+  if (kind_ != Kind::Csr) throw Error(ErrorCode::InvalidArgument, "value is not a CSR tensor");
+  return csr_;
+}
 const std::vector<Tensor>& Value::sequence_items() const {
   if (kind_ != Kind::Sequence) throw Error(ErrorCode::InvalidArgument, "value is not a sequence");
   return items_;

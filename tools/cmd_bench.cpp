@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "tools/cli_util.hpp"
 #include "tools/commands.hpp"
@@ -32,6 +33,60 @@ double percentile(std::vector<double> v, double p) {
   const size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out;
+}
+
+// Profiled runs after the timed ones (so timing them costs the measurement nothing): a
+// chrome-trace file (chrome://tracing, Perfetto) of per-node times, and the ops that took longest
+// on stderr.
+void write_profile(const Session& session, const NamedValues& feeds, RunOptions run_options,
+                   const std::string& path) {
+  constexpr int kRuns = 10;
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw Error(ErrorCode::Io, "--profile: cannot write " + path);
+  std::fprintf(f, "{\"traceEvents\": [\n");
+  std::map<std::string, std::pair<double, int>> by_op;
+  double offset_us = 0, total_us = 0;
+  bool first = true;
+  for (int run = 0; run < kRuns; ++run) {
+    RunProfile profile;
+    run_options.profile = &profile;
+    session.run(feeds, {}, run_options);
+    double end_us = 0;
+    for (const ProfileEvent& e : profile.events) {
+      std::fprintf(f,
+                   "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, "
+                   "\"dur\": %.3f, \"pid\": 1, \"tid\": 1, \"args\": {\"run\": %d, \"kernel\": "
+                   "\"%s\"}}",
+                   first ? "" : ",\n", json_escaped(e.node).c_str(), json_escaped(e.op).c_str(),
+                   offset_us + e.start_us, e.duration_us, run, e.kernel.c_str());
+      first = false;
+      by_op[e.op].first += e.duration_us;
+      by_op[e.op].second += 1;
+      total_us += e.duration_us;
+      end_us = std::max(end_us, e.start_us + e.duration_us);
+    }
+    offset_us += end_us + 10;
+  }
+  std::fprintf(f, "\n]}\n");
+  std::fclose(f);
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const auto& [op, t] : by_op) ranked.emplace_back(t.first, op);
+  std::sort(ranked.rbegin(), ranked.rend());
+  std::fprintf(stderr, "profile of %d runs written to %s; time by op:\n", kRuns, path.c_str());
+  for (const auto& [us, op] : ranked)
+    std::fprintf(stderr, "  %-24s %9.3f ms/run  %5.1f%%  (%d nodes/run)\n", op.c_str(),
+                 us / kRuns / 1000.0, total_us > 0 ? 100.0 * us / total_us : 0.0,
+                 by_op[op].second / kRuns);
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -86,6 +141,7 @@ int cmd_bench(int argc, char** argv) {
   const double total_s = ms_since(t_start) / 1000.0;
   const double p50 = percentile(lat, 50), p90 = percentile(lat, 90), p99 = percentile(lat, 99);
   const double throughput = lat.empty() ? 0 : static_cast<double>(lat.size()) * batch / total_s;
+  if (args.has("profile")) write_profile(session, feeds, run_options, args.get("profile"));
   if (args.has("json")) {
     std::printf(
         "{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"iterations\": %zu, \"load_ms\": "

@@ -11,9 +11,11 @@
 #include "volt/volt.hpp"
 
 struct volt_tensor {
-  volt::Tensor tensor;
+  volt::Tensor tensor;         // dense; or the values of `csr`
   std::vector<int64_t> shape;  // stable storage for volt_tensor_shape
   std::vector<const char*> strings;
+  volt::CsrTensor csr;  // defined for CSR tensors
+  volt::Value value() const { return csr.defined() ? volt::Value(csr) : volt::Value(tensor); }
 };
 struct volt_options {
   volt::SessionOptions options;
@@ -163,6 +165,33 @@ volt_status volt_tensor_create(volt_dtype dtype, const int64_t* shape, size_t ra
   });
 }
 
+volt_status volt_tensor_create_csr(volt_dtype dtype, int64_t rows, int64_t cols, int64_t nnz,
+                                   const int64_t* row_offsets, const int64_t* col_indices,
+                                   const void* values, volt_tensor** out) {
+  if (!out) return null_arg("out");
+  *out = nullptr;
+  if (!volt::dtype_is_valid(dtype))
+    return set_error(VOLT_ERR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(dtype));
+  return guarded([&] {
+    volt::CsrTensor c = volt::CsrTensor::copy_of(static_cast<volt::DType>(dtype), rows, cols, nnz,
+                                                 row_offsets, col_indices, values);
+    auto* t = new volt_tensor{c.values(), {rows, cols}, {}, c};
+    *out = t;
+  });
+}
+int volt_tensor_is_csr(const volt_tensor* t) {
+  return t && t->csr.defined() ? 1 : 0;
+}
+int64_t volt_tensor_csr_nnz(const volt_tensor* t) {
+  return t && t->csr.defined() ? t->csr.nnz() : 0;
+}
+const int64_t* volt_tensor_csr_row_offsets(const volt_tensor* t) {
+  return t && t->csr.defined() ? t->csr.row_offsets().data<int64_t>() : nullptr;
+}
+const int64_t* volt_tensor_csr_col_indices(const volt_tensor* t) {
+  return t && t->csr.defined() ? t->csr.col_indices().data<int64_t>() : nullptr;
+}
+
 volt_dtype volt_tensor_dtype(const volt_tensor* t) {
   return t ? static_cast<volt_dtype>(t->tensor.dtype()) : VOLT_UNDEFINED;
 }
@@ -173,6 +202,7 @@ const int64_t* volt_tensor_shape(const volt_tensor* t) {
   return t ? t->shape.data() : nullptr;
 }
 int64_t volt_tensor_numel(const volt_tensor* t) {
+  if (t && t->csr.defined()) return t->csr.rows() * t->csr.cols();
   return t ? t->tensor.numel() : 0;
 }
 const void* volt_tensor_data(const volt_tensor* t) {
@@ -316,7 +346,7 @@ volt_status volt_session_run_with_options(volt_session* s, const volt_run_option
       if (!inputs[i])
         throw volt::Error(volt::ErrorCode::InvalidArgument,
                           "inputs[" + std::to_string(i) + "] is NULL");
-      feeds.emplace_back(input_names[i], inputs[i]->tensor);
+      feeds.emplace_back(input_names[i], inputs[i]->value());
     }
     std::vector<std::string> names;
     if (output_names)
@@ -350,7 +380,7 @@ static volt_status feeds_of(size_t n, const char* const* names, const volt_tenso
       return set_error(VOLT_ERR_INVALID_ARGUMENT, "input_names[" + std::to_string(i) + "] is NULL");
     if (!values[i])
       return set_error(VOLT_ERR_INVALID_ARGUMENT, "inputs[" + std::to_string(i) + "] is NULL");
-    out.emplace_back(names[i], values[i]->tensor);
+    out.emplace_back(names[i], values[i]->value());
   }
   return VOLT_OK;
 }

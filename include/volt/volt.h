@@ -68,6 +68,20 @@ const void* volt_tensor_data(const volt_tensor* t);
 int64_t volt_tensor_numel(const volt_tensor* t);
 void volt_tensor_free(volt_tensor* t);
 
+/* A 2-D sparse matrix in CSR form (copies the arrays): row r's non-zeros are
+ * values[row_offsets[r] .. row_offsets[r+1]) in columns col_indices[same range]. row_offsets has
+ * rows + 1 entries, non-decreasing from 0 to nnz; columns lie in [0, cols) and need not be sorted
+ * within a row. A CSR tensor may be fed to any 2-D input of its dtype: MatMul/Gemm read it
+ * sparse, other consumers get a dense copy. volt_tensor_shape gives {rows, cols},
+ * volt_tensor_data the nnz values. */
+volt_status volt_tensor_create_csr(volt_dtype dtype, int64_t rows, int64_t cols, int64_t nnz,
+                                   const int64_t* row_offsets, const int64_t* col_indices,
+                                   const void* values, volt_tensor** out);
+int volt_tensor_is_csr(const volt_tensor* t);
+int64_t volt_tensor_csr_nnz(const volt_tensor* t);
+const int64_t* volt_tensor_csr_row_offsets(const volt_tensor* t);
+const int64_t* volt_tensor_csr_col_indices(const volt_tensor* t);
+
 /* Options: "threads", "device" ("cpu", "cuda:0"), "precision" ("fp32", "fp16", "bf16"),
  * "optimize" ("0".."2"), "memory_limit" (bytes one run may hold; a run that would pass it
  * fails with VOLT_ERR_OUT_OF_MEMORY before allocating; "0": the machine's physical memory),

@@ -229,29 +229,69 @@ class Tensor {
 int64_t numel_of(const Shape& shape);  // throws on negative dims or overflow
 
 // ---------------------------------------------------------------------------------------------
-// A runtime value: a tensor, a sequence of tensors, or an empty optional.
+// A 2-D sparse matrix in compressed sparse row form: row r's non-zeros are
+// values[row_offsets[r] .. row_offsets[r+1]) in columns col_indices[same range]. Column indices
+// need not be sorted within a row; duplicates add up. Immutable once built.
+class CsrTensor {
+ public:
+  CsrTensor() = default;
+  // Checks everything (sizes, offsets non-decreasing from 0 to nnz, columns in range) and throws
+  // ErrorCode::InvalidArgument naming the first problem. `row_offsets` and `col_indices` are
+  // int64 tensors of [rows + 1] and [nnz]; `values` is [nnz] of the element type.
+  static CsrTensor create(int64_t rows, int64_t cols, Tensor row_offsets, Tensor col_indices,
+                          Tensor values);
+  // Copies raw arrays (the C API's form).
+  static CsrTensor copy_of(DType dtype, int64_t rows, int64_t cols, int64_t nnz,
+                           const int64_t* row_offsets, const int64_t* col_indices,
+                           const void* values);
+  // The non-zeros of a dense 2-D tensor.
+  static CsrTensor from_dense(const Tensor& dense);
+
+  bool defined() const { return values_.defined(); }
+  DType dtype() const { return values_.dtype(); }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t nnz() const { return values_.numel(); }
+  Shape shape() const { return {rows_, cols_}; }
+  const Tensor& row_offsets() const { return row_offsets_; }
+  const Tensor& col_indices() const { return col_indices_; }
+  const Tensor& values() const { return values_; }
+  // The dense [rows, cols] tensor (duplicates summed).
+  Tensor to_dense() const;
+
+ private:
+  int64_t rows_ = 0, cols_ = 0;
+  Tensor row_offsets_, col_indices_, values_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// A runtime value: a tensor, a sequence of tensors, a sparse CSR matrix, or an empty optional.
 class Value {
  public:
-  enum class Kind { None, Tensor, Sequence };
+  enum class Kind { None, Tensor, Sequence, Csr };
 
   Value() = default;                                               // empty optional
   Value(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT: implicit on purpose
+  Value(CsrTensor c) : kind_(Kind::Csr), csr_(std::move(c)) {}     // NOLINT: implicit on purpose
   static Value sequence(std::vector<Tensor> items, DType elem_type = DType::Undefined);
   static Value none() { return Value(); }
 
   Kind kind() const { return kind_; }
   bool is_tensor() const { return kind_ == Kind::Tensor; }
   bool is_sequence() const { return kind_ == Kind::Sequence; }
+  bool is_csr() const { return kind_ == Kind::Csr; }
   bool is_none() const { return kind_ == Kind::None; }
 
   const Tensor& tensor() const;
   Tensor& tensor();
+  const CsrTensor& csr() const;
   const std::vector<Tensor>& sequence_items() const;
   DType sequence_dtype() const { return seq_dtype_; }
 
  private:
   Kind kind_ = Kind::None;
   Tensor tensor_;
+  CsrTensor csr_;
   std::vector<Tensor> items_;
   DType seq_dtype_ = DType::Undefined;
 };
@@ -298,9 +338,22 @@ class CancelToken {
   std::atomic<bool> cancelled_{false};
 };
 
+// Per-node timings of a run, in execution order (subgraph bodies' nodes included).
+struct ProfileEvent {
+  std::string node;     // the node's name (a fused node is named after what it fused)
+  std::string op;       // its op type ("Densify" for the dense copy of a CSR input)
+  std::string kernel;   // the implementation chosen ("dnnl_conv", "sparse_matmul", ...)
+  double start_us = 0;  // since the run started
+  double duration_us = 0;
+};
+struct RunProfile {
+  std::vector<ProfileEvent> events;
+};
+
 struct RunOptions {
   int64_t timeout_ms = 0;               // > 0: the run ends with ErrorCode::Timeout past this
   const CancelToken* cancel = nullptr;  // not owned; must outlive the run
+  RunProfile* profile = nullptr;        // when set, the run appends one event per node run
 };
 
 using NamedValues = std::vector<std::pair<std::string, Value>>;

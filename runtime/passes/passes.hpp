@@ -23,4 +23,11 @@ Graph eliminate_dead_nodes(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 
+// Not in the list: run per plan for the graph inputs fed as CSR matrices. Consumers that run a
+// sparse × dense kernel (MatMul input 0, Gemm input 0 without transA, B a 2-D weight) read
+// them as they are; every other consumer reads a dense copy that one ai.volt Densify node per
+// input makes. `spmm_ok`: the inputs whose element type the sparse kernels take.
+Graph densify_sparse_inputs(const Graph& graph, const std::vector<std::string>& sparse_inputs,
+                            const std::vector<std::string>& spmm_ok);
+
 }  // namespace volt

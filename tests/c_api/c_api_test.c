@@ -1,5 +1,6 @@
 /* The C API from a program compiled as C: a full inference round trip, and misuse that must
  * come back as statuses with messages. Exits non-zero on the first failed check. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,63 @@ int main(int argc, char** argv) {
   int64_t neg[1] = {-4};
   CHECK(volt_tensor_create(VOLT_FLOAT, neg, 1, data, &bad) == VOLT_ERR_INVALID_ARGUMENT);
   CHECK_MSG("negative");
+
+  /* A CSR input: the same logits as its dense form (the sparse product sums in another
+   * order: 1e-5 relative). */
+  {
+    int64_t off[3] = {0, 3, 5};
+    int64_t col[5] = {700, 3, 40, 0, 783};
+    float val[5] = {0.5f, -1.0f, 2.0f, 0.25f, 1.5f};
+    float* dense = calloc(2 * 784, sizeof(float));
+    for (int r = 0; r < 2; ++r)
+      for (int64_t i = off[r]; i < off[r + 1]; ++i) dense[r * 784 + col[i]] += val[i];
+    volt_tensor* csr = NULL;
+    volt_tensor* dx = NULL;
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, 2, 784, 5, off, col, val, &csr) == VOLT_OK);
+    CHECK(volt_tensor_is_csr(csr) && !volt_tensor_is_csr(x) && volt_tensor_csr_nnz(csr) == 5);
+    CHECK(volt_tensor_rank(csr) == 2 && volt_tensor_shape(csr)[1] == 784);
+    CHECK(volt_tensor_csr_row_offsets(csr)[2] == 5 && volt_tensor_csr_col_indices(csr)[0] == 700);
+    CHECK(((const float*)volt_tensor_data(csr))[4] == 1.5f);
+    CHECK(volt_tensor_create(VOLT_FLOAT, shape, 2, dense, &dx) == VOLT_OK);
+    const volt_tensor* sparse_in[1] = {csr};
+    const volt_tensor* dense_in[1] = {dx};
+    volt_tensor* sparse_out[1] = {NULL};
+    volt_tensor* dense_out[1] = {NULL};
+    CHECK(volt_session_run(s, 1, names, sparse_in, 1, NULL, sparse_out) == VOLT_OK);
+    CHECK(volt_session_run(s, 1, names, dense_in, 1, NULL, dense_out) == VOLT_OK);
+    if (sparse_out[0] && dense_out[0]) {
+      const float* a = volt_tensor_data(sparse_out[0]);
+      const float* b = volt_tensor_data(dense_out[0]);
+      for (int i = 0; i < 20; ++i) CHECK(fabsf(a[i] - b[i]) <= 1e-5f * (1.0f + fabsf(b[i])));
+    }
+    volt_tensor_free(sparse_out[0]);
+    volt_tensor_free(dense_out[0]);
+    volt_tensor_free(csr);
+    volt_tensor_free(dx);
+    free(dense);
+    /* Bad CSR: each says what is wrong. */
+    volt_tensor* badcsr = NULL;
+    int64_t decreasing[3] = {0, 3, 2};
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, 2, 784, 5, decreasing, col, val, &badcsr) ==
+          VOLT_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("decrease");
+    CHECK(badcsr == NULL);
+    int64_t short_end[3] = {0, 3, 4};
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, 2, 784, 5, short_end, col, val, &badcsr) ==
+          VOLT_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("nnz");
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, 2, 700, 5, off, col, val, &badcsr) ==
+          VOLT_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("column index 700");
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, -2, 784, 5, off, col, val, &badcsr) ==
+          VOLT_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("negative");
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, 2, 784, 5, NULL, col, val, &badcsr) ==
+          VOLT_ERR_INVALID_ARGUMENT);
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, 2, 784, 5, off, col, val, NULL) ==
+          VOLT_ERR_INVALID_ARGUMENT);
+    CHECK(volt_tensor_is_csr(NULL) == 0 && volt_tensor_csr_row_offsets(x) == NULL);
+  }
 
   /* Run options: a deadline, cancellation, and their misuse. */
   volt_run_options* ro = volt_run_options_create();

@@ -1,0 +1,59 @@
+// Sparse graph inputs: keep them sparse where a kernel can use that, densify explicitly
+// elsewhere, so the plan (and the profile) shows where the dense copy happens.
+#include <algorithm>
+
+#include "operators/registry.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+// A 2-D weight known from the graph: an initializer, or a value declared rank 2.
+bool is_2d(const Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (it != g.initializers.end()) return it->second.rank() == 2;
+  for (const auto* list : {&g.inputs, &g.value_info})
+    for (const ValueInfo& v : *list)
+      if (v.name == name) return v.has_shape && v.shape.size() == 2;
+  return false;
+}
+
+bool reads_sparse(const Graph& g, const Node& node, size_t input) {
+  if (input != 0 || node.domain != kOnnxDomain || node.inputs.size() < 2) return false;
+  if (node.op_type == "MatMul") return is_2d(g, node.inputs[1]);
+  if (node.op_type == "Gemm") return node.attr_int("transA", 0) == 0 && is_2d(g, node.inputs[1]);
+  return false;
+}
+
+}  // namespace
+
+Graph densify_sparse_inputs(const Graph& graph, const std::vector<std::string>& sparse_inputs,
+                            const std::vector<std::string>& spmm_ok) {
+  Graph out = graph;
+  for (const std::string& name : sparse_inputs) {
+    const bool can_stay = std::find(spmm_ok.begin(), spmm_ok.end(), name) != spmm_ok.end();
+    const std::string dense = name + "/densified";
+    bool needed = std::any_of(out.outputs.begin(), out.outputs.end(),
+                              [&](const ValueInfo& v) { return v.name == name; });
+    for (Node& node : out.nodes)
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        if (node.inputs[i] == name && !(can_stay && reads_sparse(out, node, i))) {
+          node.inputs[i] = dense;
+          needed = true;
+        }
+    for (ValueInfo& v : out.outputs)
+      if (v.name == name) v.name = dense;  // a graph output is returned dense
+    if (!needed) continue;
+    Node densify;
+    densify.name = "densify " + name;
+    densify.op_type = "Densify";
+    densify.domain = kVoltDomain;
+    densify.opset = 1;
+    densify.inputs = {name};
+    densify.outputs = {dense};
+    out.nodes.push_back(std::move(densify));  // appended: existing value ids do not move
+  }
+  return out;
+}
+
+}  // namespace volt

@@ -1,5 +1,7 @@
 #include "runtime/training/optimizer.hpp"
 
+#include <algorithm>
+
 #include "operators/common/dispatch.hpp"
 #include "operators/common/optimizer_math.hpp"
 #include "runtime/error.hpp"
@@ -14,65 +16,118 @@ Tensor& Optimizer::slot(const std::string& kind, const std::string& name, const 
   return it->second;
 }
 
-void Optimizer::step(std::map<std::string, Tensor>& params,
-                     const std::map<std::string, Tensor>& grads, double lr, int64_t t) {
-  for (const auto& named : grads) {
-    const std::string& name = named.first;  // (clang 14 cannot capture structured bindings)
-    const Tensor& grad = named.second;
-    Tensor& x = params.at(name);
-    const bool adam = c_.optimizer != "sgd";
-    Tensor* s1 = adam || c_.momentum > 0 ? &slot(adam ? "m" : "velocity", name, x) : nullptr;
-    Tensor* s2 = adam ? &slot("v", name, x) : nullptr;
-    dispatch_numeric(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        fail(ErrorCode::InvalidArgument, "parameter '" + name + "' is not floating point");
-      } else {
-        T* px = static_cast<T*>(x.raw());
-        const T* pg = static_cast<const T*>(grad.raw());
-        T* p1 = s1 ? static_cast<T*>(s1->raw()) : nullptr;
-        T* p2 = s2 ? static_cast<T*>(s2->raw()) : nullptr;
-        const int64_t n = x.numel();
-        const optim::Momentum momentum{lr, c_.momentum, 1.0, c_.weight_decay, c_.nesterov, t};
-        const bool decoupled = c_.optimizer == "adamw",
-                   sgd = !adam;  // decided once, not per element
-        const optim::Adam adam_rule{
-            lr, c_.beta1, c_.beta2, c_.epsilon, decoupled ? 0.0 : c_.weight_decay, 0.0, t};
-        // Arithmetic in the weights' own precision for float and double; float for 16-bit.
-        using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-        const S rate = static_cast<S>(adam_rule.rate()), wd = static_cast<S>(c_.weight_decay),
-                slr = static_cast<S>(lr);
-        // One loop per rule, with no branches inside, so each vectorizes.
-        auto load = [](const T* p, int64_t i) { return static_cast<S>(static_cast<C>(p[i])); };
-        auto put = [](T* p, int64_t i, S v) { p[i] = static_cast<T>(static_cast<C>(v)); };
-        if (sgd && p1) {
-#pragma omp parallel for simd if (n > 65536)
-          for (int64_t i = 0; i < n; ++i) {
-            S xv = load(px, i), v = load(p1, i);
-            momentum.update(xv, load(pg, i), v);
-            put(p1, i, v);
-            put(px, i, xv);
+namespace {
+
+// A dense step works on chunks of the flat tensor, so threads share the work.
+constexpr int64_t kChunk = 16384;
+
+// Applies the configured rule to `rows` runs of `width` elements: run k updates x, its state and
+// reads the gradient at x_offset(k) / g_offset(k). A dense step is one run over the whole
+// tensor; a lazy row-sparse step is one run per touched row. One implementation for both, so
+// they cannot drift apart.
+template <class XOffset, class GOffset, class Width>
+void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1, Tensor* s2,
+                double lr, int64_t t, int64_t runs, Width run_width, XOffset x_offset,
+                GOffset g_offset, const std::string& name) {
+  dispatch_numeric(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Compute<T>::type;
+    if constexpr (!std::is_floating_point_v<C>) {
+      fail(ErrorCode::InvalidArgument, "parameter '" + name + "' is not floating point");
+    } else {
+      T* px = static_cast<T*>(x.raw());
+      const T* pg = static_cast<const T*>(grad.raw());
+      T* p1 = s1 ? static_cast<T*>(s1->raw()) : nullptr;
+      T* p2 = s2 ? static_cast<T*>(s2->raw()) : nullptr;
+      const optim::Momentum momentum{lr, c.momentum, 1.0, c.weight_decay, c.nesterov, t};
+      const bool decoupled = c.optimizer == "adamw";
+      const optim::Adam adam_rule{
+          lr, c.beta1, c.beta2, c.epsilon, decoupled ? 0.0 : c.weight_decay, 0.0, t};
+      const optim::Adagrad adagrad{lr, 0.0, c.epsilon, c.weight_decay, t};
+      // Arithmetic in the weights' own precision for float and double; float for 16-bit.
+      using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const S rate = static_cast<S>(adam_rule.rate()), wd = static_cast<S>(c.weight_decay),
+              slr = static_cast<S>(lr);
+      const S decay = decoupled ? 1 - slr * wd : S(1);  // AdamW: decay apart from the gradient
+      auto load = [](const T* p, int64_t i) { return static_cast<S>(static_cast<C>(p[i])); };
+      auto put = [](T* p, int64_t i, S v) { p[i] = static_cast<T>(static_cast<C>(v)); };
+      const int kind = c.optimizer == "sgd" ? (p1 ? 1 : 0) : c.optimizer == "adagrad" ? 3 : 2;
+      // One loop per rule, with no branches inside, so each vectorizes; runs in parallel.
+#pragma omp parallel for if (runs > 1 && x.numel() > 65536)
+      for (int64_t k = 0; k < runs; ++k) {
+        const int64_t xo = x_offset(k), go = g_offset(k), width = run_width(k);
+        T *X = px + xo, *M = p1 ? p1 + xo : nullptr, *V = p2 ? p2 + xo : nullptr;
+        const T* G = pg + go;
+        if (kind == 1) {
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            S xv = load(X, i), v = load(M, i);
+            momentum.update(xv, load(G, i), v);
+            put(M, i, v);
+            put(X, i, xv);
           }
-        } else if (sgd) {
-#pragma omp parallel for simd if (n > 65536)
-          for (int64_t i = 0; i < n; ++i) {
-            const S xv = load(px, i);
-            put(px, i, xv - slr * (load(pg, i) + wd * xv));
+        } else if (kind == 0) {
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            const S xv = load(X, i);
+            put(X, i, xv - slr * (load(G, i) + wd * xv));
+          }
+        } else if (kind == 3) {
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            S xv = load(X, i), h = load(M, i);
+            adagrad.update(xv, load(G, i), h);
+            put(M, i, h);
+            put(X, i, xv);
           }
         } else {
-          const S decay = decoupled ? 1 - slr * wd : S(1);  // AdamW: decay apart from the gradient
-#pragma omp parallel for simd if (n > 65536)
-          for (int64_t i = 0; i < n; ++i) {
-            S xv = load(px, i) * decay, m = load(p1, i), v = load(p2, i);
-            adam_rule.update(xv, load(pg, i), m, v, rate);
-            put(p1, i, m);
-            put(p2, i, v);
-            put(px, i, xv);
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            S xv = load(X, i) * decay, m = load(M, i), v = load(V, i);
+            adam_rule.update(xv, load(G, i), m, v, rate);
+            put(M, i, m);
+            put(V, i, v);
+            put(X, i, xv);
           }
         }
       }
-    });
+    }
+  });
+}
+
+}  // namespace
+
+std::pair<Tensor*, Tensor*> Optimizer::slots_for(const std::string& name, const Tensor& x) {
+  const std::string& o = c_.optimizer;
+  if (o == "sgd") return {c_.momentum > 0 ? &slot("velocity", name, x) : nullptr, nullptr};
+  if (o == "adagrad") return {&slot("h", name, x), nullptr};
+  return {&slot("m", name, x), &slot("v", name, x)};
+}
+
+void Optimizer::step(std::map<std::string, Tensor>& params,
+                     const std::map<std::string, Tensor>& grads, double lr, int64_t t) {
+  for (const auto& [name, grad] : grads) {
+    Tensor& x = params.at(name);
+    auto [s1, s2] = slots_for(name, x);
+    const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+    apply_rule(
+        c_, x, grad, s1, s2, lr, t, chunks,
+        [n](int64_t k) { return std::min(kChunk, n - k * kChunk); },
+        [](int64_t k) { return k * kChunk; }, [](int64_t k) { return k * kChunk; }, name);
+  }
+}
+
+void Optimizer::step_rows(std::map<std::string, Tensor>& params,
+                          const std::map<std::string, RowSparse>& grads, double lr, int64_t t) {
+  for (const auto& [name, g] : grads) {
+    Tensor& x = params.at(name);
+    const int64_t width = x.dim(0) ? x.numel() / x.dim(0) : 0;
+    const int64_t* rows = g.rows.data<int64_t>();
+    auto [s1, s2] = slots_for(name, x);
+    apply_rule(
+        c_, x, g.values, s1, s2, lr, t, g.rows.numel(), [width](int64_t) { return width; },
+        [rows, width](int64_t k) { return rows[k] * width; },
+        [width](int64_t k) { return k * width; }, name);
   }
 }
 

@@ -1,5 +1,5 @@
-// SGD (momentum, Nesterov), Adam and AdamW over named parameters, updated in place. The update
-// rules are those of the ai.onnx.preview.training ops (operators/common/optimizer_math.hpp).
+// SGD (momentum, Nesterov), Adam, AdamW and Adagrad over named parameters, updated in place. The
+// update rules are those of the ai.onnx.preview.training ops (operators/common/optimizer_math.hpp).
 #pragma once
 #include <map>
 #include <string>
@@ -9,12 +9,22 @@
 
 namespace volt {
 
+// The gradient of an embedding table: the touched rows (sorted, unique) and their summed
+// gradients [rows, ...].
+struct RowSparse {
+  Tensor rows;
+  Tensor values;
+};
+
 class Optimizer {
  public:
   explicit Optimizer(const TrainConfig& config) : c_(config) {}
   // `t` is the 1-based step number.
   void step(std::map<std::string, Tensor>& params, const std::map<std::string, Tensor>& grads,
             double lr, int64_t t);
+  // The lazy update: only the touched rows of each table (and of its optimizer state) change.
+  void step_rows(std::map<std::string, Tensor>& params,
+                 const std::map<std::string, RowSparse>& grads, double lr, int64_t t);
   void save(Checkpoint& c) const;
   // Restores state saved by save(); checks shapes against `params`.
   void load(const Checkpoint& c, const std::map<std::string, Tensor>& params,
@@ -22,6 +32,8 @@ class Optimizer {
 
  private:
   Tensor& slot(const std::string& kind, const std::string& name, const Tensor& like);
+  // The state tensors the configured rule keeps for a parameter (nullptr where none).
+  std::pair<Tensor*, Tensor*> slots_for(const std::string& name, const Tensor& x);
   TrainConfig c_;
   std::map<std::string, std::map<std::string, Tensor>> state_;  // slot kind -> parameter -> state
 };

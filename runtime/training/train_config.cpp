@@ -21,10 +21,10 @@ double number(const std::string& key, const std::string& value, double lo, doubl
 }
 
 bool boolean(const std::string& key, const std::string& value) {
-  if (value == "1" || value == "true") return true;
-  if (value == "0" || value == "false") return false;
+  if (value == "1" || value == "true" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "off") return false;
   fail(ErrorCode::InvalidArgument,
-       "training option '" + key + "': '" + value + "' is not true/false/1/0");
+       "training option '" + key + "': '" + value + "' is not on/off, true/false or 1/0");
 }
 
 std::vector<std::string> prefixes(const std::string& value) {
@@ -57,7 +57,7 @@ void apply_train_option(TrainConfig& c, const std::string& key, const std::strin
     VOLT_CHECK(!value.empty(), InvalidArgument, "training option 'label' cannot be empty");
     c.label = value;
   } else if (key == "optimizer")
-    one_of(key, value, {"sgd", "adam", "adamw"}), c.optimizer = value;
+    one_of(key, value, {"sgd", "adam", "adamw", "adagrad"}), c.optimizer = value;
   else if (key == "learning_rate")
     c.learning_rate = number(key, value, 0, 1e6);
   else if (key == "momentum")
@@ -86,12 +86,17 @@ void apply_train_option(TrainConfig& c, const std::string& key, const std::strin
     one_of(key, value, {"fp32", "mixed_fp16"}), c.precision = value;
   else if (key == "seed")
     c.seed = static_cast<uint64_t>(number(key, value, 0, 9.0e15));
+  else if (key == "sparse_gradients")
+    one_of(key, value, {"auto", "off"}), c.sparse_gradients = value == "auto";
+  else if (key == "lazy_update")
+    c.lazy_update = boolean(key, value);
   else
     fail(ErrorCode::InvalidArgument, "unknown training option '" + key +
                                          "' (known: loss, prediction, label, optimizer, "
                                          "learning_rate, momentum, nesterov, beta1, beta2, "
                                          "epsilon, weight_decay, max_grad_norm, trainable, freeze, "
-                                         "threads, device, precision, seed)");
+                                         "threads, device, precision, seed, sparse_gradients, "
+                                         "lazy_update)");
 }
 
 TrainConfig parse_train_options(const TrainOptions& options) {

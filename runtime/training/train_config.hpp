@@ -12,7 +12,7 @@ struct TrainConfig {
   std::string loss = "cross_entropy";  // cross_entropy | mse | model_output
   std::string prediction;              // "" = the first output
   std::string label = "label";
-  std::string optimizer = "sgd";  // sgd | adam | adamw
+  std::string optimizer = "sgd";  // sgd | adam | adamw | adagrad
   double learning_rate = 0.01, momentum = 0, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8,
          weight_decay = 0, max_grad_norm = 0;
   bool nesterov = false;
@@ -20,6 +20,12 @@ struct TrainConfig {
   int threads = 0;
   std::string device = "cpu", precision = "fp32";
   uint64_t seed = 0;
+  // Embedding tables (weights read only by Gather on axis 0) get row-sparse gradients: the
+  // touched rows, summed. Off: dense gradients everywhere (for comparison).
+  bool sparse_gradients = true;
+  // With row-sparse gradients, the optimizer updates only the touched rows (momentum and Adam
+  // moments of other rows wait, as in PyTorch's SparseAdam); off applies the dense semantics.
+  bool lazy_update = true;
 };
 
 // An unknown key or a bad value is an InvalidArgument error naming it.

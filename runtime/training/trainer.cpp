@@ -2,8 +2,11 @@
 // initializers; each step runs forward and backward as one planned graph, then the optimizer
 // updates the weights in place. Evaluation and prediction run the inference graph with the
 // current weights.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "loaders/loader.hpp"
 #include "operators/grad/gradient_rule.hpp"
@@ -48,6 +51,7 @@ struct Trainer::Impl {
   std::string model_bytes;  // the original file, for export
   std::string prediction;
   std::vector<std::string> trainable;
+  std::vector<std::string> dense_trainable, sparse_tables;  // how each trainable one is updated
   std::map<std::string, Tensor>
       weights;  // every float initializer (trained or not), owned and updated in place
   std::map<std::string, Value> weight_values;
@@ -105,11 +109,69 @@ struct Trainer::Impl {
     Graph tr = g;
     to_training_mode(tr);
     const std::string loss = add_loss(tr);
-    grad_names = append_gradients(tr, {loss, "", trainable}, path);
+    // Embedding tables get row-sparse gradients: autodiff stops at the rows they gathered, and
+    // one RowSparseGrad node per table collects them.
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> lookups;
+    for (const auto& name : trainable) {
+      auto reads = cfg.sparse_gradients ? gather_only_reads(tr, name) : std::nullopt;
+      if (reads && !reads->empty()) {
+        sparse_tables.push_back(name);
+        lookups[name] = *reads;
+      } else {
+        dense_trainable.push_back(name);
+      }
+    }
+    std::vector<std::string> wrt = dense_trainable;
+    for (const auto& table : sparse_tables)
+      for (const auto& [ids, rows] : lookups[table]) wrt.push_back(rows);
+    grad_names = append_gradients(tr, {loss, "", wrt}, path);
     tr.outputs = {output_info(loss)};
-    for (const auto& gname : grad_names) tr.outputs.push_back(output_info(gname));
+    for (size_t i = 0; i < dense_trainable.size(); ++i)
+      tr.outputs.push_back(output_info(grad_names[i]));
+    size_t next = dense_trainable.size();
+    for (const auto& table : sparse_tables) {
+      Node collect = make_node("volt/row_sparse_grad/" + table, "RowSparseGrad", {},
+                               {table + "/grad_rows", table + "/grad_values"},
+                               {{"table_rows", int_attr(weights.at(table).dim(0))}});
+      collect.domain = kVoltDomain;
+      collect.opset = 1;
+      for (const auto& [ids, rows] : lookups[table]) {
+        collect.inputs.push_back(ids);
+        collect.inputs.push_back(grad_names[next++]);
+      }
+      tr.nodes.push_back(collect);
+      tr.outputs.push_back(output_info(table + "/grad_rows"));
+      tr.outputs.push_back(output_info(table + "/grad_values"));
+    }
     for (const auto& [out, _] : running_stats) tr.outputs.push_back(output_info(out));
     train = std::make_unique<GraphRunner>(std::make_shared<const Graph>(tr), path, "cpu", threads);
+  }
+
+  // When every read of `table` in `g` is a Gather on axis 0 with the table as data: the
+  // (ids, gathered rows) of each; otherwise nothing (the table gets a dense gradient).
+  static std::optional<std::vector<std::pair<std::string, std::string>>> gather_only_reads(
+      const Graph& g, const std::string& table) {
+    std::vector<std::pair<std::string, std::string>> reads;
+    for (const auto& o : g.outputs)
+      if (o.name == table) return std::nullopt;
+    for (const Node& n : g.nodes) {
+      for (const auto& [_, a] : n.attributes) {
+        std::vector<std::shared_ptr<Graph>> subs = a.graphs;
+        if (a.g) subs.push_back(a.g);
+        for (const auto& sg : subs) {
+          const auto free = free_values(*sg);
+          if (std::find(free.begin(), free.end(), table) != free.end()) return std::nullopt;
+        }
+      }
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (n.inputs[i] != table) continue;
+        const bool gather = n.op_type == "Gather" && n.domain == kOnnxDomain && i == 0 &&
+                            n.attr_int("axis", 0) == 0 && n.has_output(0);
+        if (!gather) return std::nullopt;
+        reads.emplace_back(n.inputs[1], n.outputs[0]);
+      }
+    }
+    return reads;
   }
 
   static ValueInfo output_info(const std::string& name) {
@@ -210,23 +272,39 @@ struct Trainer::Impl {
                model.source + ": step " + std::to_string(step + 1) +
                    ": the loss is not finite; the update was skipped");
     std::map<std::string, Tensor> grads;
+    std::map<std::string, RowSparse> row_grads;
     double sq = 0;
-    for (size_t i = 0; i < trainable.size(); ++i) {
-      const Tensor& g = out[1 + i].tensor();
-      const double s =
-          sum_of_squares(g);  // also the finiteness check: a NaN or Inf makes it non-finite
+    // The sum of squares is also the finiteness check (a NaN or Inf makes it non-finite); for
+    // tables it covers the touched rows only, which hold all of their gradient.
+    auto check = [&](const Tensor& g, const std::string& name) {
+      const double s = sum_of_squares(g);
       VOLT_CHECK(std::isfinite(s), Runtime,
                  model.source + ": step " + std::to_string(step + 1) + ": the gradient of '" +
-                     trainable[i] + "' is not finite; the update was skipped");
+                     name + "' is not finite; the update was skipped");
       sq += s;
-      grads[trainable[i]] = g;
+    };
+    size_t k = 1;
+    for (const auto& name : dense_trainable) {
+      grads[name] = out[k++].tensor();
+      check(grads[name], name);
+    }
+    for (const auto& table : sparse_tables) {
+      RowSparse& g = row_grads[table];
+      g.rows = out[k++].tensor();
+      g.values = out[k++].tensor();
+      check(g.values, table);
     }
     if (cfg.max_grad_norm > 0) {
       const double norm = std::sqrt(sq);
-      if (norm > cfg.max_grad_norm) scale_all(grads, cfg.max_grad_norm / norm);
+      if (norm > cfg.max_grad_norm) {
+        scale_all(grads, cfg.max_grad_norm / norm);
+        for (auto& [_, g] : row_grads) g.values = scaled(g.values, cfg.max_grad_norm / norm);
+      }
     }
+    if (!cfg.lazy_update)  // the standard dense semantics, for comparison
+      for (auto& [table, g] : row_grads) grads[table] = densified(g, weights.at(table));
     optimizer.step(weights, grads, lr, step + 1);
-    size_t k = 1 + trainable.size();
+    if (cfg.lazy_update) optimizer.step_rows(weights, row_grads, lr, step + 1);
     for (const auto& [outname, init] : running_stats) {
       const Tensor& stat = out[k++].tensor();
       Tensor& w = weights.at(init);
@@ -269,16 +347,28 @@ struct Trainer::Impl {
     }
   }
 
+  static Tensor scaled(const Tensor& g, double s) {
+    Tensor c = g.clone();
+    if (c.dtype() == DType::Float)
+      for (int64_t i = 0; i < c.numel(); ++i)
+        c.data<float>()[i] = static_cast<float>(c.data<float>()[i] * s);
+    else if (c.dtype() == DType::Double)
+      for (int64_t i = 0; i < c.numel(); ++i) c.data<double>()[i] *= s;
+    return c;
+  }
   static void scale_all(std::map<std::string, Tensor>& grads, double s) {
-    for (auto& [_, g] : grads) {
-      Tensor c = g.clone();
-      if (c.dtype() == DType::Float)
-        for (int64_t i = 0; i < c.numel(); ++i)
-          c.data<float>()[i] = static_cast<float>(c.data<float>()[i] * s);
-      else if (c.dtype() == DType::Double)
-        for (int64_t i = 0; i < c.numel(); ++i) c.data<double>()[i] *= s;
-      g = c;
-    }
+    for (auto& [_, g] : grads) g = scaled(g, s);
+  }
+  // The dense gradient of a table: zeros, with the touched rows filled in.
+  static Tensor densified(const RowSparse& g, const Tensor& table) {
+    Tensor d = Tensor::empty(table.dtype(), table.shape());
+    const size_t row_bytes = table.dim(0) ? table.nbytes() / static_cast<size_t>(table.dim(0)) : 0;
+    const int64_t* rows = g.rows.data<int64_t>();
+    for (int64_t i = 0; i < g.rows.numel(); ++i)
+      std::memcpy(static_cast<char*>(d.raw()) + static_cast<size_t>(rows[i]) * row_bytes,
+                  static_cast<const char*>(g.values.raw()) + static_cast<size_t>(i) * row_bytes,
+                  row_bytes);
+    return d;
   }
 
   Checkpoint snapshot() const {

@@ -1,0 +1,161 @@
+// Row-sparse gradients for embedding tables and the lazy optimizer updates: against the dense
+// gradient and the dense update where the mathematics says they agree, apart where it says
+// they differ.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "model_builder.hpp"
+#include "volt/volt.hpp"
+
+namespace volt {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ModelBuilder;
+
+constexpr int64_t kRows = 50, kDim = 4;
+
+// logits = Flatten(Gather(E, ids)) · W + Flatten(Gather(E, more)) · W2: one table read twice.
+std::string embedding_model() {
+  static const std::string path = [] {
+    ModelBuilder b;
+    b.input("ids", 7, {-1, 3}).input("more", 7, {-1, 1}).output("logits", 1, {-1, 2});
+    std::mt19937 rng(4);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> e(kRows * kDim), w(12 * 2), w2(4 * 2);
+    for (float& x : e) x = u(rng);
+    for (float& x : w) x = u(rng);
+    for (float& x : w2) x = u(rng);
+    b.initializer("E", {kRows, kDim}, e).initializer("W", {12, 2}, w).initializer("W2", {4, 2}, w2);
+    b.node("Gather", {"E", "ids"}, {"rows"})
+        .node("Flatten", {"rows"}, {"flat"})
+        .node("MatMul", {"flat", "W"}, {"a"})
+        .node("Gather", {"E", "more"}, {"rows2"})
+        .node("Flatten", {"rows2"}, {"flat2"})
+        .node("MatMul", {"flat2", "W2"}, {"b"})
+        .node("Add", {"a", "b"}, {"logits"});
+    const std::string p =
+        (fs::temp_directory_path() / ("volt_sparse_train_" + std::to_string(getpid()) + ".onnx"))
+            .string();
+    b.save(p);
+    return p;
+  }();
+  return path;
+}
+
+// A batch whose ids repeat (duplicates must add up) and include a negative one (from the end).
+NamedValues batch(int64_t first_id) {
+  Tensor ids =
+      Tensor::from<int64_t>({first_id, first_id + 1, first_id, 7, -1, first_id + 2}, {2, 3});
+  Tensor more = Tensor::from<int64_t>({first_id + 1, 9}, {2, 1});
+  return {{"ids", ids}, {"more", more}, {"label", Tensor::from<int64_t>({0, 1}, {2})}};
+}
+
+Trainer make(TrainOptions o) {
+  o.emplace_back("threads", "1");
+  return Trainer(embedding_model(), o);
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, std::fabs(double(a.data<float>()[i]) - b.data<float>()[i]));
+  return m;
+}
+
+TEST(RowSparse, SgdStepEqualsTheDenseStep) {
+  // Plain SGD: the lazy update of the touched rows is exactly the dense update, and with the
+  // learning rate 1 the change of E is minus the gradient: row-sparse equals dense, restricted
+  // to the touched rows, and untouched rows do not move.
+  Trainer sparse = make({{"optimizer", "sgd"}, {"learning_rate", "1"}});
+  Trainer dense = make({{"optimizer", "sgd"}, {"learning_rate", "1"}, {"sparse_gradients", "off"}});
+  const Tensor before = sparse.weight("E").clone();
+  EXPECT_FLOAT_EQ(sparse.step(batch(2)), dense.step(batch(2)));
+  EXPECT_LT(max_diff(sparse.weight("E"), dense.weight("E")), 1e-6);
+  EXPECT_LT(max_diff(sparse.weight("W"), dense.weight("W")), 1e-6);
+  const std::set<int64_t> touched = {2, 3, 4, 7, kRows - 1, 9};
+  for (int64_t r = 0; r < kRows; ++r) {
+    double change = 0;
+    for (int64_t j = 0; j < kDim; ++j)
+      change += std::fabs(sparse.weight("E").data<float>()[r * kDim + j] -
+                          before.data<float>()[r * kDim + j]);
+    EXPECT_EQ(change > 0, touched.count(r) > 0) << "row " << r;
+  }
+}
+
+TEST(RowSparse, LazyAdamLeavesRowsAloneUntilTouchedDenseAdamDoesNot) {
+  Trainer lazy = make({{"optimizer", "adam"}, {"learning_rate", "0.01"}});
+  Trainer dense = make({{"optimizer", "adam"}, {"learning_rate", "0.01"}, {"lazy_update", "off"}});
+  Trainer reference =
+      make({{"optimizer", "adam"}, {"learning_rate", "0.01"}, {"sparse_gradients", "off"}});
+  for (Trainer* t : {&lazy, &dense, &reference}) t->step(batch(2));
+  // After one step all three agree (Adam's moments start at zero everywhere).
+  EXPECT_LT(max_diff(lazy.weight("E"), reference.weight("E")), 1e-6);
+  const Tensor after_first = lazy.weight("E").clone();
+  for (Trainer* t : {&lazy, &dense, &reference}) t->step(batch(20));  // rows 2-4 not touched
+  // Dense semantics (whether the gradient arrived sparse or not) keep moving rows 2-4 on their
+  // momentum; the lazy update leaves them until they are touched again.
+  EXPECT_LT(max_diff(dense.weight("E"), reference.weight("E")), 1e-6);
+  for (int64_t r : {2, 3, 4}) {
+    for (int64_t j = 0; j < kDim; ++j) {
+      const int64_t i = r * kDim + j;
+      EXPECT_EQ(lazy.weight("E").data<float>()[i], after_first.data<float>()[i]);
+      EXPECT_NE(dense.weight("E").data<float>()[i], after_first.data<float>()[i]);
+    }
+  }
+  // Rows touched in both steps agree between lazy and dense (same moments history).
+  for (int64_t j = 0; j < kDim; ++j)
+    EXPECT_NEAR(lazy.weight("E").data<float>()[7 * kDim + j],
+                dense.weight("E").data<float>()[7 * kDim + j], 1e-6);
+}
+
+TEST(RowSparse, EveryOptimizerTrainsAndCheckpointsResumeExactly) {
+  const fs::path dir = fs::temp_directory_path() / ("volt_rs_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  for (const char* opt : {"sgd", "adam", "adamw", "adagrad"}) {
+    SCOPED_TRACE(opt);
+    TrainOptions o = {{"optimizer", opt},
+                      {"learning_rate", "0.05"},
+                      {"momentum", "0.9"},
+                      {"weight_decay", "0.01"},
+                      {"max_grad_norm", "5"}};
+    if (std::string(opt) != "sgd") o.erase(o.begin() + 2);
+    Trainer a = make(o);
+    float first = a.step(batch(1)), last = 0;
+    for (int i = 0; i < 30; ++i) last = a.step(batch(1 + i % 3));
+    EXPECT_LT(last, first);
+    // Save, run on, then resume a fresh trainer from the checkpoint: bitwise the same.
+    const std::string ckpt = (dir / (std::string(opt) + ".ckpt")).string();
+    a.save_checkpoint(ckpt);
+    a.step(batch(5));
+    Trainer b = make(o);
+    b.load_checkpoint(ckpt);
+    b.step(batch(5));
+    EXPECT_EQ(max_diff(a.weight("E"), b.weight("E")), 0.0);
+    // Export: the tuned table is in the plain model.
+    const std::string out = (dir / (std::string(opt) + ".onnx")).string();
+    a.export_model(out);
+    Session s(out);
+    const auto got = s.run({batch(3)[0], batch(3)[1]});
+    const auto want = a.predict({batch(3)[0], batch(3)[1]});
+    EXPECT_EQ(max_diff(got[0].tensor(), want[0].tensor()), 0.0);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(RowSparse, BadIdsFailTheStepAndChangeNothing) {
+  Trainer t = make({{"optimizer", "adam"}});
+  const Tensor before = t.weight("E").clone();
+  NamedValues b = batch(2);
+  b[0].second = Tensor::from<int64_t>({1, 2, 3, 4, 5, kRows}, {2, 3});
+  EXPECT_THROW(t.step(b), Error);
+  EXPECT_EQ(max_diff(t.weight("E"), before), 0.0);
+  EXPECT_EQ(t.steps(), 0);
+}
+
+}  // namespace
+}  // namespace volt

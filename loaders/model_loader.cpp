@@ -154,7 +154,7 @@ std::shared_ptr<Graph> graph_from_proto(const onnx::GraphProto& g, LoadContext& 
                where(ctx) + "initializer '" + t.name() + "' is defined twice");
   }
   for (const auto& s : g.sparse_initializer()) {
-    // COO -> dense. (Keeping it sparse where a kernel can use it is the sparse work's job.)
+    // COO -> dense, and for 2-D float weights also CSR (for passes/keep_sparse_weights).
     const std::string what = where(ctx) + "sparse initializer '" + s.values().name() + "'";
     Tensor values = tensor_from_proto(s.values(), ctx.external, what);
     Tensor indices = tensor_from_proto(s.indices(), ctx.external, what + " indices");
@@ -189,6 +189,8 @@ std::shared_ptr<Graph> graph_from_proto(const onnx::GraphProto& g, LoadContext& 
       std::memcpy(static_cast<char*>(out.raw()) + flat * es,
                   static_cast<const char*>(values.raw()) + k * es, es);
     }
+    if (dense.size() == 2 && out.dtype() == DType::Float)
+      graph->sparse_initializers[s.values().name()] = CsrTensor::from_dense(out);
     VOLT_CHECK(graph->initializers.emplace(s.values().name(), std::move(out)).second, InvalidModel,
                what + " is defined twice");
   }

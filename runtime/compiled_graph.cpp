@@ -87,6 +87,10 @@ CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::strin
     const int id = intern(name);
     if (!producer.count(id)) producer[id] = -3;
   }
+  for (const auto& [name, _] : g.sparse_initializers) {
+    const int id = intern(name);
+    if (!producer.count(id)) producer[id] = -3;
+  }
   for (const auto& name : outer_scope) {
     const int id = intern(name);
     if (!producer.count(id)) {

@@ -83,8 +83,14 @@ struct Graph {
   std::vector<ValueInfo> outputs;
   std::vector<ValueInfo> value_info;
   std::map<std::string, Tensor> initializers;
+  // The model's 2-D float sparse_initializers in CSR form, beside their dense copies in
+  // `initializers` (same name). The keep_sparse_weights pass points MatMul at them; values of
+  // this map that no node reads are ignored.
+  std::map<std::string, CsrTensor> sparse_initializers;
 
-  bool is_initializer(const std::string& name) const { return initializers.count(name) != 0; }
+  bool is_initializer(const std::string& name) const {
+    return initializers.count(name) != 0 || sparse_initializers.count(name) != 0;
+  }
 };
 
 struct Model {

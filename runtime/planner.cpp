@@ -148,6 +148,14 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     plan->placement[id] = Placement::Constant;
     known[id] = 1;
   }
+  for (const auto& [name, csr] : g.sparse_initializers) {  // where no dense copy has the name
+    const int id = cg.id(name);
+    if (id < 0 || known[id]) continue;
+    plan->constants[id] = csr;
+    plan->types[id] = TypeShape::of(plan->constants[id]);
+    plan->placement[id] = Placement::Constant;
+    known[id] = 1;
+  }
 
   for (int node_index : cg.order) {
     const Node& node = g.nodes[node_index];

@@ -6,6 +6,7 @@ const std::vector<Pass>& optimization_passes() {
   static const std::vector<Pass> passes = {
       {"expand_gradient_ops", 0, expand_gradient_ops},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
+      {"keep_sparse_weights", 1, keep_sparse_weights},
       {"fuse_conv_activation", 2, fuse_conv_activation},
   };
   return passes;

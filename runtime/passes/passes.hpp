@@ -22,6 +22,7 @@ Graph run_passes(const Graph& graph, int level);
 Graph eliminate_dead_nodes(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
+Graph keep_sparse_weights(const Graph& graph);
 
 // Not in the list: run per plan for the graph inputs fed as CSR matrices. Consumers that run a
 // sparse × dense kernel (MatMul input 0, Gemm input 0 without transA, B a 2-D weight) read

@@ -179,3 +179,70 @@ TEST(Csr, OtherConsumersReadAnExplicitDenseCopy) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// A COO sparse_initializer of the given dense contents (zeros left out).
+void add_sparse_initializer(ModelBuilder& b, const std::string& name, int64_t rows, int64_t cols,
+                            const std::vector<float>& dense) {
+  auto* s = b.proto().mutable_graph()->add_sparse_initializer();
+  s->add_dims(rows);
+  s->add_dims(cols);
+  auto* values = s->mutable_values();
+  values->set_name(name);
+  values->set_data_type(onnx::TensorProto::FLOAT);
+  auto* indices = s->mutable_indices();
+  indices->set_data_type(onnx::TensorProto::INT64);
+  int64_t nnz = 0;
+  for (size_t i = 0; i < dense.size(); ++i)
+    if (dense[i] != 0) {
+      values->add_float_data(dense[i]);
+      indices->add_int64_data(static_cast<int64_t>(i));
+      ++nnz;
+    }
+  values->add_dims(nnz);
+  indices->add_dims(nnz);
+}
+
+// y = x · S and z = S2 · x2 with S, S2 sparse weights: the same as with dense weights, and the
+// products run on the sparse kernel.
+TEST(Csr, SparseInitializersFeedingMatMulStaySparse) {
+  std::mt19937 rng(9);
+  std::bernoulli_distribution keep(0.1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto sparse_values = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = keep(rng) ? u(rng) : 0.0f;
+    return v;
+  };
+  const std::vector<float> s = sparse_values(40 * 6), s2 = sparse_values(5 * 40);
+  auto model = [&](bool sparse) {
+    ModelBuilder b;
+    b.input("x", 1, {3, 40}).input("x2", 1, {40, 7}).output_any("y", 1).output_any("z", 1);
+    b.node("MatMul", {"x", "S"}, {"y"}, {}, "xs").node("MatMul", {"S2", "x2"}, {"z"}, {}, "sx");
+    if (sparse) {
+      add_sparse_initializer(b, "S", 40, 6, s);
+      add_sparse_initializer(b, "S2", 5, 40, s2);
+    } else {
+      b.initializer("S", {40, 6}, s).initializer("S2", {5, 40}, s2);
+    }
+    return session_of(b);
+  };
+  Session sparse = model(true), dense = model(false);
+  const NamedValues feeds{{"x", Tensor::from(random_floats(120, rng), {3, 40})},
+                          {"x2", Tensor::from(random_floats(280, rng), {40, 7})}};
+  RunProfile profile;
+  RunOptions ro;
+  ro.profile = &profile;
+  const auto got = sparse.run(feeds, {}, ro);
+  const auto want = dense.run(feeds);
+  expect_close(got[0].tensor(), want[0].tensor());
+  expect_close(got[1].tensor(), want[1].tensor());
+  int sparse_products = 0;
+  for (const auto& e : profile.events) sparse_products += e.kernel == "sparse_matmul";
+  EXPECT_EQ(sparse_products, 2);
+}
+
+}  // namespace
+}  // namespace volt

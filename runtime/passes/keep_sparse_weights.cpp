@@ -1,0 +1,85 @@
+// Sparse weights (the model's 2-D sparse_initializers) stay sparse where MatMul reads them:
+//   MatMul(S, B)  ->  the sparse × dense kernel reads S in CSR form;
+//   MatMul(X, S)  ->  Transpose(MatMul(Sᵀ, Transpose(X))) with Sᵀ in CSR form, X 2-D.
+// Every other reader keeps the dense copy; a dense copy nothing reads any more is dropped.
+#include <set>
+
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+// The rank of a value when the graph declares it (graph inputs, value_info, initializers).
+int declared_rank(const Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
+  for (const auto* list : {&g.inputs, &g.value_info})
+    for (const ValueInfo& v : *list)
+      if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
+  return -1;
+}
+
+CsrTensor transposed(const CsrTensor& a) {
+  const Tensor dense = a.to_dense();
+  Tensor t = Tensor::empty(dense.dtype(), {a.cols(), a.rows()});
+  const float* src = dense.data<float>();
+  float* dst = t.data<float>();
+  for (int64_t r = 0; r < a.rows(); ++r)
+    for (int64_t c = 0; c < a.cols(); ++c) dst[c * a.rows() + r] = src[r * a.cols() + c];
+  return CsrTensor::from_dense(t);
+}
+
+Node make(const std::string& name, const std::string& op, std::vector<std::string> ins,
+          std::vector<std::string> outs, int opset) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = opset;
+  n.inputs = std::move(ins);
+  n.outputs = std::move(outs);
+  return n;
+}
+
+}  // namespace
+
+Graph keep_sparse_weights(const Graph& graph) {
+  if (graph.sparse_initializers.empty()) return graph;
+  Graph out = graph;
+  out.sparse_initializers.clear();
+  std::vector<Node> nodes;
+  for (const Node& node : graph.nodes) {
+    const bool matmul =
+        node.op_type == "MatMul" && node.domain == kOnnxDomain && node.inputs.size() == 2;
+    auto sparse = [&](size_t i) { return graph.sparse_initializers.count(node.inputs[i]) != 0; };
+    if (matmul && sparse(0) && !sparse(1) && declared_rank(graph, node.inputs[1]) == 2) {
+      Node n = node;
+      n.inputs[0] = node.inputs[0] + "/csr";
+      out.sparse_initializers[n.inputs[0]] = graph.sparse_initializers.at(node.inputs[0]);
+      nodes.push_back(std::move(n));
+    } else if (matmul && sparse(1) && !sparse(0) && declared_rank(graph, node.inputs[0]) == 2) {
+      const std::string s = node.inputs[1] + "/csr_transposed";
+      if (!out.sparse_initializers.count(s))
+        out.sparse_initializers[s] = transposed(graph.sparse_initializers.at(node.inputs[1]));
+      const std::string xt = node.name + "/x_transposed", yt = node.name + "/y_transposed";
+      nodes.push_back(make(node.name + "/transpose_x", "Transpose", {node.inputs[0]}, {xt}, 13));
+      nodes.push_back(make(node.name, "MatMul", {s, xt}, {yt}, node.opset));
+      nodes.push_back(make(node.name + "/transpose_y", "Transpose", {yt}, {node.outputs[0]}, 13));
+    } else {
+      nodes.push_back(node);
+    }
+  }
+  out.nodes = std::move(nodes);
+  // Dense copies no node (and no output) reads any more.
+  std::set<std::string> read;
+  for (const Node& n : out.nodes)
+    for (const auto& i : n.inputs) read.insert(i);
+  for (const auto& o : out.outputs) read.insert(o.name);
+  for (const auto& [name, _] : graph.sparse_initializers) {
+    bool is_input = false;
+    for (const auto& v : out.inputs) is_input = is_input || v.name == name;
+    if (!read.count(name) && !is_input) out.initializers.erase(name);
+  }
+  return out;
+}
+
+}  // namespace volt

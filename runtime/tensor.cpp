@@ -5,6 +5,7 @@
 #include <new>
 #include <sstream>
 
+#include "runtime/buffer_pool.hpp"
 #include "runtime/run_control.hpp"
 #include "runtime/tensor_alloc.hpp"
 #include "volt/volt.hpp"
@@ -190,16 +191,17 @@ std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero) {
     budget = run->budget();
     budget->reserve(rounded, "a tensor");
   }
-  void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+  const size_t size = rounded == 0 ? kAlignment : rounded;
+  void* p = pool_allocate(size);
   if (!p) {
     if (budget) budget->release(rounded);
     throw Error(ErrorCode::OutOfMemory,
                 "out of memory allocating " + std::to_string(bytes) + " bytes");
   }
   if (zero) std::memset(p, 0, bytes);
-  if (!budget) return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-  return std::shared_ptr<void>(p, [budget, rounded](void* q) {
-    std::free(q);
+  if (!budget) return std::shared_ptr<void>(p, [size](void* q) { pool_free(q, size); });
+  return std::shared_ptr<void>(p, [budget, rounded, size](void* q) {
+    pool_free(q, size);
     budget->release(rounded);
   });
 }

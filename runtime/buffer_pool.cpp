@@ -1,0 +1,99 @@
+#include "runtime/buffer_pool.hpp"
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "runtime/run_control.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define VOLT_POOL_ENABLED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define VOLT_POOL_ENABLED 0
+#endif
+#endif
+#ifndef VOLT_POOL_ENABLED
+#define VOLT_POOL_ENABLED 1
+#endif
+
+namespace volt {
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kMinPooled = size_t{64} << 10;  // below this, malloc's own bins do well
+constexpr int kStepsPerDoubling = 4;             // size classes at most 19% apart
+
+// The size class of a request and the bytes that class allocates.
+int size_class(size_t bytes) {
+  int log2 = 0;
+  while ((size_t{1} << (log2 + 1)) <= bytes) ++log2;
+  const size_t base = size_t{1} << log2;
+  const size_t step = base / kStepsPerDoubling;
+  const int sub = static_cast<int>((bytes - base + step - 1) / step);
+  return log2 * kStepsPerDoubling + sub;
+}
+size_t class_bytes(int c) {
+  const size_t base = size_t{1} << (c / kStepsPerDoubling);
+  return base + (base / kStepsPerDoubling) * static_cast<size_t>(c % kStepsPerDoubling);
+}
+
+struct Pool {
+  std::mutex mutex;
+  std::vector<std::vector<void*>> free_lists = std::vector<std::vector<void*>>(64 * 4 + 4);
+  size_t cached = 0;
+  // Kept at most: an eighth of the machine, and 1 GiB.
+  const size_t cap = std::min<size_t>(physical_memory_bytes() / 8, size_t{1} << 30);
+  ~Pool() {
+    for (auto& list : free_lists)
+      for (void* p : list) std::free(p);
+  }
+};
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: tensors may be freed during static destruction
+  return *p;
+}
+
+}  // namespace
+
+void* pool_allocate(size_t bytes) {
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled)
+    return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  const int c = size_class(bytes);
+  Pool& p = pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    auto& list = p.free_lists[static_cast<size_t>(c)];
+    if (!list.empty()) {
+      void* q = list.back();
+      list.pop_back();
+      p.cached -= class_bytes(c);
+      return q;
+    }
+  }
+  return std::aligned_alloc(kAlignment, class_bytes(c));
+}
+
+void pool_free(void* q, size_t bytes) noexcept {
+  if (!q) return;
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {
+    std::free(q);
+    return;
+  }
+  const int c = size_class(bytes);
+  Pool& p = pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.cached + class_bytes(c) <= p.cap) {
+      try {
+        p.free_lists[static_cast<size_t>(c)].push_back(q);
+        p.cached += class_bytes(c);
+        return;
+      } catch (...) {  // no room to remember it: give it back
+      }
+    }
+  }
+  std::free(q);
+}
+
+}  // namespace volt

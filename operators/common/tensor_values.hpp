@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "operators/common/dispatch.hpp"
+#include "runtime/graph.hpp"
 
 namespace volt {
 
@@ -44,6 +45,19 @@ inline double value_at(const Tensor& t, int64_t i) {
 
 inline double scalar_value(const Tensor& t) {
   return value_at(t, 0);
+}
+
+// A scalar input that must be a whole number in [lo, hi] (a size, a count, a step): anything
+// else, NaN and infinities included, is an InvalidArgument error naming the node and the input,
+// never an out-of-range conversion.
+inline int64_t scalar_int(const Tensor& t, const Node& node, const char* what, int64_t lo,
+                          int64_t hi) {
+  const double v = scalar_value(t);
+  if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi)))
+    throw Error(ErrorCode::InvalidArgument, node.describe() + ": " + what + " must be in [" +
+                                                std::to_string(lo) + ", " + std::to_string(hi) +
+                                                "], got " + std::to_string(v));
+  return static_cast<int64_t>(v);
 }
 
 }  // namespace volt

@@ -30,7 +30,7 @@ class Optimizer final : public Kernel {
   void run(RunContext& ctx) const override {
     const size_t k = tensors(ctx.input_count());
     const double r = scalar_value(ctx.input(0));
-    const int64_t t = static_cast<int64_t>(scalar_value(ctx.input(1)));
+    const int64_t t = scalar_int(ctx.input(1), ctx.node(), "T", 0, int64_t{1} << 53);
     for (size_t i = 0; i < k; ++i) {
       const Tensor& x = ctx.input(2 + i);
       const Tensor& g = ctx.input(2 + k + i);

@@ -25,6 +25,9 @@ int64_t saturate(double v, DType t) {
     hi = 65535;
   else if (t == DType::Int16)
     lo = -32768, hi = 32767;
+  // NaN (from a zero scale, or a NaN input) has no quantized value; it becomes 0 rather than
+  // the undefined result of converting NaN to an integer.
+  if (std::isnan(r)) return 0;
   return static_cast<int64_t>(std::clamp(r, lo, hi));
 }
 

@@ -1,5 +1,6 @@
 // Signal processing (opset 17): HannWindow, HammingWindow, BlackmanWindow, DFT, STFT and
 // MelWeightMatrix. Transforms are direct O(n^2) sums in double precision.
+#include <algorithm>
 #include <cmath>
 #include <complex>
 
@@ -10,6 +11,9 @@
 
 namespace volt {
 namespace {
+
+// Lengths and counts taken from inputs are refused past this (2^31 samples).
+constexpr int64_t kMaxLength = int64_t{1} << 31;
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -22,7 +26,7 @@ class Window final : public Kernel {
   void infer(InferContext& ctx) const override {
     const Tensor* s = ctx.input_tensor(0);
     if (!s) return ctx.set_output_unknown(0, dtype_);
-    ctx.set_output(0, dtype_, {static_cast<int64_t>(scalar_value(*s))});
+    ctx.set_output(0, dtype_, {scalar_int(*s, ctx.node(), "size", 0, kMaxLength)});
   }
   void run(RunContext& ctx) const override {
     Tensor& y = ctx.output(0);
@@ -56,7 +60,7 @@ class Dft final : public Kernel {
     if (ctx.has_input(1)) {
       const Tensor* l = ctx.input_tensor(1);
       if (!l) return ctx.set_output_unknown(0, ctx.dtype(0));
-      len = static_cast<int64_t>(scalar_value(*l));
+      len = scalar_int(*l, ctx.node(), "dft_length", 1, kMaxLength);
     }
     s[axis] = onesided_ ? len / 2 + 1 : len;
     s.back() = 2;
@@ -66,8 +70,9 @@ class Dft final : public Kernel {
     const Tensor& x = ctx.input(0);
     const Shape& s = x.shape();
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()) - 1, ctx.node());
-    const int64_t n_in = s[axis],
-                  len = ctx.has_input(1) ? static_cast<int64_t>(scalar_value(ctx.input(1))) : n_in;
+    const int64_t n_in = s[axis], len = ctx.has_input(1) ? scalar_int(ctx.input(1), ctx.node(),
+                                                                      "dft_length", 1, kMaxLength)
+                                                         : n_in;
     const bool complex_in = s.back() == 2;
     Tensor& y = ctx.output(0);
     const int64_t n_out = y.dim(axis);
@@ -108,16 +113,19 @@ class Stft final : public Kernel {
     const Tensor* step = ctx.input_tensor(1);
     const Tensor* len_t = ctx.has_input(3) ? ctx.input_tensor(3) : nullptr;
     if (!step || (ctx.has_input(3) && !len_t)) return ctx.set_output_unknown(0, ctx.dtype(0));
-    const int64_t len = len_t ? static_cast<int64_t>(scalar_value(*len_t)) : ctx.shape(2)[0];
-    const int64_t frames = (s[1] - len) / static_cast<int64_t>(scalar_value(*step)) + 1;
+    const int64_t len =
+        len_t ? scalar_int(*len_t, ctx.node(), "frame_length", 1, kMaxLength) : ctx.shape(2)[0];
+    const int64_t frames =
+        (s[1] - len) / scalar_int(*step, ctx.node(), "frame_step", 1, kMaxLength) + 1;
     ctx.set_output(0, ctx.dtype(0), {s[0], frames, onesided_ ? len / 2 + 1 : len, 2});
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    const int64_t step = static_cast<int64_t>(scalar_value(ctx.input(1)));
+    const int64_t step = scalar_int(ctx.input(1), ctx.node(), "frame_step", 1, kMaxLength);
     const bool has_window = ctx.has_input(2);
-    const int64_t len =
-        ctx.has_input(3) ? static_cast<int64_t>(scalar_value(ctx.input(3))) : ctx.input(2).dim(0);
+    const int64_t len = ctx.has_input(3)
+                            ? scalar_int(ctx.input(3), ctx.node(), "frame_length", 1, kMaxLength)
+                            : ctx.input(2).dim(0);
     const std::vector<double> sig = to_doubles(x);
     const std::vector<double> win = has_window ? to_doubles(ctx.input(2)) : std::vector<double>{};
     Tensor& y = ctx.output(0);
@@ -154,14 +162,18 @@ class MelWeightMatrix final : public Kernel {
     const Tensor *mel = ctx.input_tensor(0), *dft = ctx.input_tensor(1);
     if (!mel || !dft) return ctx.set_output_unknown(0, dtype_);
     ctx.set_output(0, dtype_,
-                   {static_cast<int64_t>(scalar_value(*dft)) / 2 + 1,
-                    static_cast<int64_t>(scalar_value(*mel))});
+                   {scalar_int(*dft, ctx.node(), "dft_length", 1, kMaxLength) / 2 + 1,
+                    scalar_int(*mel, ctx.node(), "num_mel_bins", 1, kMaxLength)});
   }
   void run(RunContext& ctx) const override {
-    const int64_t mel = static_cast<int64_t>(scalar_value(ctx.input(0))),
-                  dft = static_cast<int64_t>(scalar_value(ctx.input(1)));
+    const int64_t mel = scalar_int(ctx.input(0), ctx.node(), "num_mel_bins", 1, kMaxLength),
+                  dft = scalar_int(ctx.input(1), ctx.node(), "dft_length", 1, kMaxLength);
     const double rate = scalar_value(ctx.input(2)), lo = scalar_value(ctx.input(3)),
                  hi = scalar_value(ctx.input(4));
+    VOLT_CHECK(rate > 0 && std::isfinite(rate) && lo >= 0 && hi >= lo && std::isfinite(hi),
+               InvalidArgument,
+               ctx.node().describe() + ": needs sample_rate > 0 and 0 <= lower_edge_hertz <= " +
+                   "upper_edge_hertz, all finite");
     const int64_t bins = dft / 2 + 1;
     auto to_mel = [](double hz) { return 2595 * std::log10(1 + hz / 700); };
     auto to_hz = [](double m) { return 700 * (std::pow(10, m / 2595) - 1); };
@@ -170,8 +182,10 @@ class MelWeightMatrix final : public Kernel {
     std::vector<int64_t> edge(static_cast<size_t>(mel + 2));
     const double ml = to_mel(lo), mh = to_mel(hi), step = (mh - ml) / static_cast<double>(mel + 2);
     for (int64_t i = 0; i < mel + 2; ++i)
-      edge[i] = static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) *
-                                                to_hz(ml + static_cast<double>(i) * step) / rate));
+      edge[i] = static_cast<int64_t>(
+          std::clamp(std::floor(static_cast<double>(dft + 1) *
+                                to_hz(ml + static_cast<double>(i) * step) / rate),
+                     -1.0, static_cast<double>(bins + 1)));
     std::vector<double> w(static_cast<size_t>(bins * mel), 0.0);
     auto set = [&](int64_t k, int64_t m, double v) {
       if (k >= 0 && k < bins) w[k * mel + m] = v;

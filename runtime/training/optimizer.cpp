@@ -20,6 +20,8 @@ namespace {
 
 // A dense step works on chunks of the flat tensor, so threads share the work.
 constexpr int64_t kChunk = 16384;
+// How many runs ahead the rows of a lazy update are prefetched.
+constexpr int64_t kAhead = 4;
 
 // Applies the configured rule to `rows` runs of `width` elements: run k updates x, its state and
 // reads the gradient at x_offset(k) / g_offset(k). A dense step is one run over the whole
@@ -56,6 +58,16 @@ void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1,
 #pragma omp parallel for if (runs > 1 && x.numel() > 65536)
       for (int64_t k = 0; k < runs; ++k) {
         const int64_t xo = x_offset(k), go = g_offset(k), width = run_width(k);
+        // Rows of a lazy update lie anywhere in the table: ask for the next ones now, so their
+        // cache misses overlap this row's arithmetic.
+        if (width <= 1024 && k + kAhead < runs) {  // rows, not the chunks of a dense step
+          const int64_t next = x_offset(k + kAhead);
+          for (int64_t l = 0; l < width; l += 16) {
+            __builtin_prefetch(px + next + l, 1);
+            if (p1) __builtin_prefetch(p1 + next + l, 1);
+            if (p2) __builtin_prefetch(p2 + next + l, 1);
+          }
+        }
         T *X = px + xo, *M = p1 ? p1 + xo : nullptr, *V = p2 ? p2 + xo : nullptr;
         const T* G = pg + go;
         if (kind == 1) {

@@ -1,9 +1,12 @@
 #include "loaders/npy.hpp"
 
+#include <limits>
+
 #include <fstream>
 #include <map>
 
 #include "runtime/error.hpp"
+#include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
@@ -67,15 +70,19 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   Shape shape;
   for (size_t p = 0; p < shape_text.size();) {
     if (isdigit(static_cast<unsigned char>(shape_text[p]))) {
-      size_t used = 0;
-      shape.push_back(std::stoll(shape_text.substr(p), &used));
-      p += used;
+      int64_t d = 0;
+      for (; p < shape_text.size() && isdigit(static_cast<unsigned char>(shape_text[p])); ++p) {
+        VOLT_CHECK(d <= (std::numeric_limits<int64_t>::max() - 9) / 10, InvalidArgument,
+                   what + ": .npy shape " + shape_text + " has a dimension past 2^63");
+        d = d * 10 + (shape_text[p] - '0');
+      }
+      shape.push_back(d);
     } else {
       ++p;
     }
   }
   const int64_t n = numel_of(shape);
-  const size_t need = static_cast<size_t>(n) * dtype_size(it->second);
+  const size_t need = checked_bytes(it->second, n);
   VOLT_CHECK(bytes.size() - offset - header_len == need, InvalidArgument,
              what + ": .npy data is " + std::to_string(bytes.size() - offset - header_len) +
                  " bytes, shape " + shape_str(shape) + " needs " + std::to_string(need));

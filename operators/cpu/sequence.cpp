@@ -194,6 +194,14 @@ class ConcatFromSequence final : public Kernel {
     for (const Tensor& t : items) {
       VOLT_CHECK(t.rank() == first.size(), InvalidArgument,
                  ctx.node().describe() + ": sequence items differ in rank");
+      // Every dimension but the concatenation axis must agree (all of them with new_axis).
+      for (int64_t d = 0; d < static_cast<int64_t>(first.size()); ++d)
+        VOLT_CHECK(t.dim(static_cast<size_t>(d)) == first[static_cast<size_t>(d)] ||
+                       (!new_axis_ && d == axis),
+                   InvalidArgument,
+                   ctx.node().describe() + ": sequence items of shapes " + shape_str(first) +
+                       " and " + shape_str(t.shape()) + " cannot be concatenated on axis " +
+                       std::to_string(axis));
       out[axis] += new_axis_ ? 1 : t.dim(axis);
     }
     Tensor& y = ctx.allocate_output(0, items[0].dtype(), out);

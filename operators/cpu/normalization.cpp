@@ -174,7 +174,15 @@ void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced
 class InstanceNorm final : public Kernel {
  public:
   explicit InstanceNorm(const Node& n) : epsilon_(n.attr_float("epsilon", 1e-5f)) {}
-  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void infer(InferContext& ctx) const override {
+    const Shape& x = ctx.shape(0);
+    if (x.size() < 2) ctx.input_error("input must have rank >= 2, got " + shape_str(x));
+    for (size_t i : {size_t{1}, size_t{2}})
+      if (ctx.shape(i) != Shape{x[1]})
+        ctx.input_error(std::string(i == 1 ? "scale" : "B") + " must have shape [" +
+                        std::to_string(x[1]) + "], got " + shape_str(ctx.shape(i)));
+    ctx.set_output(0, ctx.dtype(0), x);
+  }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     std::vector<char> reduced(x.rank(), 1);

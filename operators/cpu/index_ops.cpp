@@ -139,6 +139,8 @@ class ScatterND final : public Kernel {
     const Tensor& data = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     const auto idx = to_int64_vector(indices, ctx.node(), "indices");
+    VOLT_CHECK(indices.rank() >= 1, InvalidArgument,
+               ctx.node().describe() + ": indices must have rank >= 1");
     const int64_t k = indices.shape().back();
     VOLT_CHECK(k <= static_cast<int64_t>(data.rank()), InvalidArgument,
                ctx.node().describe() + ": index depth exceeds data rank");
@@ -146,6 +148,13 @@ class ScatterND final : public Kernel {
     int64_t slice = 1;
     for (size_t d = static_cast<size_t>(k); d < data.rank(); ++d) slice *= data.dim(d);
     const int64_t n = k ? static_cast<int64_t>(idx.size()) / k : 0;
+    // updates must be indices.shape[:-1] + data.shape[k:].
+    Shape want(indices.shape().begin(), indices.shape().end() - 1);
+    want.insert(want.end(), data.shape().begin() + k, data.shape().end());
+    VOLT_CHECK(
+        ctx.input(2).shape() == want && ctx.input(2).dtype() == data.dtype(), InvalidArgument,
+        ctx.node().describe() + ": updates must be " + dtype_name(data.dtype()) + shape_str(want) +
+            ", got " + dtype_name(ctx.input(2).dtype()) + shape_str(ctx.input(2).shape()));
     Tensor& out = ctx.output(0);
     dispatch_any(data.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

@@ -72,8 +72,10 @@ TEST(Concurrency, EightThreadsThousandRunsEachBitExactAndFlatMemory) {
   EXPECT_EQ(mismatches.load(), 0);
   std::printf("resident memory: %zu KiB after 100 runs per thread, %zu KiB after %d\n",
               after_warmup, after_all, runs);
+#if !defined(__SANITIZE_ADDRESS__)  // ASan's quarantine keeps freed memory resident
   EXPECT_LE(after_all, after_warmup + after_warmup / 10)
       << after_warmup << " KiB -> " << after_all << " KiB";
+#endif
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // (views of their input), Shape, Size, Constant, Transpose, Concat, Gather.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
@@ -81,6 +82,9 @@ class Reshape final : public ViewKernel {
       }
       VOLT_CHECK(out[i] >= 0, InvalidArgument,
                  node.describe() + ": shape " + shape_str(target) + " has a negative dimension");
+      VOLT_CHECK(out[i] == 0 || known <= std::numeric_limits<int64_t>::max() / out[i],
+                 InvalidArgument,
+                 node.describe() + ": shape " + shape_str(target) + " has too many elements");
       known *= out[i];
     }
     const int64_t total = numel_of(in);

@@ -206,6 +206,10 @@ class QLinearMatMul final : public Kernel {
  public:
   explicit QLinearMatMul(const Node&) {}
   void infer(InferContext& ctx) const override {
+    if (ctx.shape(0).size() < 2 || ctx.shape(3).size() < 2)
+      fail(ErrorCode::NotImplemented,
+           ctx.node().describe() + ": inputs of rank < 2 are not supported, got " +
+               shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(3)));
     Shape out = ctx.shape(0).size() >= ctx.shape(3).size() ? ctx.shape(0) : ctx.shape(3);
     out[out.size() - 2] = ctx.shape(0)[ctx.shape(0).size() - 2];
     out.back() = ctx.shape(3).back();

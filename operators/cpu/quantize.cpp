@@ -186,9 +186,9 @@ class MatMulInteger final : public Kernel {
  public:
   explicit MatMulInteger(const Node&) {}
   void infer(InferContext& ctx) const override {
-    Shape out = ctx.shape(0).size() >= ctx.shape(1).size() ? ctx.shape(0) : ctx.shape(1);
-    VOLT_CHECK(out.size() >= 2, InvalidArgument,
+    VOLT_CHECK(ctx.shape(0).size() >= 2 && ctx.shape(1).size() >= 2, InvalidArgument,
                ctx.node().describe() + ": operands must be at least 2-D");
+    Shape out = ctx.shape(0).size() >= ctx.shape(1).size() ? ctx.shape(0) : ctx.shape(1);
     out[out.size() - 2] = ctx.shape(0)[ctx.shape(0).size() - 2];
     out.back() = ctx.shape(1).back();
     ctx.set_output(0, DType::Int32, out);

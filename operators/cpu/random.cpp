@@ -88,6 +88,9 @@ class Multinomial final : public Kernel {
   explicit Multinomial(const Node& n)
       : node_(n), samples_(n.attr_int("sample_size", 1)), dtype_(n.attr_int("dtype", 6)) {}
   void infer(InferContext& ctx) const override {
+    VOLT_CHECK(
+        ctx.shape(0).size() == 2, InvalidArgument,
+        ctx.node().describe() + ": input must be [batch, classes], got " + shape_str(ctx.shape(0)));
     ctx.set_output(0, static_cast<DType>(dtype_), {ctx.shape(0)[0], samples_});
   }
   void run(RunContext& ctx) const override {

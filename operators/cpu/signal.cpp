@@ -110,6 +110,8 @@ class Stft final : public Kernel {
   explicit Stft(const Node& n) : onesided_(n.attr_int("onesided", 1) != 0) {}
   void infer(InferContext& ctx) const override {
     const Shape& s = ctx.shape(0);
+    VOLT_CHECK(s.size() >= 2 && (!ctx.has_input(2) || !ctx.shape(2).empty()), InvalidArgument,
+               ctx.node().describe() + ": signal must be [batch, length(, 2)] and the window 1-D");
     const Tensor* step = ctx.input_tensor(1);
     const Tensor* len_t = ctx.has_input(3) ? ctx.input_tensor(3) : nullptr;
     if (!step || (ctx.has_input(3) && !len_t)) return ctx.set_output_unknown(0, ctx.dtype(0));

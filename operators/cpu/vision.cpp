@@ -111,6 +111,9 @@ class RoiAlign final : public Kernel {
                     n.attr_string("coordinate_transformation_mode", "half_pixel") == "half_pixel") {
   }
   void infer(InferContext& ctx) const override {
+    VOLT_CHECK(ctx.shape(0).size() == 4 && ctx.shape(1).size() == 2, InvalidArgument,
+               ctx.node().describe() + ": X must be 4-D and rois 2-D, got " +
+                   shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(1)));
     ctx.set_output(0, ctx.dtype(0), {ctx.shape(1)[0], ctx.shape(0)[1], oh_, ow_});
   }
   void run(RunContext& ctx) const override {

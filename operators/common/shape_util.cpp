@@ -39,6 +39,14 @@ std::vector<int64_t> strides_of(const Shape& shape) {
 }
 
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
+  // Every caller reads `in` through these strides over all of `out`: a shape that does not
+  // broadcast would read past its end (found by fuzzing through LayerNormalization's scale).
+  bool ok = in.size() <= out.size();
+  for (size_t i = 0; ok && i < in.size(); ++i)
+    ok = in[i] == 1 || in[i] == out[out.size() - in.size() + i];
+  if (!ok)
+    throw Error(ErrorCode::InvalidArgument,
+                "shape " + shape_str(in) + " does not broadcast to " + shape_str(out));
   std::vector<int64_t> s(out.size(), 0);
   const std::vector<int64_t> own = strides_of(in);
   const size_t lead = out.size() - in.size();

@@ -29,10 +29,8 @@ std::shared_ptr<void> take_arena(const Plan& plan) {
 // The arena counts against the run's memory limit while the run holds it; the check comes
 // before the arena is allocated.
 std::shared_ptr<MemoryBudget> reserve_arena(const Plan& plan) {
-  const RunControl* run = current_run_control();
-  if (!run || plan.arena_bytes == 0) return nullptr;
-  run->budget()->reserve(plan.arena_bytes, "the intermediate values' arena");
-  return run->budget();
+  if (plan.arena_bytes == 0) return nullptr;
+  return reserve_in_current_run(plan.arena_bytes, "the intermediate values' arena");
 }
 
 void give_back_arena(const Plan& plan, std::shared_ptr<void> arena) {

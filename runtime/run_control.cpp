@@ -57,6 +57,12 @@ const RunControl* current_run_control() {
   return t_current;
 }
 
+std::shared_ptr<MemoryBudget> reserve_in_current_run(size_t bytes, const char* what) {
+  if (!t_current) return nullptr;
+  t_current->budget()->reserve(bytes, what);
+  return t_current->budget();
+}
+
 ScopedRunControl::ScopedRunControl(const RunControl* control) : previous_(t_current) {
   if (!t_current) t_current = control;
 }

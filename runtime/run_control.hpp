@@ -56,6 +56,10 @@ class RunControl {
 // The control of the run on this thread, or nullptr outside runs.
 const RunControl* current_run_control();
 
+// Reserves `bytes` against the budget of this thread's run (throwing OutOfMemory past it) and
+// returns that budget, to release them to later; nullptr outside runs (nothing reserved).
+std::shared_ptr<MemoryBudget> reserve_in_current_run(size_t bytes, const char* what);
+
 // Installs a control for this thread's run unless one already is (a nested subgraph run keeps
 // its parent's).
 class ScopedRunControl {

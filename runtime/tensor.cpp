@@ -186,11 +186,7 @@ constexpr size_t kAlignment = 64;  // one cache line; what AVX-512 loads like
 std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   // Inside a run, the bytes count against its memory limit until the tensor is freed.
-  std::shared_ptr<MemoryBudget> budget;
-  if (const RunControl* run = current_run_control()) {
-    budget = run->budget();
-    budget->reserve(rounded, "a tensor");
-  }
+  std::shared_ptr<MemoryBudget> budget = reserve_in_current_run(rounded, "a tensor");
   const size_t size = rounded == 0 ? kAlignment : rounded;
   void* p = pool_allocate(size);
   if (!p) {
@@ -208,11 +204,7 @@ std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero) {
 
 std::shared_ptr<void> allocate_strings(int64_t n) {
   const size_t bytes = checked_bytes(DType::String, n);
-  std::shared_ptr<MemoryBudget> budget;
-  if (const RunControl* run = current_run_control()) {
-    budget = run->budget();
-    budget->reserve(bytes, "a string tensor");
-  }
+  std::shared_ptr<MemoryBudget> budget = reserve_in_current_run(bytes, "a string tensor");
   auto* p = new (std::nothrow) std::string[static_cast<size_t>(n == 0 ? 1 : n)];
   if (!p) {
     if (budget) budget->release(bytes);

@@ -8,20 +8,11 @@
 namespace volt {
 namespace {
 
-// A 2-D weight known from the graph: an initializer, or a value declared rank 2.
-bool is_2d(const Graph& g, const std::string& name) {
-  auto it = g.initializers.find(name);
-  if (it != g.initializers.end()) return it->second.rank() == 2;
-  for (const auto* list : {&g.inputs, &g.value_info})
-    for (const ValueInfo& v : *list)
-      if (v.name == name) return v.has_shape && v.shape.size() == 2;
-  return false;
-}
-
 bool reads_sparse(const Graph& g, const Node& node, size_t input) {
   if (input != 0 || node.domain != kOnnxDomain || node.inputs.size() < 2) return false;
-  if (node.op_type == "MatMul") return is_2d(g, node.inputs[1]);
-  if (node.op_type == "Gemm") return node.attr_int("transA", 0) == 0 && is_2d(g, node.inputs[1]);
+  if (node.op_type == "MatMul") return declared_rank(g, node.inputs[1]) == 2;
+  if (node.op_type == "Gemm")
+    return node.attr_int("transA", 0) == 0 && declared_rank(g, node.inputs[1]) == 2;
   return false;
 }
 

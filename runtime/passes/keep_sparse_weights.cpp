@@ -3,30 +3,31 @@
 //   MatMul(X, S)  ->  Transpose(MatMul(Sᵀ, Transpose(X))) with Sᵀ in CSR form, X 2-D.
 // Every other reader keeps the dense copy; a dense copy nothing reads any more is dropped.
 #include <set>
+#include <vector>
 
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
 namespace {
 
-// The rank of a value when the graph declares it (graph inputs, value_info, initializers).
-int declared_rank(const Graph& g, const std::string& name) {
-  auto it = g.initializers.find(name);
-  if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
-  for (const auto* list : {&g.inputs, &g.value_info})
-    for (const ValueInfo& v : *list)
-      if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
-  return -1;
-}
-
+// Sᵀ in CSR, built directly (a counting sort by column): no dense copy of a large weight.
 CsrTensor transposed(const CsrTensor& a) {
-  const Tensor dense = a.to_dense();
-  Tensor t = Tensor::empty(dense.dtype(), {a.cols(), a.rows()});
-  const float* src = dense.data<float>();
-  float* dst = t.data<float>();
+  const int64_t* off = a.row_offsets().data<int64_t>();
+  const int64_t* col = a.col_indices().data<int64_t>();
+  const float* val = a.values().data<float>();
+  std::vector<int64_t> t_off(static_cast<size_t>(a.cols()) + 1, 0), t_col(a.nnz());
+  std::vector<float> t_val(static_cast<size_t>(a.nnz()));
+  for (int64_t i = 0; i < a.nnz(); ++i) ++t_off[static_cast<size_t>(col[i]) + 1];
+  for (int64_t c = 0; c < a.cols(); ++c) t_off[c + 1] += t_off[c];
+  std::vector<int64_t> next(t_off.begin(), t_off.end() - 1);
   for (int64_t r = 0; r < a.rows(); ++r)
-    for (int64_t c = 0; c < a.cols(); ++c) dst[c * a.rows() + r] = src[r * a.cols() + c];
-  return CsrTensor::from_dense(t);
+    for (int64_t i = off[r]; i < off[r + 1]; ++i) {
+      const int64_t k = next[static_cast<size_t>(col[i])]++;
+      t_col[k] = r;
+      t_val[k] = val[i];
+    }
+  return CsrTensor::copy_of(DType::Float, a.cols(), a.rows(), a.nnz(), t_off.data(), t_col.data(),
+                            t_val.data());
 }
 
 Node make(const std::string& name, const std::string& op, std::vector<std::string> ins,
@@ -41,6 +42,16 @@ Node make(const std::string& name, const std::string& op, std::vector<std::strin
 }
 
 }  // namespace
+
+// The rank of a value when the graph declares it (graph inputs, value_info, initializers).
+int declared_rank(const Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
+  for (const auto* list : {&g.inputs, &g.value_info})
+    for (const ValueInfo& v : *list)
+      if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
+  return -1;
+}
 
 Graph keep_sparse_weights(const Graph& graph) {
   if (graph.sparse_initializers.empty()) return graph;

@@ -24,6 +24,10 @@ Graph expand_gradient_ops(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
 
+// The rank of a value when the graph declares it (initializers, graph inputs, value_info); -1
+// when it does not.
+int declared_rank(const Graph& g, const std::string& name);
+
 // Not in the list: run per plan for the graph inputs fed as CSR matrices. Consumers that run a
 // sparse × dense kernel (MatMul input 0, Gemm input 0 without transA, B a 2-D weight) read
 // them as they are; every other consumer reads a dense copy that one ai.volt Densify node per

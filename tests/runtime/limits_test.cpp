@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "model_builder.hpp"
+#include "resident_memory.hpp"
 #include "volt/volt.hpp"
 
 namespace volt {
@@ -117,13 +118,7 @@ TEST(Limits, AnotherThreadCancelsARun) {
   EXPECT_EQ(quick.run({}, {}, r)[0].tensor().data<float>()[0], 3.0f);
 }
 
-size_t resident_kib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  return 0;
-}
+using testing::resident_kib;
 
 TEST(Limits, TheCacheOfPlansIsBounded) {
   ModelBuilder b;

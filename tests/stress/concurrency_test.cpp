@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "resident_memory.hpp"
 #include "volt/volt.hpp"
 
 namespace volt {
@@ -16,13 +17,7 @@ namespace {
 
 const std::string kModels = std::string(VOLT_SOURCE_DIR) + "/models/";
 
-size_t resident_kib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
-  return 0;
-}
+using testing::resident_kib;
 
 int runs_per_thread() {
   const char* env = std::getenv("VOLT_STRESS_RUNS");

@@ -135,6 +135,11 @@ Node node_from_proto(const onnx::NodeProto& n, LoadContext& ctx) {
     VOLT_CHECK(a.ref_attr_name().empty(), InvalidModel,
                where(ctx) + node.describe() + ": attribute '" + a.name() +
                    "' refers to a function attribute outside a function");
+    // volt.* attributes are how graph passes talk to kernels (fused activations, layouts); a
+    // model may not set them.
+    VOLT_CHECK(a.name().rfind("volt.", 0) != 0, InvalidModel,
+               where(ctx) + node.describe() + ": attribute '" + a.name() +
+                   "' uses the prefix volt., which is reserved for volt's own passes");
     VOLT_CHECK(node.attributes.emplace(a.name(), attribute_from_proto(a, node, ctx)).second,
                InvalidModel,
                where(ctx) + node.describe() + ": attribute '" + a.name() + "' is given twice");

@@ -2,6 +2,8 @@
 // layout the primitive picks), and a direct N-d reference loop for every float type.
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/fused_activation.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/registry.hpp"
@@ -13,7 +15,9 @@ namespace {
 // Conv on oneDNN. The primitive picks its own (blocked) layouts for src and dst; the plain
 // tensors of the graph are reordered into and out of the arena's scratch around it. Fused
 // post-ops come from the fuse_conv_activation pass: a residual input (a sum post-op, the
-// residual copied into dst first) and a Relu.
+// residual copied into dst first) and an activation (Relu, LeakyRelu, Clip). With volt.layout =
+// NHWC (the channels_last pass) X, the residual and Y are stored channels-last, the layout the
+// primitive picks, so no reorder runs around it.
 struct ConvState {
   dnnl::convolution_forward prim;
   dnnl::memory::desc src, weights, bias, dst, scratch, user_weights, plain_src, plain_dst;
@@ -32,26 +36,29 @@ class Conv final : public Kernel {
   explicit Conv(const Node& n)
       : attrs_(n),
         group_(n.attr_int("group", 1)),
-        relu_(n.attr_string("volt.activation", "") == "Relu"),
-        residual_(n.has_input(3)) {}
+        act_(FusedActivation::of(n)),
+        residual_(n.has_input(3)),
+        last_(channels_last(n)) {}
 
   void infer(InferContext& ctx) const override {
-    const ConvShapes s = conv_shapes(attrs_, group_, ctx.shape(0), ctx.shape(1), ctx.node());
+    const Shape x = logical_shape(ctx.shape(0), last_, ctx.node());
+    const ConvShapes s = conv_shapes(attrs_, group_, x, ctx.shape(1), ctx.node());
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
                ctx.node().describe() + ": X and W must share one dtype");
     if (ctx.has_input(2))
       VOLT_CHECK(ctx.shape(2) == Shape{s.m}, InvalidArgument,
                  ctx.node().describe() + ": bias B must have shape [" + std::to_string(s.m) +
                      "], got " + shape_str(ctx.shape(2)));
-    if (residual_) broadcast_shapes({s.out, ctx.shape(3)}, ctx.node());  // checks it broadcasts
-    ctx.set_output(0, ctx.dtype(0), s.out);
+    const Shape r = residual_ ? logical_shape(ctx.shape(3), last_, ctx.node()) : Shape{};
+    if (residual_) broadcast_shapes({s.out, r}, ctx.node());  // checks it broadcasts
+    ctx.set_output(0, ctx.dtype(0), last_ ? to_channels_last(s.out) : s.out);
     if ((ctx.dtype(0) != DType::Float && ctx.dtype(0) != DType::BFloat16) || s.win.in.size() > 3 ||
         numel_of(s.out) == 0)
       return;
-    const bool sum_post_op = residual_ && ctx.shape(3) == s.out && ctx.dtype(3) == ctx.dtype(0);
+    const bool sum_post_op = residual_ && r == s.out && ctx.dtype(3) == ctx.dtype(0);
     if (residual_ && !sum_post_op) return;  // a broadcast residual: the reference path adds it
     try {
-      ctx.set_state(prepare(ctx, s));
+      ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported&) {
       // reference loop
     }
@@ -59,36 +66,50 @@ class Conv final : public Kernel {
 
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const ConvState*>(ctx.state_ptr())) return run_dnnl(*st, ctx);
-    const ConvShapes s =
-        conv_shapes(attrs_, group_, ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
-    Tensor& y = ctx.output(0);
-    dispatch_numeric(ctx.input(0).dtype(), [&](auto tag) {
+    const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+    if (!last_) {
+      reference(ctx, ctx.input(0), b, residual_ ? &ctx.input(3) : nullptr, ctx.output(0));
+      return;
+    }
+    // Channels-last without a primitive (an odd dtype or geometry): the reference loop on
+    // channels-first copies.
+    const Tensor x = permuted(ctx.input(0), channels_first_perm(ctx.input(0).rank()));
+    Tensor r;
+    if (residual_) r = permuted(ctx.input(3), channels_first_perm(ctx.input(3).rank()));
+    Tensor y = allocate_tensor(ctx.output(0).dtype(), to_channels_first(ctx.output(0).shape()));
+    reference(ctx, x, b, residual_ ? &r : nullptr, y);
+    permute_into(y, channels_last_perm(y.rank()), ctx.output(0));
+  }
+
+ private:
+  void reference(RunContext& ctx, const Tensor& x, const Tensor* b, const Tensor* residual,
+                 Tensor& y) const {
+    const ConvShapes s = conv_shapes(attrs_, group_, x.shape(), ctx.input(1).shape(), ctx.node());
+    dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
       if constexpr (std::is_floating_point_v<C>) {
         T* py = static_cast<T*>(y.raw());
-        reference_conv<T>(
-            s, static_cast<const T*>(ctx.input(0).raw()), static_cast<const T*>(ctx.input(1).raw()),
-            ctx.has_input(2) ? static_cast<const T*>(ctx.input(2).raw()) : nullptr, py);
-        if (residual_) {
-          const Tensor& r = ctx.input(3);
-          const T* pr = static_cast<const T*>(r.raw());
-          BroadcastIterator(y.shape(), {broadcast_strides(r.shape(), y.shape())})
+        reference_conv<T>(s, static_cast<const T*>(x.raw()),
+                          static_cast<const T*>(ctx.input(1).raw()),
+                          b ? static_cast<const T*>(b->raw()) : nullptr, py);
+        if (residual) {
+          const T* pr = static_cast<const T*>(residual->raw());
+          BroadcastIterator(y.shape(), {broadcast_strides(residual->shape(), y.shape())})
               .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
                 py[e] = static_cast<T>(static_cast<C>(py[e]) + static_cast<C>(pr[off[0]]));
                 ++e;
               });
         }
-        if (relu_)
+        if (act_.any())
           for (int64_t i = 0; i < y.numel(); ++i)
-            if (!(static_cast<C>(py[i]) > C(0))) py[i] = static_cast<T>(C(0));
+            py[i] = static_cast<T>(act_.apply(static_cast<C>(py[i])));
       } else {
         ctx.error("Conv needs floating-point inputs");
       }
     });
   }
 
- private:
   void run_dnnl(const ConvState& st, RunContext& ctx) const {
     char* scratch = static_cast<char*>(ctx.scratch());
     const void* x = ctx.input(0).raw();
@@ -130,7 +151,7 @@ class Conv final : public Kernel {
     }
   }
 
-  std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& s) const {
+  std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& s, const Shape& x) const {
     return dnnl_adapter::guarded(ctx.node(), [&] {
       using dims = dnnl::memory::dims;
       using tag = dnnl::memory::format_tag;
@@ -142,11 +163,10 @@ class Conv final : public Kernel {
         wshape = {s.group, s.m / s.group};
         wshape.insert(wshape.end(), ws.begin() + 1, ws.end());
       }
-      st->plain_src = dnnl_adapter::plain_md(ctx.shape(0), dt);
-      st->plain_dst = dnnl_adapter::plain_md(s.out, dt);
+      st->plain_src = activation_md(x, dt, last_);
+      st->plain_dst = activation_md(s.out, dt, last_);
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
-      const dnnl::memory::desc src_any(dims(ctx.shape(0).begin(), ctx.shape(0).end()), dt,
-                                       tag::any);
+      const dnnl::memory::desc src_any(dims(x.begin(), x.end()), dt, tag::any);
       const dnnl::memory::desc dst_any(dims(s.out.begin(), s.out.end()), dt, tag::any);
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), dt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
@@ -168,7 +188,7 @@ class Conv final : public Kernel {
       dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
       dnnl::post_ops ops;
       if (residual_) ops.append_sum(1.0f);
-      if (relu_) ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      act_.append_to(ops);
       attr.set_post_ops(ops);
       dnnl::convolution_forward::primitive_desc pd(*d, attr, dnnl_adapter::engine());
       st->prim = dnnl::convolution_forward(pd);
@@ -209,7 +229,9 @@ class Conv final : public Kernel {
 
   WindowAttributes attrs_;
   int64_t group_;
-  bool relu_, residual_;
+  FusedActivation act_;
+  bool residual_;
+  bool last_;  // channels-last activations
 };
 
 }  // namespace

@@ -38,6 +38,7 @@ class Clip final : public Kernel {
         }
         const T* p = static_cast<const T*>(x.raw());
         T* y = static_cast<T*>(ctx.output(0).raw());
+#pragma omp parallel for simd if (x.numel() > 65536)
         for (int64_t i = 0; i < x.numel(); ++i) {
           const C v = static_cast<C>(p[i]);
           y[i] = static_cast<T>(v < lo ? lo : (v > hi ? hi : v));

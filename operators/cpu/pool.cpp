@@ -1,13 +1,16 @@
 // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool. f32/bf16 run on oneDNN's
 // pooling primitive; the reference loop covers other dtypes, MaxPool's Indices output and
-// ceil_mode averaging that counts padding.
+// ceil_mode averaging that counts padding. With volt.layout = NHWC (the channels_last pass) the
+// input and output are stored channels-last.
 #include <cmath>
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/registry.hpp"
+#include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
@@ -27,16 +30,19 @@ class Pool final : public Kernel {
         global_(global),
         count_include_pad_(n.attr_int("count_include_pad", 0) != 0),
         storage_order_(n.attr_int("storage_order", 0)),
-        p_(n.attr_int("p", 2)) {
+        p_(n.attr_int("p", 2)),
+        last_(channels_last(n)) {
     if (!global_)
       VOLT_CHECK(!attrs_.kernel_shape.empty(), InvalidModel,
                  n.describe() + ": kernel_shape is required");
   }
 
   void infer(InferContext& ctx) const override {
-    const PoolShapes s = shapes(ctx.shape(0), ctx.node());
-    ctx.set_output(0, ctx.dtype(0), s.out);
+    const Shape x = logical_shape(ctx.shape(0), last_, ctx.node());
+    const PoolShapes s = shapes(x, ctx.node());
+    ctx.set_output(0, ctx.dtype(0), last_ ? to_channels_last(s.out) : s.out);
     if (ctx.output_count() > 1 && ctx.node().has_output(1)) {
+      VOLT_CHECK(!last_, InvalidModel, ctx.node().describe() + ": Indices need NCHW layout");
       ctx.set_output(1, DType::Int64, s.out);
       return;  // Indices: reference only
     }
@@ -46,7 +52,7 @@ class Pool final : public Kernel {
       return;
     if (attrs_.ceil_mode && kind_ == PoolKind::Average && count_include_pad_) return;
     try {
-      ctx.set_state(prepare(ctx, s));
+      ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported&) {
     }
   }
@@ -59,21 +65,28 @@ class Pool final : public Kernel {
                             st->scratch, ctx.scratch());
       return;
     }
-    const Tensor& x = ctx.input(0);
-    const PoolShapes s = shapes(x.shape(), ctx.node());
     int64_t* indices = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
+    if (!last_) return run_reference(ctx, ctx.input(0), ctx.output(0), indices);
+    // Channels-last without a primitive: the reference loop on channels-first copies.
+    const Tensor x = permuted(ctx.input(0), channels_first_perm(ctx.input(0).rank()));
+    Tensor y = allocate_tensor(x.dtype(), to_channels_first(ctx.output(0).shape()));
+    run_reference(ctx, x, y, nullptr);
+    permute_into(y, channels_last_perm(y.rank()), ctx.output(0));
+  }
+
+ private:
+  void run_reference(RunContext& ctx, const Tensor& x, Tensor& y, int64_t* indices) const {
+    const PoolShapes s = shapes(x.shape(), ctx.node());
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, bool>) {
         ctx.error("does not apply to bool");
       } else {
-        reference(s, x.shape(), static_cast<const T*>(x.raw()),
-                  static_cast<T*>(ctx.output(0).raw()), indices);
+        reference(s, x.shape(), static_cast<const T*>(x.raw()), static_cast<T*>(y.raw()), indices);
       }
     });
   }
 
- private:
   struct DnnlPool {
     dnnl::pooling_v2_forward prim;
     dnnl::memory::desc src, dst, scratch;
@@ -98,13 +111,13 @@ class Pool final : public Kernel {
     return s;
   }
 
-  std::shared_ptr<DnnlPool> prepare(InferContext& ctx, const PoolShapes& s) const {
+  std::shared_ptr<DnnlPool> prepare(InferContext& ctx, const PoolShapes& s, const Shape& x) const {
     return dnnl_adapter::guarded(ctx.node(), [&] {
       using dims = dnnl::memory::dims;
       auto st = std::make_shared<DnnlPool>();
       const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-      st->src = dnnl_adapter::plain_md(ctx.shape(0), dt);
-      st->dst = dnnl_adapter::plain_md(s.out, dt);
+      st->src = activation_md(x, dt, last_);
+      st->dst = activation_md(s.out, dt, last_);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           kernel(s.win.kernel.begin(), s.win.kernel.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()), pr, dil;
@@ -201,6 +214,7 @@ class Pool final : public Kernel {
   bool count_include_pad_;
   int64_t storage_order_;
   int64_t p_;
+  bool last_;  // channels-last input and output
 };
 
 KernelDef pool(const char* op, PoolKind kind, bool global) {

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -281,38 +283,31 @@ class Transpose final : public Kernel {
     Shape out;
     for (int64_t p : perm) out.push_back(ctx.shape(0)[p]);
     ctx.set_output(0, ctx.dtype(0), out);
+    // oneDNN's reorder (a JIT-compiled strided copy) for the types it knows, such as the
+    // channels-last conversions around convolutions and the head split of attention.
+    if (dnnl_adapter::supported(ctx.dtype(0)) && numel_of(out) >= 4096 && out.size() <= 6)
+      dnnl_adapter::prepare_or_fall_back(ctx, [&] {
+        const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+        const auto in_strides = strides_of(ctx.shape(0));
+        std::vector<int64_t> strides;
+        for (int64_t p : perm) strides.push_back(in_strides[p]);
+        const auto src = dnnl_adapter::strided_md(out, strides, dt);
+        const auto dst = dnnl_adapter::plain_md(out, dt);
+        ctx.set_state(std::make_shared<Reorder>(
+            Reorder{dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_adapter::engine(), src,
+                                                                dnnl_adapter::engine(), dst)),
+                    src, dst}));
+      });
   }
   void run(RunContext& ctx) const override {
-    const Tensor& in = ctx.input(0);
-    Tensor& out = ctx.output(0);
-    const auto perm = resolve(in.rank(), ctx.node());
-    const auto in_strides = strides_of(in.shape());
-    std::vector<int64_t> strides;  // input stride for each output axis
-    for (int64_t p : perm) strides.push_back(in_strides[p]);
-    dispatch_any(in.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* src = static_cast<const T*>(in.raw());
-      T* dst = static_cast<T*>(out.raw());
-      const Shape& os = out.shape();
-      const size_t r = os.size();
-      if (r == 0 || out.numel() == 0) {
-        if (out.numel()) dst[0] = src[0];
-        return;
-      }
-      // Parallel over the outer output rows; the innermost axis is a strided gather.
-      const int64_t inner = os[r - 1], inner_stride = strides[r - 1];
-      const int64_t rows = out.numel() / inner;
-#pragma omp parallel for if (out.numel() > 65536)
-      for (int64_t row = 0; row < rows; ++row) {
-        int64_t rem = row, off = 0;
-        for (size_t d = r - 1; d-- > 0;) {
-          off += (rem % os[d]) * strides[d];
-          rem /= os[d];
-        }
-        T* o = dst + row * inner;
-        for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * inner_stride];
-      }
-    });
+    if (const auto* st = static_cast<const Reorder*>(ctx.state_ptr())) {
+      dnnl::memory src = dnnl_adapter::wrap(st->src, ctx.input(0).raw());
+      dnnl::memory dst = dnnl_adapter::wrap(st->dst, ctx.output(0).raw());
+      st->prim.execute(dnnl_adapter::stream(), src, dst);
+      dnnl_adapter::stream().wait();
+      return;
+    }
+    permute_into(ctx.input(0), resolve(ctx.input(0).rank(), ctx.node()), ctx.output(0));
   }
 
  private:
@@ -336,6 +331,10 @@ class Transpose final : public Kernel {
     }
     return p;
   }
+  struct Reorder {
+    dnnl::reorder prim;
+    dnnl::memory::desc src, dst;
+  };
   std::vector<int64_t> perm_;
 };
 

@@ -30,28 +30,7 @@ CsrTensor transposed(const CsrTensor& a) {
                             t_val.data());
 }
 
-Node make(const std::string& name, const std::string& op, std::vector<std::string> ins,
-          std::vector<std::string> outs, int opset) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.opset = opset;
-  n.inputs = std::move(ins);
-  n.outputs = std::move(outs);
-  return n;
-}
-
 }  // namespace
-
-// The rank of a value when the graph declares it (graph inputs, value_info, initializers).
-int declared_rank(const Graph& g, const std::string& name) {
-  auto it = g.initializers.find(name);
-  if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
-  for (const auto* list : {&g.inputs, &g.value_info})
-    for (const ValueInfo& v : *list)
-      if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
-  return -1;
-}
 
 Graph keep_sparse_weights(const Graph& graph) {
   if (graph.sparse_initializers.empty()) return graph;
@@ -72,9 +51,11 @@ Graph keep_sparse_weights(const Graph& graph) {
       if (!out.sparse_initializers.count(s))
         out.sparse_initializers[s] = transposed(graph.sparse_initializers.at(node.inputs[1]));
       const std::string xt = node.name + "/x_transposed", yt = node.name + "/y_transposed";
-      nodes.push_back(make(node.name + "/transpose_x", "Transpose", {node.inputs[0]}, {xt}, 13));
-      nodes.push_back(make(node.name, "MatMul", {s, xt}, {yt}, node.opset));
-      nodes.push_back(make(node.name + "/transpose_y", "Transpose", {yt}, {node.outputs[0]}, 13));
+      nodes.push_back(
+          make_node(node.name + "/transpose_x", "Transpose", {node.inputs[0]}, {xt}, 13));
+      nodes.push_back(make_node(node.name, "MatMul", {s, xt}, {yt}, node.opset));
+      nodes.push_back(
+          make_node(node.name + "/transpose_y", "Transpose", {yt}, {node.outputs[0]}, 13));
     } else {
       nodes.push_back(node);
     }

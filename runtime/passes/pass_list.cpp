@@ -7,7 +7,11 @@ const std::vector<Pass>& optimization_passes() {
       {"expand_gradient_ops", 0, expand_gradient_ops},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},
+      {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fuse_conv_activation", 2, fuse_conv_activation},
+      {"use_channels_last", 2, use_channels_last},
+      // What folding left unread (a BatchNorm's statistics, the unfolded weights).
+      {"eliminate_dead_nodes_after_folding", 2, eliminate_dead_nodes},
   };
   return passes;
 }

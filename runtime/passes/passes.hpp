@@ -2,6 +2,9 @@
 // of optimization_passes() at session creation.
 #pragma once
 #include <functional>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,12 +24,48 @@ Graph run_passes(const Graph& graph, int level);
 // The passes themselves.
 Graph eliminate_dead_nodes(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
+Graph fold_conv_batchnorm(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
+Graph use_channels_last(const Graph& graph);
+
+// --- what passes ask of a graph (graph_queries.cpp) ---------------------------------------------
+
+// Who reads each value and which node makes it, as of when it was built.
+class ValueUses {
+ public:
+  static constexpr size_t kSubgraph = static_cast<size_t>(-1);  // read inside a subgraph
+  struct Reader {
+    size_t node;  // index in graph.nodes
+    size_t slot;  // input index, or kSubgraph
+  };
+  explicit ValueUses(const Graph& g);
+  const std::vector<Reader>& readers(const std::string& v) const;
+  std::optional<size_t> producer(const std::string& v) const;
+  bool is_graph_output(const std::string& v) const { return outputs_.count(v) != 0; }
+  // The one node that reads `v` (as a node input), if exactly one does and `v` is not a graph
+  // output.
+  std::optional<size_t> sole_reader(const std::string& v) const;
+
+ private:
+  std::map<std::string, std::vector<Reader>> readers_;
+  std::map<std::string, size_t> producer_;
+  std::set<std::string> outputs_;
+};
+
+// The value of an initializer or of a Constant node's `value`; nullptr for anything else.
+const Tensor* constant_value(const Graph& g, const std::string& name);
 
 // The rank of a value when the graph declares it (initializers, graph inputs, value_info); -1
 // when it does not.
 int declared_rank(const Graph& g, const std::string& name);
+
+// Drops the nodes whose flag in `marked` (one per node) is set, keeping the others' order.
+void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked);
+
+// A node of the default domain (or of `domain` set after).
+Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+               std::vector<std::string> outs, int opset);
 
 // Not in the list: run per plan for the graph inputs fed as CSR matrices. Consumers that run a
 // sparse × dense kernel (MatMul input 0, Gemm input 0 without transA, B a 2-D weight) read

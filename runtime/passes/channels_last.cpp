@@ -1,0 +1,172 @@
+// Keeps 4-D activations channels-last (N×H×W×C) between the ops that can read them so, instead
+// of reordering from and back to NCHW around every convolution. oneDNN's convolutions on this
+// CPU choose channels-last themselves; with their neighbours agreeing, a ResNet or MobileNet
+// runs from its first convolution to its global pool with no reorder at all.
+//
+// The region: every 2-D Conv with constant float weights, and from there the pools, elementwise
+// unary ops and binary ops (both operands in the region, or one a constant scalar) that read
+// region values. Region values are renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose
+// makes the channels-first value for any other reader (and for graph outputs) under the
+// original name, and one makes the channels-last copy of a Conv input that comes from outside.
+// Conv and pool nodes in the region get volt.layout = "NHWC".
+#include <set>
+
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+enum class Role { None, Conv, Pool, Unary, Binary };
+
+Role role_of(const Graph& g, const Node& n) {
+  if (n.domain != kOnnxDomain || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty())
+    return Role::None;
+  static const std::set<std::string> unary = {"Relu",        "LeakyRelu", "Clip", "Sigmoid", "Tanh",
+                                              "HardSigmoid", "HardSwish", "Elu",  "Selu",    "Celu",
+                                              "Softplus",    "Softsign",  "Exp",  "Neg",     "Abs",
+                                              "Sqrt",        "Erf",       "Mish", "Identity"};
+  static const std::set<std::string> pools = {"MaxPool", "AveragePool", "GlobalAveragePool",
+                                              "GlobalMaxPool"};
+  static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
+  if (n.op_type == "Conv") {
+    if (n.inputs.size() < 2 || n.has_attr("volt.layout")) return Role::None;
+    auto w = g.initializers.find(n.inputs[1]);
+    if (w == g.initializers.end() || w->second.rank() != 4) return Role::None;
+    const DType dt = w->second.dtype();
+    return dt == DType::Float || dt == DType::BFloat16 ? Role::Conv : Role::None;
+  }
+  if (pools.count(n.op_type)) return n.has_attr("volt.layout") ? Role::None : Role::Pool;
+  if (unary.count(n.op_type)) return Role::Unary;
+  if (binary.count(n.op_type) && n.inputs.size() == 2) return Role::Binary;
+  return Role::None;
+}
+
+bool scalar_constant(const Graph& g, const std::string& name) {
+  const Tensor* t = constant_value(g, name);
+  return t && t->numel() == 1 && t->rank() <= 1;
+}
+
+Attribute string_attr(const std::string& s) {
+  Attribute a;
+  a.type = Attribute::Type::String;
+  a.s = s;
+  return a;
+}
+
+const std::string kSuffix = "/nhwc";
+
+}  // namespace
+
+Graph use_channels_last(const Graph& graph) {
+  const size_t count = graph.nodes.size();
+  std::vector<Role> role(count);
+  bool any_conv = false;
+  for (size_t i = 0; i < count; ++i) {
+    role[i] = role_of(graph, graph.nodes[i]);
+    any_conv |= role[i] == Role::Conv;
+  }
+  if (!any_conv) return graph;
+  const ValueUses uses(graph);
+
+  // Start with every candidate in the region and drop those whose inputs do not qualify until
+  // nothing changes (a node's qualification only depends on its inputs' producers).
+  std::vector<char> in(count);
+  for (size_t i = 0; i < count; ++i) in[i] = role[i] != Role::None;
+  auto region_value = [&](const std::string& v) {
+    auto p = uses.producer(v);
+    return p && in[*p];
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < count; ++i) {
+      if (!in[i]) continue;
+      const Node& n = graph.nodes[i];
+      bool ok = true;
+      switch (role[i]) {
+        case Role::Conv:
+          ok = !n.has_input(3) || region_value(n.inputs[3]);
+          break;
+        case Role::Pool:
+        case Role::Unary:
+          ok = region_value(n.inputs[0]);
+          break;
+        case Role::Binary: {
+          const bool a = region_value(n.inputs[0]), b = region_value(n.inputs[1]);
+          ok = (a && b) || (a && scalar_constant(graph, n.inputs[1])) ||
+               (b && scalar_constant(graph, n.inputs[0]));
+          break;
+        }
+        case Role::None:
+          ok = false;
+          break;
+      }
+      if (!ok) {
+        in[i] = 0;
+        changed = true;
+      }
+    }
+  }
+
+  // Which input slots of a region node read the channels-last value.
+  auto reads_channels_last = [&](size_t node, size_t slot) {
+    if (!in[node] || slot == ValueUses::kSubgraph) return false;
+    switch (role[node]) {
+      case Role::Conv:
+        return slot == 0 || slot == 3;
+      case Role::Pool:
+      case Role::Unary:
+        return slot == 0;
+      case Role::Binary:
+        return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
+      case Role::None:
+        return false;
+    }
+    return false;
+  };
+
+  Graph g = graph;
+  g.nodes.clear();
+  std::set<std::string> converted;  // values from outside with a channels-last copy
+  for (size_t i = 0; i < count; ++i) {
+    Node n = graph.nodes[i];
+    if (!in[i]) {
+      g.nodes.push_back(std::move(n));
+      continue;
+    }
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (!reads_channels_last(i, k)) continue;
+      const std::string v = n.inputs[k];
+      if (!region_value(v)) {  // a Conv input from outside the region
+        if (converted.insert(v).second) {
+          Node t = make_node(n.name + "/to_nhwc", "Transpose", {v}, {v + kSuffix}, 13);
+          Attribute perm;
+          perm.type = Attribute::Type::Ints;
+          perm.ints = {0, 2, 3, 1};
+          t.attributes["perm"] = perm;
+          g.nodes.push_back(std::move(t));
+        }
+      }
+      n.inputs[k] = v + kSuffix;
+    }
+    const std::string out = n.outputs[0];
+    n.outputs[0] = out + kSuffix;
+    if (role[i] == Role::Conv || role[i] == Role::Pool)
+      n.attributes["volt.layout"] = string_attr("NHWC");
+    const std::string name = n.name;
+    g.nodes.push_back(std::move(n));
+    // Channels-first for whoever else reads it.
+    bool plain_reader = uses.is_graph_output(out);
+    for (const auto& r : uses.readers(out)) plain_reader |= !reads_channels_last(r.node, r.slot);
+    if (plain_reader) {
+      Node t = make_node(name + "/to_nchw", "Transpose", {out + kSuffix}, {out}, 13);
+      Attribute perm;
+      perm.type = Attribute::Type::Ints;
+      perm.ints = {0, 3, 1, 2};
+      t.attributes["perm"] = perm;
+      g.nodes.push_back(std::move(t));
+    }
+  }
+  return g;
+}
+
+}  // namespace volt

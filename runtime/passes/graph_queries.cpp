@@ -1,0 +1,84 @@
+// Questions passes ask about a graph: who reads a value, what a constant holds, what rank a
+// value is declared with; and the one way passes make new nodes.
+#include "runtime/compiled_graph.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+
+ValueUses::ValueUses(const Graph& g) {
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (!n.inputs[k].empty()) readers_[n.inputs[k]].push_back({i, k});
+    for (const auto& [_, a] : n.attributes) {
+      // Values read inside subgraphs count as readers too (slot kSubgraph).
+      std::vector<std::shared_ptr<Graph>> subs = a.graphs;
+      if (a.g) subs.push_back(a.g);
+      for (const auto& sg : subs)
+        for (const auto& name : free_values(*sg)) readers_[name].push_back({i, kSubgraph});
+    }
+    for (const auto& o : n.outputs)
+      if (!o.empty()) producer_[o] = i;
+  }
+  for (const auto& o : g.outputs) outputs_.insert(o.name);
+}
+
+const std::vector<ValueUses::Reader>& ValueUses::readers(const std::string& v) const {
+  static const std::vector<Reader> none;
+  auto it = readers_.find(v);
+  return it == readers_.end() ? none : it->second;
+}
+
+std::optional<size_t> ValueUses::producer(const std::string& v) const {
+  auto it = producer_.find(v);
+  if (it == producer_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<size_t> ValueUses::sole_reader(const std::string& v) const {
+  const auto& r = readers(v);
+  if (r.size() != 1 || r[0].slot == kSubgraph || is_graph_output(v)) return std::nullopt;
+  return r[0].node;
+}
+
+const Tensor* constant_value(const Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (it != g.initializers.end()) return &it->second;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Constant" && n.domain == kOnnxDomain && n.outputs.size() == 1 &&
+        n.outputs[0] == name) {
+      auto a = n.attributes.find("value");
+      return a != n.attributes.end() && a->second.type == Attribute::Type::Tensor ? &a->second.t
+                                                                                  : nullptr;
+    }
+  return nullptr;
+}
+
+int declared_rank(const Graph& g, const std::string& name) {
+  auto it = g.initializers.find(name);
+  if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
+  for (const auto* list : {&g.inputs, &g.value_info})
+    for (const ValueInfo& v : *list)
+      if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
+  return -1;
+}
+
+void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked) {
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (!marked[i]) kept.push_back(std::move(nodes[i]));
+  nodes = std::move(kept);
+}
+
+Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+               std::vector<std::string> outs, int opset) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = opset;
+  n.inputs = std::move(ins);
+  n.outputs = std::move(outs);
+  return n;
+}
+
+}  // namespace volt

@@ -1,0 +1,224 @@
+// The optimization passes that rewrite convolutional graphs: each checked for the rewrite it
+// makes and for the same answer as the unoptimized graph (level 0).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "loaders/loader.hpp"
+#include "model_builder.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+using testing::ModelBuilder;
+
+std::vector<float> random_values(size_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
+  Tensor t = Tensor::empty(DType::Float, shape);
+  const auto v = random_values(static_cast<size_t>(t.numel()), rng);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+// Level 2 (all passes) against level 0 (none) on the same inputs. The tolerance covers the
+// reassociation of folded weights and oneDNN's blocking of the reductions (fp32, sums of
+// a few dozen products of values in [-1, 1]).
+void expect_same_as_unoptimized(const std::string& bytes, const NamedValues& feeds,
+                                float tol = 2e-5f) {
+  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 2});
+  const auto a = plain.run(feeds), b = opt.run(feeds);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    const Tensor& x = a[k].tensor();
+    const Tensor& y = b[k].tensor();
+    ASSERT_EQ(x.shape(), y.shape()) << "output " << k;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      ASSERT_NEAR(x.data<float>()[i], y.data<float>()[i],
+                  tol * std::max(1.0f, std::abs(x.data<float>()[i])))
+          << "output " << k << " element " << i;
+  }
+}
+
+Graph load(const std::string& bytes) {
+  return load_model_from_bytes(bytes.data(), bytes.size()).graph;
+}
+
+int count_op(const Graph& g, const std::string& op) {
+  int n = 0;
+  for (const Node& node : g.nodes) n += node.op_type == op;
+  return n;
+}
+
+TEST(Passes, ConvClipAndLeakyReluFuseAsPostOps) {
+  // ReLU6 as Clip with Constant bounds (how PyTorch exports MobileNets), and LeakyRelu.
+  ModelBuilder b;
+  std::mt19937 rng(1);
+  b.input("x", 1, {2, 3, 8, 8}).output("y", 1, {2, 4, 8, 8}).output("z", 1, {2, 4, 8, 8});
+  b.initializer("W", {4, 3, 3, 3}, random_values(108, rng, -3, 3))
+      .initializer("lo", {}, {0.0f})
+      .initializer("hi", {}, {6.0f});
+  b.node("Conv", {"x", "W"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Clip", {"c", "lo", "hi"}, {"y"});
+  b.node("Conv", {"x", "W"}, {"d"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("LeakyRelu", {"d"}, {"z"}, [](auto& n) { ModelBuilder::set_float(n, "alpha", 0.2f); });
+  const std::string bytes = b.bytes();
+  const Graph fused = fuse_conv_activation(load(bytes));
+  EXPECT_EQ(count_op(fused, "Clip"), 0);
+  EXPECT_EQ(count_op(fused, "LeakyRelu"), 0);
+  EXPECT_EQ(fused.nodes[0].attr_string("volt.activation", ""), "Clip");
+  EXPECT_EQ(fused.nodes[0].attr_float("volt.beta", 0), 6.0f);
+  // Values beyond both bounds occur (weights in [-3, 3]), so the clamp is exercised.
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 8, 8}, rng)}});
+}
+
+TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
+  ModelBuilder b;
+  std::mt19937 rng(2);
+  b.input("x", 1, {1, 3, 5, 5}).input("hi", 1, {}).output("y", 1, {1, 2, 5, 5});
+  b.initializer("W", {2, 3, 1, 1}, random_values(6, rng));
+  b.node("Conv", {"x", "W"}, {"c"}).node("Clip", {"c", "", "hi"}, {"y"});
+  EXPECT_EQ(count_op(fuse_conv_activation(load(b.bytes())), "Clip"), 1);
+}
+
+TEST(Passes, AddOfTwoConvolutionsIsFusedIntoOneOfThem) {
+  // ResNet's downsampling block: Relu(Conv(a) + Conv(b)). Each Conv's only reader is the Add;
+  // exactly one may absorb it (both did once, defining the output twice).
+  ModelBuilder b;
+  std::mt19937 rng(3);
+  b.input("x", 1, {2, 4, 6, 6}).output("y", 1, {2, 8, 6, 6});
+  b.initializer("W1", {8, 4, 1, 1}, random_values(32, rng))
+      .initializer("W2", {8, 4, 3, 3}, random_values(288, rng));
+  b.node("Conv", {"x", "W1"}, {"a"});
+  b.node("Conv", {"x", "W2"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Add", {"c", "a"}, {"s"}).node("Relu", {"s"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph fused = fuse_conv_activation(load(bytes));
+  EXPECT_EQ(count_op(fused, "Add"), 0);
+  EXPECT_EQ(count_op(fused, "Conv"), 2);
+  int producers = 0;
+  for (const Node& n : fused.nodes) producers += n.outputs[0] == "y";
+  EXPECT_EQ(producers, 1);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 4, 6, 6}, rng)}});
+}
+
+TEST(Passes, BatchNormFoldsIntoTheConvBeforeIt) {
+  ModelBuilder b;
+  std::mt19937 rng(5);
+  b.input("x", 1, {2, 3, 7, 7}).output("y", 1, {2, 5, 7, 7}).output("u", 1, {2, 5, 7, 7});
+  b.initializer("W", {5, 3, 3, 3}, random_values(135, rng))
+      .initializer("B", {5}, random_values(5, rng))
+      .initializer("scale", {5}, random_values(5, rng, 0.5f, 2))
+      .initializer("shift", {5}, random_values(5, rng))
+      .initializer("mean", {5}, random_values(5, rng))
+      .initializer("var", {5}, random_values(5, rng, 0.1f, 3));
+  b.node("Conv", {"x", "W", "B"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("BatchNormalization", {"c", "scale", "shift", "mean", "var"}, {"n"},
+         [](auto& n) { ModelBuilder::set_float(n, "epsilon", 1e-3f); });
+  b.node("Relu", {"n"}, {"y"});
+  // A Conv without bias whose output is also read elsewhere is not folded.
+  b.node("Conv", {"x", "W"}, {"c2"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("BatchNormalization", {"c2", "scale", "shift", "mean", "var"}, {"u"});
+  b.node("Relu", {"c2"}, {"unused"});
+  const std::string bytes = b.bytes();
+  const Graph folded = fold_conv_batchnorm(load(bytes));
+  EXPECT_EQ(count_op(folded, "BatchNormalization"), 1);
+  EXPECT_EQ(folded.nodes[0].inputs[1], folded.nodes[0].name + "/W_bn_folded");
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 7, 7}, rng)}});
+}
+
+TEST(Passes, ChannelsLastRegionSpansConvPoolAndElementwiseOps) {
+  // x -> Conv+Relu -> MaxPool -> Conv (+ the pool as residual) -> *0.5 -> GlobalAveragePool,
+  // with a plain reader (Reshape) and a graph output inside the region, and a 1-D Conv
+  // (3-D weights) that stays outside it.
+  ModelBuilder b;
+  std::mt19937 rng(6);
+  b.input("x", 1, {2, 3, 9, 9})
+      .input("s", 1, {2, 3, 10})
+      .output("g", 1, {2, 8, 1, 1})
+      .output("r1", 1, {2, 8, 9, 9})
+      .output("flat", 1, {2, 128})
+      .output("sig", 1, {2, 8, 4, 4})
+      .output("seq", 1, {2, 4, 10});
+  b.initializer("W1", {8, 3, 3, 3}, random_values(216, rng))
+      .initializer("B1", {8}, random_values(8, rng))
+      .initializer("W2", {8, 8, 1, 1}, random_values(64, rng))
+      .initializer("W3", {4, 3, 1}, random_values(12, rng))
+      .initializer("half", {}, {0.5f});
+  b.initializer_i64("flat_shape", {2}, {2, -1});
+  b.node("Conv", {"x", "W1", "B1"}, {"c1"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("MaxPool", {"r1"}, {"p"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+  });
+  b.node("Conv", {"p", "W2"}, {"c2"}).node("Add", {"c2", "p"}, {"a"});
+  b.node("Mul", {"a", "half"}, {"m"}).node("Sigmoid", {"m"}, {"sig"});
+  b.node("Reshape", {"m", "flat_shape"}, {"flat"});
+  b.node("GlobalAveragePool", {"m"}, {"g"});
+  b.node("Conv", {"s", "W3"}, {"seq"});
+  const std::string bytes = b.bytes();
+  const Graph g = use_channels_last(fuse_conv_activation(load(bytes)));
+  int nhwc = 0;
+  for (const Node& n : g.nodes) nhwc += n.attr_string("volt.layout", "") == "NHWC";
+  EXPECT_EQ(nhwc, 4);  // two 2-D Convs, MaxPool, GlobalAveragePool; not the 1-D Conv
+  // Into the region: x. Out of it: r1 (a graph output), m (for Reshape), sig, g.
+  EXPECT_EQ(count_op(g, "Transpose"), 5);
+  for (const Node& n : g.nodes)
+    if (n.op_type == "MaxPool") {
+      EXPECT_EQ(n.inputs[0], "r1/nhwc");  // no reorder before it
+    }
+  expect_same_as_unoptimized(
+      bytes, {{"x", random_tensor({2, 3, 9, 9}, rng)}, {"s", random_tensor({2, 3, 10}, rng)}});
+}
+
+TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
+  // An empty batch gives the Conv no oneDNN primitive: the reference loop runs on channels-last
+  // storage through channels-first copies, and the shapes still come out right.
+  ModelBuilder b;
+  std::mt19937 rng(7);
+  b.input("x", 1, {-1, 3, 5, 5}).output("y", 1, {-1, 2, 2, 2});
+  b.initializer("W", {2, 3, 3, 3}, random_values(54, rng));
+  b.node("Conv", {"x", "W"}, {"c"}).node("MaxPool", {"c"}, {"y"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+    ModelBuilder::set_ints(n, "strides", {1, 1});
+  });
+  const std::string bytes = b.bytes();
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({3, 3, 5, 5}, rng)}});
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 2});
+  const auto out = opt.run({{"x", Tensor::empty(DType::Float, {0, 3, 5, 5})}});
+  EXPECT_EQ(out[0].tensor().shape(), (Shape{0, 2, 2, 2}));
+}
+
+TEST(Passes, ModelsMayNotSetVoltAttributes) {
+  // Opset 21: past what the ONNX checker of Debian's libonnx knows, so volt's own check speaks.
+  ModelBuilder b(21, 10);
+  b.input("x", 1, {1, 1, 3, 3}).output("y", 1, {1, 1, 3, 3}).initializer("W", {1, 1, 1, 1}, {1});
+  b.node("Conv", {"x", "W"}, {"y"},
+         [](auto& n) { ModelBuilder::set_string(n, "volt.layout", "NHWC"); });
+  const std::string bytes = b.bytes();
+  EXPECT_VOLT_ERROR(Session::from_bytes(bytes.data(), bytes.size()), InvalidModel, "volt.layout",
+                    "reserved");
+}
+
+}  // namespace
+}  // namespace volt

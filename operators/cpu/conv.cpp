@@ -1,5 +1,7 @@
 // Conv: oneDNN convolution for f32/bf16 (weights reordered once per plan into the blocked
 // layout the primitive picks), and a direct N-d reference loop for every float type.
+#include <cstring>
+
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/fused_activation.hpp"
@@ -85,6 +87,12 @@ class Conv final : public Kernel {
   void reference(RunContext& ctx, const Tensor& x, const Tensor* b, const Tensor* residual,
                  Tensor& y) const {
     const ConvShapes s = conv_shapes(attrs_, group_, x.shape(), ctx.input(1).shape(), ctx.node());
+    Tensor saved;  // the residual, when the output is written over it (in place)
+    if (residual && residual->raw() == y.raw()) {
+      saved = allocate_tensor(residual->dtype(), residual->shape());
+      std::memcpy(saved.raw(), residual->raw(), residual->nbytes());
+      residual = &saved;
+    }
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
@@ -236,6 +244,9 @@ class Conv final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(conv, {.op = "Conv", .types = kFloatTypes, .create = make_kernel<Conv>});
+// A fused residual (input 3) that dies here holds the output: the sum post-op then adds the
+// convolution to it where it lies, with no copy.
+VOLT_REGISTER_KERNEL(
+    conv, {.op = "Conv", .types = kFloatTypes, .inplace_input = 3, .create = make_kernel<Conv>});
 
 }  // namespace volt

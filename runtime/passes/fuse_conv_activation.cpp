@@ -80,6 +80,9 @@ Graph fuse_conv_activation(const Graph& graph) {
         g.nodes[*next].inputs[0] != g.nodes[*next].inputs[1]) {
       const Node& add = g.nodes[*next];
       const std::string residual = add.inputs[0] == out ? add.inputs[1] : add.inputs[0];
+      // Conv(x) + x stays an Add: the output may take the residual's buffer, which the
+      // convolution still reads as x.
+      if (residual == conv.inputs[0]) continue;
       // The residual must exist before the Conv runs; the planner's order guarantees it as an
       // input.
       conv.inputs.resize(3);

@@ -115,6 +115,29 @@ TEST(Passes, AddOfTwoConvolutionsIsFusedIntoOneOfThem) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 4, 6, 6}, rng)}});
 }
 
+TEST(Passes, FusedResidualWrittenInPlaceGivesTheSameResult) {
+  // The residual dies at the Conv, so the output takes its buffer. Once with oneDNN (2-D) and
+  // once with the reference loop (4 spatial dimensions), which must not read the residual after
+  // writing the convolution over it.
+  for (const bool four_d : {false, true}) {
+    SCOPED_TRACE(four_d ? "reference loop" : "oneDNN");
+    ModelBuilder b;
+    std::mt19937 rng(8);
+    const std::vector<int64_t> xs =
+        four_d ? std::vector<int64_t>{1, 2, 3, 3, 3, 3} : std::vector<int64_t>{2, 2, 5, 5};
+    const std::vector<int64_t> ws =
+        four_d ? std::vector<int64_t>{2, 2, 1, 1, 1, 1} : std::vector<int64_t>{2, 2, 1, 1};
+    b.input("x", 1, xs).input("r", 1, xs).output("y", 1, xs);
+    b.initializer("W", ws, random_values(4, rng));
+    b.node("Relu", {"r"}, {"rr"}).node("Conv", {"x", "W"}, {"c"}).node("Add", {"c", "rr"}, {"y0"});
+    b.node("Sigmoid", {"y0"}, {"y"});
+    const std::string bytes = b.bytes();
+    EXPECT_EQ(count_op(fuse_conv_activation(load(bytes)), "Add"), 0);
+    expect_same_as_unoptimized(
+        bytes, {{"x", random_tensor(Shape(xs), rng)}, {"r", random_tensor(Shape(xs), rng)}});
+  }
+}
+
 TEST(Passes, BatchNormFoldsIntoTheConvBeforeIt) {
   ModelBuilder b;
   std::mt19937 rng(5);

@@ -36,7 +36,7 @@ void check_options(const SessionOptions& o) {
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
-  auto graph = std::make_shared<const Graph>(run_passes(model.graph, options.optimization_level));
+  auto graph = std::make_shared<const Graph>(run_passes(model.graph, options));
   runner = std::make_unique<GraphRunner>(graph, model.source, options.device,
                                          resolve_threads(options.threads),
                                          std::vector<std::string>{}, options.plan_cache_size);

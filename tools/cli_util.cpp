@@ -33,6 +33,10 @@ SessionOptions session_options_from(const Args& args) {
   SessionOptions opts;
   opts.threads = args.get_int("threads", 0);
   opts.precision = args.get("precision", "fp32");
+  const std::string winograd = args.get("winograd", "on");
+  if (winograd != "on" && winograd != "off")
+    throw Error(ErrorCode::InvalidArgument, "--winograd: '" + winograd + "' is not on or off");
+  opts.winograd = winograd == "on";
   if (args.has("memory-limit")) {
     const std::string v = args.get("memory-limit");
     size_t used = 0;

@@ -14,7 +14,7 @@ int cmd_run(int argc, char** argv) {
   if (args.positional.size() != 1)
     throw Error(ErrorCode::InvalidArgument,
                 "usage: volt run MODEL [--input NAME=FILE.npy|random]... [--output-dir DIR] "
-                "[--threads T] [--timeout-ms MS] [--memory-limit BYTES]");
+                "[--threads T] [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off]");
   const SessionOptions opts = session_options_from(args);
   const RunOptions run_options = run_options_from(args);
   Session session(args.positional[0], opts);

@@ -238,7 +238,12 @@ volt_status volt_options_set(volt_options* o, const char* key, const char* value
       o->options.memory_limit = static_cast<size_t>(parse_integer(k, value, 0, INT64_MAX));
     else if (k == "plan_cache_size")
       o->options.plan_cache_size = static_cast<size_t>(parse_integer(k, value, 1, 1 << 20));
-    else if (k == "device") {
+    else if (k == "winograd") {
+      if (v != "on" && v != "off")
+        throw volt::Error(volt::ErrorCode::InvalidArgument,
+                          "option 'winograd': '" + v + "' is not on or off");
+      o->options.winograd = v == "on";
+    } else if (k == "device") {
       if (v != "cpu" && v.rfind("cuda", 0) != 0)
         throw volt::Error(volt::ErrorCode::InvalidArgument,
                           "option 'device': '" + v + "' is not cpu or cuda:N");
@@ -252,7 +257,7 @@ volt_status volt_options_set(volt_options* o, const char* key, const char* value
       throw volt::Error(volt::ErrorCode::InvalidArgument,
                         "unknown option '" + k +
                             "' (known: threads, device, precision, optimize, memory_limit, "
-                            "plan_cache_size)");
+                            "plan_cache_size, winograd)");
     }
   });
 }

@@ -40,7 +40,8 @@ class Conv final : public Kernel {
         group_(n.attr_int("group", 1)),
         act_(FusedActivation::of(n)),
         residual_(n.has_input(3)),
-        last_(channels_last(n)) {}
+        last_(channels_last(n)),
+        winograd_(n.attr_string("volt.algorithm", "direct") == "winograd") {}
 
   void infer(InferContext& ctx) const override {
     const Shape x = logical_shape(ctx.shape(0), last_, ctx.node());
@@ -181,24 +182,32 @@ class Conv final : public Kernel {
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
           pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
       for (int64_t d : s.win.dilations) dil.push_back(d - 1);  // oneDNN counts dilation from 0
-      std::unique_ptr<dnnl::convolution_forward::desc> d;
-      if (ctx.has_input(2)) {
-        st->has_bias = true;
-        st->bias = dnnl_adapter::plain_md({s.m}, dt);
-        d = std::make_unique<dnnl::convolution_forward::desc>(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, w_any,
-            st->bias, dst_any, strides, dil, pl, pr);
-      } else {
-        d = std::make_unique<dnnl::convolution_forward::desc>(
-            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_any, w_any,
-            dst_any, strides, dil, pl, pr);
-      }
       dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
       dnnl::post_ops ops;
       if (residual_) ops.append_sum(1.0f);
       act_.append_to(ops);
       attr.set_post_ops(ops);
-      dnnl::convolution_forward::primitive_desc pd(*d, attr, dnnl_adapter::engine());
+      if (ctx.has_input(2)) {
+        st->has_bias = true;
+        st->bias = dnnl_adapter::plain_md({s.m}, dt);
+      }
+      auto make_pd = [&](dnnl::algorithm alg) {
+        const auto d =
+            st->has_bias
+                ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_any,
+                                                  w_any, st->bias, dst_any, strides, dil, pl, pr)
+                : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, src_any,
+                                                  w_any, dst_any, strides, dil, pl, pr);
+        return dnnl::convolution_forward::primitive_desc(d, attr, dnnl_adapter::engine());
+      };
+      const auto pd = [&] {
+        if (winograd_suits(ctx, s)) try {
+            return make_pd(dnnl::algorithm::convolution_winograd);
+          } catch (const dnnl::error&) {
+            // not on this CPU or with these post-ops: the direct algorithm
+          }
+        return make_pd(dnnl::algorithm::convolution_direct);
+      }();
       st->prim = dnnl::convolution_forward(pd);
       st->src = pd.src_desc();
       st->dst = pd.dst_desc();
@@ -235,11 +244,24 @@ class Conv final : public Kernel {
     });
   }
 
+  // Winograd F(4x4, 3x3) (F(2x2, 3x3) at batch 1) does a 3×3 stride-1 f32 convolution in
+  // about half the multiplications, trading the last bits. Asked for by the prefer_winograd
+  // pass; checked again here on the resolved geometry.
+  bool winograd_suits(const InferContext& ctx, const ConvShapes& s) const {
+    if (!winograd_ || ctx.dtype(0) != DType::Float || s.group != 1 || !ctx.input_tensor(1))
+      return false;
+    if (s.win.kernel != std::vector<int64_t>{3, 3}) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (s.win.strides[i] != 1 || s.win.dilations[i] != 1) return false;
+    return true;
+  }
+
   WindowAttributes attrs_;
   int64_t group_;
   FusedActivation act_;
   bool residual_;
   bool last_;  // channels-last activations
+  bool winograd_;
 };
 
 }  // namespace

@@ -10,16 +10,18 @@ const std::vector<Pass>& optimization_passes() {
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fuse_conv_activation", 2, fuse_conv_activation},
       {"use_channels_last", 2, use_channels_last},
+      {"prefer_winograd", 2, prefer_winograd, [](const SessionOptions& o) { return o.winograd; }},
       // What folding left unread (a BatchNorm's statistics, the unfolded weights).
       {"eliminate_dead_nodes_after_folding", 2, eliminate_dead_nodes},
   };
   return passes;
 }
 
-Graph run_passes(const Graph& graph, int level) {
+Graph run_passes(const Graph& graph, const SessionOptions& options) {
   Graph g = graph;
   for (const Pass& p : optimization_passes())
-    if (level >= p.min_level) g = p.apply(g);
+    if (options.optimization_level >= p.min_level && (!p.wanted || p.wanted(options)))
+      g = p.apply(g);
   return g;
 }
 

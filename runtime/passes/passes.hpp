@@ -16,10 +16,12 @@ struct Pass {
   std::string name;
   int min_level;  // runs when SessionOptions::optimization_level >= min_level (0: always)
   std::function<Graph(const Graph&)> apply;
+  // Also needed to run, where set: an option that asks for it.
+  std::function<bool(const SessionOptions&)> wanted = nullptr;
 };
 
 const std::vector<Pass>& optimization_passes();
-Graph run_passes(const Graph& graph, int level);
+Graph run_passes(const Graph& graph, const SessionOptions& options);
 
 // The passes themselves.
 Graph eliminate_dead_nodes(const Graph& graph);
@@ -28,6 +30,7 @@ Graph fold_conv_batchnorm(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
 Graph use_channels_last(const Graph& graph);
+Graph prefer_winograd(const Graph& graph);
 
 // --- what passes ask of a graph (graph_queries.cpp) ---------------------------------------------
 

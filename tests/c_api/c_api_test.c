@@ -181,6 +181,8 @@ int main(int argc, char** argv) {
   CHECK(volt_options_set(small, "memory_limit", "-5") == VOLT_ERR_INVALID_ARGUMENT);
   CHECK(volt_options_set(small, "plan_cache_size", "0") == VOLT_ERR_INVALID_ARGUMENT);
   CHECK(volt_options_set(small, "plan_cache_size", "4") == VOLT_OK);
+  CHECK(volt_options_set(small, "winograd", "maybe") == VOLT_ERR_INVALID_ARGUMENT);
+  CHECK(volt_options_set(small, "winograd", "off") == VOLT_OK);
   volt_session* limited = NULL;
   CHECK(volt_session_create(argv[1], small, &limited) == VOLT_OK);
   volt_options_free(small);

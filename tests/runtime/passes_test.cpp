@@ -232,6 +232,37 @@ TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
   EXPECT_EQ(out[0].tensor().shape(), (Shape{0, 2, 2, 2}));
 }
 
+TEST(Passes, WinogradIsChosenForThreeByThreeStrideOneConvolutions) {
+  ModelBuilder b;
+  std::mt19937 rng(9);
+  b.input("x", 1, {2, 16, 12, 12}).output("y", 1, {2, 16, 12, 12}).output("z", 1, {2, 16, 6, 6});
+  b.initializer("W", {16, 16, 3, 3}, random_values(16 * 16 * 9, rng))
+      .initializer("B", {16}, random_values(16, rng));
+  b.node("Conv", {"x", "W", "B"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c"}, {"y"});
+  b.node("Conv", {"x", "W"}, {"z"}, [](auto& n) {  // stride 2: direct
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+  });
+  const std::string bytes = b.bytes();
+  const Graph g = prefer_winograd(load(bytes));
+  EXPECT_EQ(g.nodes[0].attr_string("volt.algorithm", ""), "winograd");
+  EXPECT_EQ(g.nodes[2].attr_string("volt.algorithm", ""), "");
+  // Winograd against the direct convolution (level 0): sums of 144 products of values in
+  // [-1, 1], transformed in 6×6 tiles; 1e-4 of the output's scale bounds its rounding.
+  const NamedValues feeds = {{"x", random_tensor({2, 16, 12, 12}, rng)}};
+  expect_same_as_unoptimized(bytes, feeds, 1e-4f);
+  SessionOptions off;
+  off.winograd = false;
+  Session direct = Session::from_bytes(bytes.data(), bytes.size(), off);
+  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  const auto d = direct.run(feeds), p = plain.run(feeds);
+  for (int64_t i = 0; i < d[0].tensor().numel(); ++i)
+    ASSERT_NEAR(d[0].tensor().data<float>()[i], p[0].tensor().data<float>()[i], 2e-5f);
+}
+
 TEST(Passes, ModelsMayNotSetVoltAttributes) {
   // Opset 21: past what the ONNX checker of Debian's libonnx knows, so volt's own check speaks.
   ModelBuilder b(21, 10);

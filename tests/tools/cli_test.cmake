@@ -79,3 +79,8 @@ expect_run(2 ${VOLT} bench ${SRC}/models/small_cnn.onnx --batch 4096 --iteration
 expect_contains("${LAST_ERR}" "deadline")
 expect_run(2 ${VOLT} run ${SRC}/models/mnist_mlp.onnx --memory-limit 8Q)
 expect_contains("${LAST_ERR}" "is not a byte count")
+
+# The Winograd switch: off runs (direct convolutions only), anything but on|off is refused.
+expect_run(0 ${VOLT} run ${SRC}/models/small_cnn.onnx --input x=random --winograd off)
+expect_run(2 ${VOLT} run ${SRC}/models/small_cnn.onnx --winograd maybe)
+expect_contains("${LAST_ERR}" "is not on or off")

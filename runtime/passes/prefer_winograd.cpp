@@ -1,0 +1,36 @@
+// Marks the convolutions Winograd's algorithm suits (2-D, 3×3, stride 1, no dilation, one group,
+// constant fp32 weights) with volt.algorithm = "winograd"; the Conv kernel then asks oneDNN for
+// it and takes the direct algorithm where this CPU or the fused post-ops have none. In the
+// list only while SessionOptions::winograd is on.
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+bool all_ones(const Node& n, const char* attr) {
+  for (int64_t v : n.attr_ints(attr, {}))
+    if (v != 1) return false;
+  return true;
+}
+
+}  // namespace
+
+Graph prefer_winograd(const Graph& graph) {
+  Graph g = graph;
+  for (Node& n : g.nodes) {
+    if (n.op_type != "Conv" || n.domain != kOnnxDomain || n.inputs.size() < 2) continue;
+    auto w = g.initializers.find(n.inputs[1]);
+    if (w == g.initializers.end() || w->second.dtype() != DType::Float ||
+        w->second.shape().size() != 4 || w->second.shape()[2] != 3 || w->second.shape()[3] != 3)
+      continue;
+    if (n.attr_int("group", 1) != 1 || !all_ones(n, "strides") || !all_ones(n, "dilations"))
+      continue;
+    Attribute a;
+    a.type = Attribute::Type::String;
+    a.s = "winograd";
+    n.attributes["volt.algorithm"] = a;
+  }
+  return g;
+}
+
+}  // namespace volt

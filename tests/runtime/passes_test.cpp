@@ -235,9 +235,13 @@ TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
 TEST(Passes, WinogradIsChosenForThreeByThreeStrideOneConvolutions) {
   ModelBuilder b;
   std::mt19937 rng(9);
-  b.input("x", 1, {2, 16, 12, 12}).output("y", 1, {2, 16, 12, 12}).output("z", 1, {2, 16, 6, 6});
-  b.initializer("W", {16, 16, 3, 3}, random_values(16 * 16 * 9, rng))
-      .initializer("B", {16}, random_values(16, rng));
+  b.input("x", 1, {2, 64, 12, 12})
+      .output("y", 1, {2, 64, 12, 12})
+      .output("z", 1, {2, 64, 6, 6})
+      .output("few", 1, {2, 8, 12, 12});
+  b.initializer("W", {64, 64, 3, 3}, random_values(64 * 64 * 9, rng))
+      .initializer("B", {64}, random_values(64, rng))
+      .initializer("W8", {8, 64, 3, 3}, random_values(8 * 64 * 9, rng));
   b.node("Conv", {"x", "W", "B"}, {"c"}, [](auto& n) {
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
@@ -246,13 +250,17 @@ TEST(Passes, WinogradIsChosenForThreeByThreeStrideOneConvolutions) {
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
     ModelBuilder::set_ints(n, "strides", {2, 2});
   });
+  b.node("Conv", {"x", "W8"}, {"few"}, [](auto& n) {  // 8 output channels: direct
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
   const std::string bytes = b.bytes();
   const Graph g = prefer_winograd(load(bytes));
   EXPECT_EQ(g.nodes[0].attr_string("volt.algorithm", ""), "winograd");
   EXPECT_EQ(g.nodes[2].attr_string("volt.algorithm", ""), "");
-  // Winograd against the direct convolution (level 0): sums of 144 products of values in
+  EXPECT_EQ(g.nodes[3].attr_string("volt.algorithm", ""), "");
+  // Winograd against the direct convolution (level 0): sums of 576 products of values in
   // [-1, 1], transformed in 6×6 tiles; 1e-4 of the output's scale bounds its rounding.
-  const NamedValues feeds = {{"x", random_tensor({2, 16, 12, 12}, rng)}};
+  const NamedValues feeds = {{"x", random_tensor({2, 64, 12, 12}, rng)}};
   expect_same_as_unoptimized(bytes, feeds, 1e-4f);
   SessionOptions off;
   off.winograd = false;

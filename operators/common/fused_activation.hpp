@@ -1,16 +1,20 @@
-// The activation a graph pass folded into the op before it (Conv today): which one, its
+// The activation a graph pass folded into the op before it (Conv, MatMul): which one, its
 // parameters, as a oneDNN post-op and as a reference function. The pass writes the node
-// attributes volt.activation ("Relu", "LeakyRelu", "Clip"), volt.alpha and volt.beta.
+// attributes volt.activation ("Relu", "LeakyRelu", "Clip", "Gelu", "GeluTanh"), volt.alpha and
+// volt.beta.
 #pragma once
 #include <dnnl.hpp>
+
+#include <cmath>
 #include <limits>
 
+#include "runtime/error.hpp"
 #include "runtime/graph.hpp"
 
 namespace volt {
 
 struct FusedActivation {
-  enum class Kind { None, Relu, LeakyRelu, Clip };
+  enum class Kind { None, Relu, LeakyRelu, Clip, Gelu, GeluTanh };
   Kind kind = Kind::None;
   float alpha = 0;  // LeakyRelu: the negative slope; Clip: the lower bound
   float beta = 0;   // Clip: the upper bound
@@ -25,6 +29,10 @@ struct FusedActivation {
       a.kind = Kind::LeakyRelu;
     else if (k == "Clip")
       a.kind = Kind::Clip;
+    else if (k == "Gelu")
+      a.kind = Kind::Gelu;
+    else if (k == "GeluTanh")
+      a.kind = Kind::GeluTanh;
     else
       fail(ErrorCode::InvalidModel, n.describe() + ": unknown fused activation '" + k + "'");
     a.alpha = n.attr_float("volt.alpha", 0.0f);
@@ -35,18 +43,14 @@ struct FusedActivation {
   bool any() const { return kind != Kind::None; }
 
   void append_to(dnnl::post_ops& ops) const {
+    using alg = dnnl::algorithm;
     switch (kind) {
-      case Kind::None:
-        break;
-      case Kind::Relu:
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-        break;
-      case Kind::LeakyRelu:
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, alpha, 0.0f);
-        break;
-      case Kind::Clip:
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, alpha, beta);
-        break;
+      case Kind::None: break;
+      case Kind::Relu: ops.append_eltwise(1.0f, alg::eltwise_relu, 0.0f, 0.0f); break;
+      case Kind::LeakyRelu: ops.append_eltwise(1.0f, alg::eltwise_relu, alpha, 0.0f); break;
+      case Kind::Clip: ops.append_eltwise(1.0f, alg::eltwise_clip_v2, alpha, beta); break;
+      case Kind::Gelu: ops.append_eltwise(1.0f, alg::eltwise_gelu_erf, 0.0f, 0.0f); break;
+      case Kind::GeluTanh: ops.append_eltwise(1.0f, alg::eltwise_gelu_tanh, 0.0f, 0.0f); break;
     }
   }
 
@@ -54,14 +58,15 @@ struct FusedActivation {
   template <class C>
   C apply(C x) const {
     switch (kind) {
-      case Kind::None:
-        return x;
-      case Kind::Relu:
-        return x < C(0) ? C(0) : x;
-      case Kind::LeakyRelu:
-        return x < C(0) ? C(alpha * x) : x;
-      case Kind::Clip:
-        return x < C(alpha) ? C(alpha) : (x > C(beta) ? C(beta) : x);
+      case Kind::None: return x;
+      case Kind::Relu: return x < C(0) ? C(0) : x;
+      case Kind::LeakyRelu: return x < C(0) ? C(alpha * x) : x;
+      case Kind::Clip: return x < C(alpha) ? C(alpha) : (x > C(beta) ? C(beta) : x);
+      case Kind::Gelu: return C(0.5) * x * (C(1) + std::erf(x / std::sqrt(C(2))));
+      case Kind::GeluTanh: {
+        const C k = std::sqrt(C(2) / C(3.14159265358979323846));
+        return C(0.5) * x * (C(1) + std::tanh(k * (x + C(0.044715) * x * x * x)));
+      }
     }
     return x;
   }

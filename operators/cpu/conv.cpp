@@ -4,6 +4,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/epilogue.hpp"
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
@@ -102,21 +103,13 @@ class Conv final : public Kernel {
         reference_conv<T>(s, static_cast<const T*>(x.raw()),
                           static_cast<const T*>(ctx.input(1).raw()),
                           b ? static_cast<const T*>(b->raw()) : nullptr, py);
-        if (residual) {
-          const T* pr = static_cast<const T*>(residual->raw());
-          BroadcastIterator(y.shape(), {broadcast_strides(residual->shape(), y.shape())})
-              .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
-                py[e] = static_cast<T>(static_cast<C>(py[e]) + static_cast<C>(pr[off[0]]));
-                ++e;
-              });
-        }
-        if (act_.any())
-          for (int64_t i = 0; i < y.numel(); ++i)
-            py[i] = static_cast<T>(act_.apply(static_cast<C>(py[i])));
       } else {
         ctx.error("Conv needs floating-point inputs");
       }
     });
+    // Conv's order (as its post-ops): the residual, then the activation.
+    if (residual) add_broadcast(y, *residual, ctx.node());
+    apply_epilogue(y, nullptr, act_, nullptr, ctx.node());
   }
 
   void run_dnnl(const ConvState& st, RunContext& ctx) const {

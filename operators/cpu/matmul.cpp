@@ -1,7 +1,12 @@
 // MatMul and Gemm. f32/bf16 run on oneDNN's matmul primitive (constant weights reordered once
-// per plan into the layout the primitive prefers); other dtypes on a reference loop.
+// per plan into the layout the primitive prefers); other dtypes on a reference loop. A MatMul
+// may carry a fused epilogue (fuse_matmul_epilogue): bias (input 2), activation, residual
+// (input 3), run as oneDNN bias and post-ops.
+#include <cstring>
+
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/epilogue.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -74,11 +79,13 @@ void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
 
 class MatMulRef final : public Kernel {
  public:
-  explicit MatMulRef(const Node&) {}
+  explicit MatMulRef(const Node& n) : act_(FusedActivation::of(n)) {}
   void infer(InferContext& ctx) const override {
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
                ctx.node().describe() + ": operands must share one dtype");
-    ctx.set_output(0, ctx.dtype(0), matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node()).result);
+    const Shape y = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node()).result;
+    check_epilogue(ctx, y);
+    ctx.set_output(0, ctx.dtype(0), y);
   }
   void run(RunContext& ctx) const override {
     const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
@@ -91,7 +98,12 @@ class MatMulRef final : public Kernel {
                             static_cast<const T*>(ctx.input(1).raw()),
                             static_cast<T*>(ctx.output(0).raw()));
     });
+    apply_epilogue(ctx.output(0), ctx.has_input(2) ? &ctx.input(2) : nullptr, act_,
+                   ctx.input_count() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
   }
+
+ private:
+  FusedActivation act_;
 };
 
 // --- oneDNN
@@ -101,19 +113,22 @@ struct MatMulState {
   dnnl::memory::desc a, b, bias, out, scratch;
   Tensor packed_b;  // weights reordered once, when constant
   bool has_bias = false;
+  bool sum = false;  // a sum post-op adds the residual the output holds before the product
 };
 
 // Builds the primitive; `b_const` (may be null) is reordered into the primitive's layout.
 std::shared_ptr<MatMulState> make_matmul(const Node& node, const dnnl::memory::desc& a,
                                          const dnnl::memory::desc& b, const dnnl::memory::desc& out,
                                          const dnnl::memory::desc* bias, const Tensor* b_const,
-                                         float alpha, InferContext& ctx) {
+                                         float alpha, InferContext& ctx,
+                                         const dnnl::post_ops* ops = nullptr) {
   return dnnl_adapter::guarded(node, [&] {
     auto st = std::make_shared<MatMulState>();
     st->a = a;
     st->out = out;
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (ops) attr.set_post_ops(*ops);
     const dnnl::memory::desc b_any =
         b_const ? dnnl::memory::desc(b.dims(), b.data_type(), dnnl::memory::format_tag::any) : b;
     std::unique_ptr<dnnl::matmul::desc> d;
@@ -154,22 +169,54 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
 
 class DnnlMatMul final : public Kernel {
  public:
-  explicit DnnlMatMul(const Node&) {}
+  explicit DnnlMatMul(const Node& n) : act_(FusedActivation::of(n)) {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
     const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node());
     if (s.out.size() > 6 || numel_of(s.out) == 0 || s.k == 0) throw KernelUnsupported{"shape"};
+    check_epilogue(ctx, s.result);
     ctx.set_output(0, ctx.dtype(0), s.result);
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-    const Tensor* b_const = ctx.input_tensor(1);
-    ctx.set_state(make_matmul(ctx.node(), dnnl_adapter::plain_md(s.a, dt),
-                              dnnl_adapter::plain_md(s.b, dt), dnnl_adapter::plain_md(s.out, dt),
-                              nullptr, b_const, 1.0f, ctx));
+    // B shared by every batch (a linear layer): one [batch·M, K] × [K, N] product, which lets
+    // oneDNN pack B and block over all rows at once.
+    Shape a = s.a, b = s.b, out = s.out;
+    if (numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2) {
+      a = {numel_of(s.a) / s.k, s.k};
+      b = {s.k, s.n};
+      out = {a[0], s.n};
+    }
+    dnnl::memory::desc bias_md;
+    if (ctx.has_input(2)) {
+      Shape bs(out.size(), 1);
+      bs.back() = s.n;
+      bias_md = dnnl_adapter::plain_md(bs, dt);
+    }
+    dnnl::post_ops ops;
+    act_.append_to(ops);
+    const bool sum = residual(ctx) && ctx.shape(3) == s.result;
+    if (sum) ops.append_sum(1.0f);
+    auto st = make_matmul(ctx.node(), dnnl_adapter::plain_md(a, dt), dnnl_adapter::plain_md(b, dt),
+                          dnnl_adapter::plain_md(out, dt), ctx.has_input(2) ? &bias_md : nullptr,
+                          ctx.input_tensor(1), 1.0f, ctx, &ops);
+    st->sum = sum;
+    ctx.set_state(st);
   }
   void run(RunContext& ctx) const override {
-    run_matmul(ctx.state<MatMulState>(), ctx, ctx.input(0).raw(), ctx.input(1).raw(), nullptr,
-               ctx.output(0).raw());
+    const auto& st = ctx.state<MatMulState>();
+    Tensor& y = ctx.output(0);
+    if (st.sum) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
+    run_matmul(st, ctx, ctx.input(0).raw(), ctx.input(1).raw(),
+               ctx.has_input(2) ? ctx.input(2).raw() : nullptr, y.raw());
+    if (residual(ctx) && !st.sum)  // a broadcast residual, added after the activation
+      apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
   }
+
+ private:
+  template <class Ctx>
+  static bool residual(const Ctx& ctx) {
+    return ctx.input_count() > 3 && ctx.has_input(3);
+  }
+  FusedActivation act_;
 };
 
 // --- Gemm: Y = alpha * A' B' + beta * C

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/epilogue.hpp"
 #include "operators/registry.hpp"
 #include "runtime/csr_util.hpp"
 
@@ -166,7 +167,8 @@ class SparseMatMul final : public Kernel {
         alpha_(gemm_ ? n.attr_float("alpha", 1.0f) : 1.0f),
         beta_(gemm_ ? n.attr_float("beta", 1.0f) : 1.0f),
         trans_b_(gemm_ && n.attr_int("transB", 0) != 0),
-        trans_a_(gemm_ && n.attr_int("transA", 0) != 0) {}
+        trans_a_(gemm_ && n.attr_int("transA", 0) != 0),
+        act_(FusedActivation::of(n)) {}
 
   struct State {
     Tensor b_rows;  // B as [K, N] rows when it was a constant that needed transposing
@@ -185,7 +187,8 @@ class SparseMatMul final : public Kernel {
       ctx.input_error("inner dimensions differ: " + shape_str(a.shape) + " × " +
                       shape_str(b.shape) + (trans_b_ ? "ᵀ" : ""));
     const int64_t m = a.shape[0];
-    if (gemm_ && ctx.has_input(2)) {
+    // Gemm's C, or a fused MatMul's bias ([N]).
+    if (ctx.has_input(2)) {
       const Shape& c = ctx.input(2).shape;
       const bool ok = c.size() <= 2 && (c.empty() || c.back() == 1 || c.back() == n) &&
                       (c.size() < 2 || c[0] == 1 || c[0] == m);
@@ -193,6 +196,7 @@ class SparseMatMul final : public Kernel {
         ctx.input_error("C of shape " + shape_str(c) + " does not broadcast to " +
                         shape_str({m, n}));
     }
+    check_epilogue(ctx, {m, n}, /*bias=*/false);
     auto state = std::make_shared<State>();
     if (trans_b_) {
       if (const Tensor* bt = ctx.input_tensor(1)) {
@@ -213,7 +217,7 @@ class SparseMatMul final : public Kernel {
     const int64_t m = y.dim(0), n = y.dim(1);
     float* out = y.data<float>();
     // Y starts as beta · C broadcast, or zeros.
-    if (gemm_ && ctx.has_input(2) && beta_ != 0.0f) {
+    if (ctx.has_input(2) && beta_ != 0.0f) {
       const Tensor& c = ctx.input(2);
       const int64_t cn = c.rank() == 0 ? 1 : c.shape().back();
       const int64_t cm = c.rank() == 2 ? c.dim(0) : 1;
@@ -236,12 +240,16 @@ class SparseMatMul final : public Kernel {
       }
     }
     csr_times_dense(a, rows, n, alpha_, out, ctx.threads());
+    // A fused MatMul epilogue: activation, then the residual.
+    apply_epilogue(y, nullptr, act_,
+                   ctx.input_count() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
   }
 
  private:
   bool gemm_;
   float alpha_, beta_;
   bool trans_b_, trans_a_;
+  FusedActivation act_;
 };
 
 // The dense copy of a CSR input, for consumers that need one.

@@ -1,5 +1,7 @@
 // Questions passes ask about a graph: who reads a value, what a constant holds, what rank a
 // value is declared with; and the one way passes make new nodes.
+#include <limits>
+
 #include "runtime/compiled_graph.hpp"
 #include "runtime/passes/passes.hpp"
 
@@ -54,6 +56,65 @@ const Tensor* constant_value(const Graph& g, const std::string& name) {
   return nullptr;
 }
 
+bool is_onnx_op(const Node& n, const char* op) {
+  return n.op_type == op && n.domain == kOnnxDomain;
+}
+
+namespace {
+
+Attribute float_attr(float v) {
+  Attribute a;
+  a.type = Attribute::Type::Float;
+  a.f = v;
+  return a;
+}
+
+}  // namespace
+
+// A float scalar the graph holds as a constant, if `name` is one.
+std::optional<float> constant_scalar(const Graph& g, const std::string& name) {
+  const Tensor* t = constant_value(g, name);
+  if (!t || t->dtype() != DType::Float || t->numel() != 1) return std::nullopt;
+  return t->data<float>()[0];
+}
+
+std::map<std::string, Attribute> activation_attributes(const Graph& g, const Node& act) {
+  std::map<std::string, Attribute> out;
+  Attribute kind;
+  kind.type = Attribute::Type::String;
+  if (is_onnx_op(act, "Relu")) {
+    kind.s = "Relu";
+  } else if (is_onnx_op(act, "LeakyRelu")) {
+    kind.s = "LeakyRelu";
+    out["volt.alpha"] = float_attr(act.attr_float("alpha", 0.01f));
+  } else if (is_onnx_op(act, "Gelu")) {
+    const std::string approximate = act.attr_string("approximate", "none");
+    if (approximate != "none" && approximate != "tanh") return {};
+    kind.s = approximate == "tanh" ? "GeluTanh" : "Gelu";
+  } else if (is_onnx_op(act, "Clip")) {
+    float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+    if (act.opset < 11) {
+      lo = act.attr_float("min", lo);
+      hi = act.attr_float("max", hi);
+    } else {
+      for (size_t i = 1; i < act.inputs.size(); ++i) {
+        if (act.inputs[i].empty()) continue;
+        const auto v = constant_scalar(g, act.inputs[i]);
+        if (!v) return {};  // a bound computed at run time
+        (i == 1 ? lo : hi) = *v;
+      }
+    }
+    if (!(lo <= hi)) return {};  // NaN or crossed bounds: leave ONNX's semantics to Clip
+    kind.s = "Clip";
+    out["volt.alpha"] = float_attr(lo);
+    out["volt.beta"] = float_attr(hi);
+  } else {
+    return {};
+  }
+  out["volt.activation"] = kind;
+  return out;
+}
+
 int declared_rank(const Graph& g, const std::string& name) {
   auto it = g.initializers.find(name);
   if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
@@ -61,6 +122,24 @@ int declared_rank(const Graph& g, const std::string& name) {
     for (const ValueInfo& v : *list)
       if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
   return -1;
+}
+
+Node* PatternRewrite::sole_reader(const std::string& v, const char* op) {
+  const auto r = uses_.sole_reader(v);
+  if (!r || removed_[*r]) return nullptr;
+  Node& n = g_.nodes[*r];
+  return !op || is_onnx_op(n, op) ? &n : nullptr;
+}
+
+void PatternRewrite::replace(const Node* at, Node n) {
+  const size_t i = index(at);
+  g_.nodes[i] = std::move(n);
+  removed_[i] = 0;
+}
+
+Graph PatternRewrite::finish() {
+  erase_marked(g_.nodes, removed_);
+  return std::move(g_);
 }
 
 void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked) {

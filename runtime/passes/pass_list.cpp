@@ -5,10 +5,14 @@ namespace volt {
 const std::vector<Pass>& optimization_passes() {
   static const std::vector<Pass> passes = {
       {"expand_gradient_ops", 0, expand_gradient_ops},
+      {"remove_identities", 1, remove_identities},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fuse_conv_activation", 2, fuse_conv_activation},
+      {"fuse_gelu", 2, fuse_gelu},
+      {"fuse_layer_norm", 2, fuse_layer_norm},
+      {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue},
       {"use_channels_last", 2, use_channels_last},
       {"prefer_winograd", 2, prefer_winograd, [](const SessionOptions& o) { return o.winograd; }},
       // What folding left unread (a BatchNorm's statistics, the unfolded weights).

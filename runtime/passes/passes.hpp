@@ -25,8 +25,12 @@ Graph run_passes(const Graph& graph, const SessionOptions& options);
 
 // The passes themselves.
 Graph eliminate_dead_nodes(const Graph& graph);
+Graph remove_identities(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
 Graph fold_conv_batchnorm(const Graph& graph);
+Graph fuse_gelu(const Graph& graph);
+Graph fuse_layer_norm(const Graph& graph);
+Graph fuse_matmul_epilogue(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
 Graph use_channels_last(const Graph& graph);
@@ -59,9 +63,44 @@ class ValueUses {
 // The value of an initializer or of a Constant node's `value`; nullptr for anything else.
 const Tensor* constant_value(const Graph& g, const std::string& name);
 
+// Whether `n` is the default-domain op `op`.
+bool is_onnx_op(const Node& n, const char* op);
+
+// A float scalar the graph holds as a constant (initializer or Constant node), if `name` is one.
+std::optional<float> constant_scalar(const Graph& g, const std::string& name);
+
+// The volt.* attributes (volt.activation, volt.alpha, volt.beta) that fold the activation node
+// `act` into the op before it: Relu, LeakyRelu, Clip with constant bounds, Gelu. Empty when
+// `act` is none of these or cannot be folded.
+std::map<std::string, Attribute> activation_attributes(const Graph& g, const Node& act);
+
 // The rank of a value when the graph declares it (initializers, graph inputs, value_info); -1
 // when it does not.
 int declared_rank(const Graph& g, const std::string& name);
+
+// The working state of a pass that replaces patterns of nodes: a copy of the graph, who reads
+// what (as of the original), and which nodes are gone.
+class PatternRewrite {
+ public:
+  explicit PatternRewrite(const Graph& graph)
+      : g_(graph), uses_(graph), removed_(graph.nodes.size()) {}
+  Graph& graph() { return g_; }
+  const ValueUses& uses() const { return uses_; }
+  // The one reader of `v` (see ValueUses::sole_reader) if it is still there and, when `op` is
+  // given, is that default-domain op.
+  Node* sole_reader(const std::string& v, const char* op = nullptr);
+  size_t index(const Node* n) const { return static_cast<size_t>(n - g_.nodes.data()); }
+  bool removed(const Node* n) const { return removed_[index(n)] != 0; }
+  void remove(const Node* n) { removed_[index(n)] = 1; }
+  // Puts `n` where `at` is (the pattern's inputs exist before it and its readers come after).
+  void replace(const Node* at, Node n);
+  Graph finish();
+
+ private:
+  Graph g_;
+  ValueUses uses_;
+  std::vector<char> removed_;
+};
 
 // Drops the nodes whose flag in `marked` (one per node) is set, keeping the others' order.
 void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked);

@@ -271,6 +271,69 @@ TEST(Passes, WinogradIsChosenForThreeByThreeStrideOneConvolutions) {
     ASSERT_NEAR(d[0].tensor().data<float>()[i], p[0].tensor().data<float>()[i], 2e-5f);
 }
 
+TEST(Passes, TransformerBlockFusesLayerNormGeluAndLinearEpilogues) {
+  // x -> LayerNorm (decomposed as opset-13 exporters write it, gamma behind an Identity as
+  // PyTorch leaves deduplicated weights) -> Linear -> GELU (Erf form) -> Linear -> + LN output.
+  ModelBuilder b;
+  std::mt19937 rng(10);
+  b.input("x", 1, {2, 5, 8}).output("y", 1, {2, 5, 8});
+  b.initializer("gamma_shared", {8}, random_values(8, rng, 0.5f, 1.5f))
+      .initializer("beta", {8}, random_values(8, rng))
+      .initializer("two", {}, {2.0f})
+      .initializer("eps", {}, {1e-5f})
+      .initializer("W1", {8, 16}, random_values(128, rng))
+      .initializer("b1", {16}, random_values(16, rng))
+      .initializer("W2", {16, 8}, random_values(128, rng))
+      .initializer("b2", {8}, random_values(8, rng))
+      .initializer("sqrt2", {}, {1.4142135f})
+      .initializer("one", {}, {1.0f})
+      .initializer("half", {}, {0.5f});
+  auto last_axis = [](auto& n) { ModelBuilder::set_ints(n, "axes", {-1}); };
+  b.node("Identity", {"gamma_shared"}, {"gamma"});
+  b.node("ReduceMean", {"x"}, {"mean"}, last_axis).node("Sub", {"x", "mean"}, {"d"});
+  b.node("Pow", {"d", "two"}, {"d2"}).node("ReduceMean", {"d2"}, {"var"}, last_axis);
+  b.node("Add", {"var", "eps"}, {"ve"})
+      .node("Sqrt", {"ve"}, {"sd"})
+      .node("Div", {"d", "sd"}, {"nrm"});
+  b.node("Mul", {"nrm", "gamma"}, {"scaled"}).node("Add", {"scaled", "beta"}, {"ln"});
+  b.node("MatMul", {"ln", "W1"}, {"h0"}).node("Add", {"h0", "b1"}, {"h"});
+  b.node("Div", {"h", "sqrt2"}, {"t"}).node("Erf", {"t"}, {"e"}).node("Add", {"e", "one"}, {"e1"});
+  b.node("Mul", {"h", "e1"}, {"g0"}).node("Mul", {"g0", "half"}, {"g"});
+  b.node("MatMul", {"g", "W2"}, {"o0"}).node("Add", {"o0", "b2"}, {"o"});
+  b.node("Add", {"ln", "o"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = fuse_matmul_epilogue(fuse_layer_norm(fuse_gelu(remove_identities(load(bytes)))));
+  std::vector<std::string> ops;
+  for (const Node& n : g.nodes) ops.push_back(n.op_type);
+  EXPECT_EQ(ops, (std::vector<std::string>{"LayerNormalization", "MatMul", "MatMul"}));
+  EXPECT_EQ(g.nodes[1].attr_string("volt.activation", ""), "Gelu");
+  EXPECT_EQ(g.nodes[1].inputs, (std::vector<std::string>{"ln", "W1", "b1"}));
+  EXPECT_EQ(g.nodes[2].inputs, (std::vector<std::string>{"g", "W2", "b2", "ln"}));
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 5, 8}, rng)}}, 1e-4f);
+}
+
+TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
+  // The residual [8] broadcasts over the output: added after the product, not as a post-op.
+  ModelBuilder b;
+  std::mt19937 rng(11);
+  b.input("x", 1, {3, 4}).input("r", 1, {8}).output("y", 1, {3, 8});
+  b.initializer("W", {4, 8}, random_values(32, rng))
+      .initializer("bias", {8}, random_values(8, rng));
+  b.node("MatMul", {"x", "W"}, {"m"}).node("Add", {"m", "bias"}, {"mb"});
+  b.node("Relu", {"mb"}, {"a"}).node("Add", {"a", "r"}, {"y"});
+  const std::string bytes = b.bytes();
+  EXPECT_EQ(fuse_matmul_epilogue(load(bytes)).nodes.size(), 1u);
+  const Tensor x = random_tensor({3, 4}, rng), r = random_tensor({8}, rng);
+  expect_same_as_unoptimized(bytes, {{"x", x}, {"r", r}});
+  // The same x fed as CSR runs the sparse kernel, which applies the same epilogue.
+  Session opt = Session::from_bytes(bytes.data(), bytes.size());
+  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  const auto dense = plain.run({{"x", x}, {"r", r}});
+  const auto sparse = opt.run({{"x", CsrTensor::from_dense(x)}, {"r", r}});
+  for (int64_t i = 0; i < 24; ++i)
+    EXPECT_NEAR(sparse[0].tensor().data<float>()[i], dense[0].tensor().data<float>()[i], 1e-5f);
+}
+
 TEST(Passes, ModelsMayNotSetVoltAttributes) {
   // Opset 21: past what the ONNX checker of Debian's libonnx knows, so volt's own check speaks.
   ModelBuilder b(21, 10);

@@ -1,0 +1,64 @@
+// A linear layer's epilogue runs inside its MatMul (oneDNN bias and post-ops) instead of as
+// separate passes over the output:
+//   MatMul(a, W) -> Add(·, b) -> activation -> Add(·, r)
+// becomes MatMul(a, W, b, r) with volt.activation: input 2 the bias (constant, shape [N]; ""
+// when there is none), input 3 a residual added after the activation. W must be a constant
+// 2-D weight. Each intermediate must have the next node as its only reader.
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+
+Graph fuse_matmul_epilogue(const Graph& graph) {
+  PatternRewrite rw(graph);
+  Graph& g = rw.graph();
+  auto next_of = [&](const std::string& v) { return rw.sole_reader(v); };
+  for (Node& mm : g.nodes) {
+    if (!is_onnx_op(mm, "MatMul") || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
+        rw.removed(&mm))
+      continue;
+    auto w = g.initializers.find(mm.inputs[1]);
+    if (w == g.initializers.end() || w->second.rank() != 2 || w->second.dtype() != DType::Float)
+      continue;
+    const int64_t n = w->second.shape()[1];
+    std::string out = mm.outputs[0];
+    std::string bias, residual;
+    Node* next = next_of(out);
+    if (next && is_onnx_op(*next, "Add") && next->inputs.size() == 2) {
+      const std::string b = next->inputs[0] == out ? next->inputs[1] : next->inputs[0];
+      auto bw = g.initializers.find(b);
+      if (bw != g.initializers.end() && bw->second.shape() == Shape{n} &&
+          bw->second.dtype() == DType::Float) {
+        bias = b;
+        rw.remove(next);
+        out = next->outputs[0];
+        next = next_of(out);
+      }
+    }
+    if (next) {
+      auto attrs = activation_attributes(g, *next);
+      if (!attrs.empty()) {
+        mm.attributes.merge(attrs);
+        rw.remove(next);
+        out = next->outputs[0];
+        next = next_of(out);
+      }
+    }
+    // The residual may take the output's buffer (in place), so it must not be the MatMul's A.
+    if (next && is_onnx_op(*next, "Add") && next->inputs.size() == 2 &&
+        next->inputs[0] != next->inputs[1]) {
+      const std::string r = next->inputs[0] == out ? next->inputs[1] : next->inputs[0];
+      if (r != mm.inputs[0]) {
+        residual = r;
+        rw.remove(next);
+        out = next->outputs[0];
+      }
+    }
+    if (bias.empty() && residual.empty() && !mm.has_attr("volt.activation")) continue;
+    mm.inputs.push_back(bias);
+    if (!residual.empty()) mm.inputs.push_back(residual);
+    mm.outputs[0] = out;
+  }
+  return rw.finish();
+}
+
+}  // namespace volt

@@ -23,12 +23,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(ROOT, "build", "peers")
 VOLT = os.path.join(ROOT, "build", "bin", "volt")
 
-# name -> (model path, input name, shape for a batch, batch sizes)
+ZOO = os.path.join(ROOT, "build", "zoo")
+
+
+def floats(name, shape):
+    return (name, shape, None)
+
+
+def ints(name, shape, lo, hi):
+    return (name, shape, (lo, hi))
+
+
+# name -> (model path, inputs [(name, shape for a batch, int range or None)], batch sizes)
 MODELS = {
-    "mlp": (os.path.join(ROOT, "models", "mnist_mlp.onnx"), "x", lambda b: [b, 784], [1, 64]),
-    "cnn": (os.path.join(ROOT, "models", "small_cnn.onnx"), "x", lambda b: [b, 1, 28, 28], [1, 64]),
-    "resnet50": (os.path.join(ROOT, "build", "zoo", "resnet50.onnx"), "input", lambda b: [b, 3, 224, 224], [1, 8]),
-    "mobilenetv2": (os.path.join(ROOT, "build", "zoo", "mobilenetv2.onnx"), "input", lambda b: [b, 3, 224, 224], [1, 8]),
+    "mlp": (os.path.join(ROOT, "models", "mnist_mlp.onnx"), [floats("x", lambda b: [b, 784])], [1, 64]),
+    "cnn": (os.path.join(ROOT, "models", "small_cnn.onnx"), [floats("x", lambda b: [b, 1, 28, 28])], [1, 64]),
+    "resnet50": (os.path.join(ZOO, "resnet50.onnx"), [floats("input", lambda b: [b, 3, 224, 224])], [1, 8]),
+    "mobilenetv2": (os.path.join(ZOO, "mobilenetv2.onnx"), [floats("input", lambda b: [b, 3, 224, 224])], [1, 8]),
+    "bert": (os.path.join(ZOO, "bert.onnx"),
+             [ints("input_ids", lambda b: [b, 128], 0, 30522), ints("attention_mask", lambda b: [b, 128], 1, 2)], [1, 8]),
+    "dlrm": (os.path.join(ZOO, "dlrm.onnx"),
+             [floats("dense", lambda b: [b, 13]), ints("sparse", lambda b: [b, 8], 0, 100000)], [1, 256]),
 }
 
 
@@ -43,14 +58,16 @@ def ensure_ort():
 
 def volt_run(model, feeds, threads, iterations):
     cmd = [VOLT, "bench", model, "--threads", str(threads), "--iterations", str(iterations), "--warmup", "5", "--json"]
-    for name, (path, shape) in feeds.items():
+    for name, (path, shape, rng) in feeds.items():
         cmd += ["--shape", f"{name}={'x'.join(map(str, shape))}"]
+        if rng:
+            cmd += ["--range", f"{name}={rng[0]}:{rng[1]}"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
 def ort_run(module, model, feeds, threads, iterations, out_dir="-"):
     cmd = ["node", os.path.join(ROOT, "bench", "ort_bench.mjs"), model, str(threads), "5", str(iterations), out_dir]
-    cmd += [f"{name}={path}" for name, (path, _) in feeds.items()]
+    cmd += [f"{name}={path}" for name, (path, _, _) in feeds.items()]
     env = dict(os.environ, VOLT_ORT_NODE=module)
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
 
@@ -58,7 +75,7 @@ def ort_run(module, model, feeds, threads, iterations, out_dir="-"):
 def agree(model, feeds, module, threads, tmp):
     volt_dir, ort_dir = os.path.join(tmp, "volt_out"), os.path.join(tmp, "ort_out")
     os.makedirs(ort_dir, exist_ok=True)
-    cmd = [VOLT, "run", model, "--threads", str(threads), "--output-dir", volt_dir] + [f"--input={n}={p}" for n, (p, _) in feeds.items()]
+    cmd = [VOLT, "run", model, "--threads", str(threads), "--output-dir", volt_dir] + [f"--input={n}={p}" for n, (p, _, _) in feeds.items()]
     subprocess.run(cmd, check=True, capture_output=True)
     ort_run(module, model, feeds, threads, 1, ort_dir)
     worst = 0.0
@@ -79,16 +96,22 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            path, input_name, shape_of, batches = MODELS[name]
+            path, inputs, batches = MODELS[name]
             if not os.path.exists(path):
                 print(f"{name}: {path} missing (make it with models/zoo/make_zoo.py)", file=sys.stderr)
                 continue
             for batch in batches:
-                shape = shape_of(batch)
-                x = np.random.default_rng(batch).random(shape, dtype=np.float32)
-                npy = os.path.join(tmp, f"{name}_{batch}.npy")
-                np.save(npy, x)
-                feeds = {input_name: (npy, shape)}
+                feeds = {}
+                rng = np.random.default_rng(batch)
+                for input_name, shape_of, int_range in inputs:
+                    shape = shape_of(batch)
+                    if int_range:
+                        x = rng.integers(int_range[0], int_range[1], size=shape, dtype=np.int64)
+                    else:
+                        x = rng.random(shape, dtype=np.float32)
+                    npy = os.path.join(tmp, f"{name}_{input_name}_{batch}.npy")
+                    np.save(npy, x)
+                    feeds[input_name] = (npy, shape, int_range)
                 worst = agree(path, feeds, module, args.threads, tmp)
                 v, o = [], []
                 for _ in range(args.rounds):

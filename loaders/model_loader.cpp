@@ -7,6 +7,7 @@
 
 #include "loaders/function_inliner.hpp"
 #include "loaders/loader.hpp"
+#include "loaders/mapped_file.hpp"
 #include "loaders/proto_convert.hpp"
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
@@ -156,6 +157,9 @@ std::shared_ptr<Graph> graph_from_proto(const onnx::GraphProto& g, LoadContext& 
         tensor_from_proto(t, ctx.external, where(ctx) + "initializer '" + t.name() + "'");
     VOLT_CHECK(graph->initializers.emplace(t.name(), std::move(value)).second, InvalidModel,
                where(ctx) + "initializer '" + t.name() + "' is defined twice");
+    // The loader owns the proto and is its last reader: free each weight's bytes once copied,
+    // so a model's weights are not held twice while it loads.
+    std::string().swap(*const_cast<onnx::TensorProto&>(t).mutable_raw_data());
   }
   for (const auto& s : g.sparse_initializer()) {
     // COO -> dense, and for 2-D float weights also CSR (for passes/keep_sparse_weights).
@@ -311,8 +315,9 @@ Model convert(onnx::ModelProto& proto, const std::string& source, const std::str
 
 }  // namespace
 
-Model load_model_from_bytes(const void* data, size_t size, const std::string& source,
-                            const std::string& base_dir) {
+namespace {
+
+onnx::ModelProto parse_model(const void* data, size_t size, const std::string& source) {
   VOLT_CHECK(size > 0, InvalidModel, source + ": empty file, not an ONNX model");
   VOLT_CHECK(size < (size_t{1} << 31), InvalidModel,
              source + ": " + std::to_string(size) +
@@ -320,6 +325,14 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& so
   onnx::ModelProto proto;
   VOLT_CHECK(proto.ParseFromArray(data, static_cast<int>(size)), InvalidModel,
              source + ": not a valid ONNX model (the protobuf message is malformed or truncated)");
+  return proto;
+}
+
+}  // namespace
+
+Model load_model_from_bytes(const void* data, size_t size, const std::string& source,
+                            const std::string& base_dir) {
+  onnx::ModelProto proto = parse_model(data, size, source);
   return convert(proto, source, base_dir);
 }
 
@@ -328,16 +341,21 @@ std::string read_file_bytes(const std::string& path) {
   VOLT_CHECK(fs::is_regular_file(path, ec), Io, path + ": no such model file");
   std::ifstream in(path, std::ios::binary);
   VOLT_CHECK(in, Io, path + ": cannot open");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  VOLT_CHECK(!in.bad(), Io, path + ": read failed");
+  const auto size = fs::file_size(path, ec);
+  VOLT_CHECK(!ec, Io, path + ": cannot read its size");
+  std::string bytes(static_cast<size_t>(size), '\0');  // one read, no regrowth
+  in.read(bytes.data(), static_cast<std::streamsize>(size));
+  VOLT_CHECK(!in.bad() && static_cast<size_t>(in.gcount()) == size, Io, path + ": read failed");
   return bytes;
 }
 
 Model load_model(const std::string& path) {
-  const std::string bytes = read_file_bytes(path);
+  MappedFile file(path);
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  return load_model_from_bytes(bytes.data(), bytes.size(), path, dir);
+  onnx::ModelProto proto = parse_model(file.data(), file.size(), path);
+  file.release();
+  return convert(proto, path, dir);
 }
 
 }  // namespace volt

@@ -56,8 +56,9 @@ def ensure_ort():
     return module
 
 
-def volt_run(model, feeds, threads, iterations):
-    cmd = [VOLT, "bench", model, "--threads", str(threads), "--iterations", str(iterations), "--warmup", "5", "--json"]
+def volt_run(model, feeds, threads, iterations, precision):
+    cmd = [VOLT, "bench", model, "--threads", str(threads), "--iterations", str(iterations), "--warmup", "5", "--json",
+           "--precision", precision]
     for name, (path, shape, rng) in feeds.items():
         cmd += ["--shape", f"{name}={'x'.join(map(str, shape))}"]
         if rng:
@@ -72,17 +73,20 @@ def ort_run(module, model, feeds, threads, iterations, out_dir="-"):
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
 
 
-def agree(model, feeds, module, threads, tmp):
+def agree(model, feeds, module, threads, tmp, precision):
+    """The largest |volt - ort| relative to the output's largest magnitude, and the relative L2 error."""
     volt_dir, ort_dir = os.path.join(tmp, "volt_out"), os.path.join(tmp, "ort_out")
     os.makedirs(ort_dir, exist_ok=True)
-    cmd = [VOLT, "run", model, "--threads", str(threads), "--output-dir", volt_dir] + [f"--input={n}={p}" for n, (p, _, _) in feeds.items()]
+    cmd = [VOLT, "run", model, "--threads", str(threads), "--output-dir", volt_dir, "--precision", precision]
+    cmd += [f"--input={n}={p}" for n, (p, _, _) in feeds.items()]
     subprocess.run(cmd, check=True, capture_output=True)
     ort_run(module, model, feeds, threads, 1, ort_dir)
-    worst = 0.0
+    worst, l2 = 0.0, 0.0
     for f in os.listdir(ort_dir):
         a, b = np.load(os.path.join(volt_dir, f)), np.load(os.path.join(ort_dir, f))
         worst = max(worst, float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-12)))
-    return worst
+        l2 = max(l2, float(np.linalg.norm(a - b) / (np.linalg.norm(b) + 1e-12)))
+    return worst, l2
 
 
 def main():
@@ -91,12 +95,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=50)
     ap.add_argument("--models", default="mlp,cnn")
+    ap.add_argument("--batches", help="comma-separated batch sizes instead of each model's own")
+    ap.add_argument("--precision", default="fp32", help="volt's precision (fp32 | bf16); ONNX Runtime runs fp32")
     args = ap.parse_args()
     module = ensure_ort()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             path, inputs, batches = MODELS[name]
+            if args.batches:
+                batches = [int(b) for b in args.batches.split(",")]
             if not os.path.exists(path):
                 print(f"{name}: {path} missing (make it with models/zoo/make_zoo.py)", file=sys.stderr)
                 continue
@@ -112,18 +120,21 @@ def main():
                     npy = os.path.join(tmp, f"{name}_{input_name}_{batch}.npy")
                     np.save(npy, x)
                     feeds[input_name] = (npy, shape, int_range)
-                worst = agree(path, feeds, module, args.threads, tmp)
+                worst, l2 = agree(path, feeds, module, args.threads, tmp, args.precision)
                 v, o = [], []
                 for _ in range(args.rounds):
-                    v.append(volt_run(path, feeds, args.threads, args.iterations))
+                    v.append(volt_run(path, feeds, args.threads, args.iterations, args.precision))
                     o.append(ort_run(module, path, feeds, args.threads, args.iterations))
                 vm, om = statistics.median(r["p50_ms"] for r in v), statistics.median(r["p50_ms"] for r in o)
-                rows.append((name, batch, vm, om, worst, max(r["peak_rss_mib"] for r in v), max(r["peak_rss_mib"] for r in o),
+                rows.append((name, batch, vm, om, worst, l2, max(r["peak_rss_mib"] for r in v), max(r["peak_rss_mib"] for r in o),
                              statistics.median(r["load_ms"] + r["first_run_ms"] for r in v), statistics.median(r["load_ms"] + r["first_run_ms"] for r in o)))
-    print(f"inference p50 latency, {args.threads} threads, median of {args.rounds} alternating rounds x {args.iterations} runs")
-    print(f"{'model':<12} {'batch':>5} {'volt ms':>9} {'ort ms':>9} {'volt/ort':>9} {'max rel diff':>13} {'rss v/o MiB':>13} {'load+1st v/o ms':>17}")
-    for name, batch, v, o, worst, rv, ro, fv, fo in rows:
-        print(f"{name:<12} {batch:>5} {v:>9.3f} {o:>9.3f} {v / o:>9.2f} {worst:>13.1e} {rv:>6.0f}/{ro:<6.0f} {fv:>8.0f}/{fo:<8.0f}")
+    print(f"inference p50 latency, {args.threads} threads, volt {args.precision} vs ONNX Runtime fp32, "
+          f"median of {args.rounds} alternating rounds x {args.iterations} runs")
+    print(f"{'model':<12} {'batch':>5} {'volt ms':>9} {'ort ms':>9} {'volt/ort':>9} {'max rel diff':>13} {'rel L2':>9} "
+          f"{'rss v/o MiB':>13} {'load+1st v/o ms':>17}")
+    for name, batch, v, o, worst, l2, rv, ro, fv, fo in rows:
+        print(f"{name:<12} {batch:>5} {v:>9.3f} {o:>9.3f} {v / o:>9.2f} {worst:>13.1e} {l2:>9.1e} "
+              f"{rv:>6.0f}/{ro:<6.0f} {fv:>8.0f}/{fo:<8.0f}")
 
 
 if __name__ == "__main__":

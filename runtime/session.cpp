@@ -28,8 +28,8 @@ void check_options(const SessionOptions& o) {
   VOLT_CHECK(o.device == "cpu", Device,
              "device '" + o.device + "' is not available (this build runs on: cpu)");
   VOLT_CHECK(o.plan_cache_size >= 1, InvalidArgument, "plan_cache_size must be at least 1");
-  VOLT_CHECK(o.precision == "fp32", NotImplemented,
-             "precision '" + o.precision + "' is not supported on cpu yet (use fp32)");
+  VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16", NotImplemented,
+             "precision '" + o.precision + "' is not supported on cpu (use fp32 or bf16)");
 }
 
 }  // namespace

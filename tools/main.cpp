@@ -8,27 +8,28 @@
 
 namespace {
 void usage() {
-  std::fprintf(stderr,
-               "volt %s — ONNX runtime\n"
-               "usage:\n"
-               "  volt info MODEL\n"
-               "  volt run MODEL [--input NAME=FILE.npy|random]... [--shape NAME=D1xD2...]... "
-               "[--output-dir DIR] [--threads T]\n"
-               "                   [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off]\n"
-               "  volt bench MODEL [--batch N] [--shape NAME=D1xD2...]... [--range NAME=LO:HI]... "
-               "[--threads T]\n"
-               "                   [--warmup W] [--iterations N | --seconds S] [--json] "
-               "[--profile FILE]\n"
-               "                   [--precision fp32] [--timeout-ms MS] [--memory-limit BYTES] "
-               "[--winograd on|off]\n"
-               "  volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss "
-               "cross_entropy|mse|model_output]\n"
-               "                   [--optimizer sgd|adam|adamw] [--learning-rate LR] [--batch N] "
-               "[--epochs E]\n"
-               "                   [--validation-split F] [--checkpoint FILE] [--export OUT.onnx] "
-               "[--option KEY=VALUE]...\n"
-               "  volt test-onnx DIR... [--expect FILE] [--verbose]\n",
-               volt::version());
+  std::fprintf(
+      stderr,
+      "volt %s — ONNX runtime\n"
+      "usage:\n"
+      "  volt info MODEL\n"
+      "  volt run MODEL [--input NAME=FILE.npy|random]... [--shape NAME=D1xD2...]... "
+      "[--output-dir DIR] [--threads T]\n"
+      "                   [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off]\n"
+      "  volt bench MODEL [--batch N] [--shape NAME=D1xD2...]... [--range NAME=LO:HI]... "
+      "[--threads T]\n"
+      "                   [--warmup W] [--iterations N | --seconds S] [--json] "
+      "[--profile FILE]\n"
+      "                   [--precision fp32|bf16] [--timeout-ms MS] [--memory-limit BYTES] "
+      "[--winograd on|off]\n"
+      "  volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss "
+      "cross_entropy|mse|model_output]\n"
+      "                   [--optimizer sgd|adam|adamw] [--learning-rate LR] [--batch N] "
+      "[--epochs E]\n"
+      "                   [--validation-split F] [--checkpoint FILE] [--export OUT.onnx] "
+      "[--option KEY=VALUE]...\n"
+      "  volt test-onnx DIR... [--expect FILE] [--verbose]\n",
+      volt::version());
 }
 }  // namespace
 

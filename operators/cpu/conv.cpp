@@ -42,7 +42,8 @@ class Conv final : public Kernel {
         act_(FusedActivation::of(n)),
         residual_(n.has_input(3)),
         last_(channels_last(n)),
-        winograd_(n.attr_string("volt.algorithm", "direct") == "winograd") {}
+        winograd_(n.attr_string("volt.algorithm", "direct") == "winograd"),
+        bf16_(n.attr_string("volt.compute", "") == "bf16") {}
 
   void infer(InferContext& ctx) const override {
     const Shape x = logical_shape(ctx.shape(0), last_, ctx.node());
@@ -159,6 +160,9 @@ class Conv final : public Kernel {
       using tag = dnnl::memory::format_tag;
       auto st = std::make_shared<ConvState>();
       const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+      // bf16 arithmetic on fp32 tensors: the primitive reads bf16 activations and weights (the
+      // reorders into its layouts convert them) and writes fp32.
+      const auto cdt = bf16_ && ctx.dtype(0) == DType::Float ? dnnl::memory::data_type::bf16 : dt;
       const Shape& ws = ctx.shape(1);
       Shape wshape = ws;
       if (s.group > 1) {  // oneDNN wants grouped weights as [G, M/G, C/G, k...]
@@ -168,9 +172,9 @@ class Conv final : public Kernel {
       st->plain_src = activation_md(x, dt, last_);
       st->plain_dst = activation_md(s.out, dt, last_);
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
-      const dnnl::memory::desc src_any(dims(x.begin(), x.end()), dt, tag::any);
+      const dnnl::memory::desc src_any(dims(x.begin(), x.end()), cdt, tag::any);
       const dnnl::memory::desc dst_any(dims(s.out.begin(), s.out.end()), dt, tag::any);
-      const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), dt, tag::any);
+      const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
           pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
@@ -241,7 +245,7 @@ class Conv final : public Kernel {
   // about half the multiplications, trading the last bits. Asked for by the prefer_winograd
   // pass; checked again here on the resolved geometry.
   bool winograd_suits(const InferContext& ctx, const ConvShapes& s) const {
-    if (!winograd_ || ctx.dtype(0) != DType::Float || s.group != 1 || !ctx.input_tensor(1))
+    if (!winograd_ || bf16_ || ctx.dtype(0) != DType::Float || s.group != 1 || !ctx.input_tensor(1))
       return false;
     if (s.win.kernel != std::vector<int64_t>{3, 3}) return false;
     for (size_t i = 0; i < 2; ++i)
@@ -255,6 +259,7 @@ class Conv final : public Kernel {
   bool residual_;
   bool last_;  // channels-last activations
   bool winograd_;
+  bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
 };
 
 }  // namespace

@@ -114,14 +114,19 @@ struct MatMulState {
   Tensor packed_b;  // weights reordered once, when constant
   bool has_bias = false;
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
+  // bf16 arithmetic on an fp32 A: A is converted into the scratch (at a_offset) first.
+  bool convert_a = false;
+  dnnl::reorder a_to_bf16;
+  dnnl::memory::desc a_fp32;
+  size_t a_offset = 0;
 };
 
 // Builds the primitive; `b_const` (may be null) is reordered into the primitive's layout.
-std::shared_ptr<MatMulState> make_matmul(const Node& node, const dnnl::memory::desc& a,
-                                         const dnnl::memory::desc& b, const dnnl::memory::desc& out,
-                                         const dnnl::memory::desc* bias, const Tensor* b_const,
-                                         float alpha, InferContext& ctx,
-                                         const dnnl::post_ops* ops = nullptr) {
+std::shared_ptr<MatMulState> make_matmul(
+    const Node& node, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+    const dnnl::memory::desc& out, const dnnl::memory::desc* bias, const Tensor* b_const,
+    float alpha, InferContext& ctx, const dnnl::post_ops* ops = nullptr,
+    dnnl::memory::data_type weights_dt = dnnl::memory::data_type::undef) {
   return dnnl_adapter::guarded(node, [&] {
     auto st = std::make_shared<MatMulState>();
     st->a = a;
@@ -129,8 +134,9 @@ std::shared_ptr<MatMulState> make_matmul(const Node& node, const dnnl::memory::d
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
     if (ops) attr.set_post_ops(*ops);
+    if (weights_dt == dnnl::memory::data_type::undef) weights_dt = b.data_type();
     const dnnl::memory::desc b_any =
-        b_const ? dnnl::memory::desc(b.dims(), b.data_type(), dnnl::memory::format_tag::any) : b;
+        b_const ? dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any) : b;
     std::unique_ptr<dnnl::matmul::desc> d;
     if (bias) {
       st->bias = *bias;
@@ -169,7 +175,8 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
 
 class DnnlMatMul final : public Kernel {
  public:
-  explicit DnnlMatMul(const Node& n) : act_(FusedActivation::of(n)) {}
+  explicit DnnlMatMul(const Node& n)
+      : act_(FusedActivation::of(n)), bf16_(n.attr_string("volt.compute", "") == "bf16") {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
     const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node());
@@ -195,18 +202,39 @@ class DnnlMatMul final : public Kernel {
     act_.append_to(ops);
     const bool sum = residual(ctx) && ctx.shape(3) == s.result;
     if (sum) ops.append_sum(1.0f);
-    auto st = make_matmul(ctx.node(), dnnl_adapter::plain_md(a, dt), dnnl_adapter::plain_md(b, dt),
+    // bf16 arithmetic (precision = bf16) needs the weights constant: they are converted once.
+    const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && ctx.input_tensor(1);
+    const auto cdt = bf16 ? dnnl::memory::data_type::bf16 : dt;
+    auto st = make_matmul(ctx.node(), dnnl_adapter::plain_md(a, cdt), dnnl_adapter::plain_md(b, dt),
                           dnnl_adapter::plain_md(out, dt), ctx.has_input(2) ? &bias_md : nullptr,
-                          ctx.input_tensor(1), 1.0f, ctx, &ops);
+                          ctx.input_tensor(1), 1.0f, ctx, &ops, cdt);
     st->sum = sum;
+    if (bf16) {
+      st->convert_a = true;
+      st->a_fp32 = dnnl_adapter::plain_md(a, dt);
+      st->a_to_bf16 = dnnl_adapter::guarded(ctx.node(), [&] {
+        return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_adapter::engine(), st->a_fp32,
+                                                           dnnl_adapter::engine(), st->a));
+      });
+      st->a_offset = (st->scratch.get_size() + 63) / 64 * 64;
+      ctx.request_scratch(st->a_offset + st->a.get_size());
+    }
     ctx.set_state(st);
   }
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
     if (st.sum) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
-    run_matmul(st, ctx, ctx.input(0).raw(), ctx.input(1).raw(),
-               ctx.has_input(2) ? ctx.input(2).raw() : nullptr, y.raw());
+    const void* a = ctx.input(0).raw();
+    if (st.convert_a) {
+      void* converted = static_cast<char*>(ctx.scratch()) + st.a_offset;
+      dnnl::memory src = dnnl_adapter::wrap(st.a_fp32, a),
+                   dst = dnnl_adapter::wrap(st.a, converted);
+      st.a_to_bf16.execute(dnnl_adapter::stream(), src, dst);
+      a = converted;
+    }
+    run_matmul(st, ctx, a, ctx.input(1).raw(), ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
+               y.raw());
     if (residual(ctx) && !st.sum)  // a broadcast residual, added after the activation
       apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
   }
@@ -217,6 +245,7 @@ class DnnlMatMul final : public Kernel {
     return ctx.input_count() > 3 && ctx.has_input(3);
   }
   FusedActivation act_;
+  bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
 };
 
 // --- Gemm: Y = alpha * A' B' + beta * C

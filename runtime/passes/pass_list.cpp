@@ -14,7 +14,10 @@ const std::vector<Pass>& optimization_passes() {
       {"fuse_layer_norm", 2, fuse_layer_norm},
       {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue},
       {"use_channels_last", 2, use_channels_last},
-      {"prefer_winograd", 2, prefer_winograd, [](const SessionOptions& o) { return o.winograd; }},
+      {"prefer_winograd", 2, prefer_winograd,
+       [](const SessionOptions& o) { return o.winograd && o.precision == "fp32"; }},
+      // At every level: bf16 is what the user asked for, not an optimization.
+      {"use_bf16", 0, use_bf16, [](const SessionOptions& o) { return o.precision == "bf16"; }},
       // What folding left unread (a BatchNorm's statistics, the unfolded weights).
       {"eliminate_dead_nodes_after_folding", 2, eliminate_dead_nodes},
   };

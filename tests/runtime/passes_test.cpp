@@ -334,6 +334,45 @@ TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
     EXPECT_NEAR(sparse[0].tensor().data<float>()[i], dense[0].tensor().data<float>()[i], 1e-5f);
 }
 
+TEST(Passes, Bf16PrecisionComputesConvAndLinearLayersInBf16) {
+  // Conv -> Relu -> GlobalAveragePool -> Flatten -> MatMul(+bias): fp32 tensors throughout,
+  // bf16 arithmetic in the Conv and the MatMul. bf16 keeps 8 bits of mantissa (relative
+  // rounding 2^-9 per operand); over sums of 72 and 16 products the result stays within 2% in
+  // relative L2 of fp32's (the bar for --precision bf16), and it must differ from fp32 at all,
+  // or bf16 did not run.
+  ModelBuilder b;
+  std::mt19937 rng(12);
+  b.input("x", 1, {4, 8, 10, 10}).output("y", 1, {4, 5});
+  b.initializer("W", {16, 8, 3, 3}, random_values(16 * 8 * 9, rng))
+      .initializer("M", {16, 5}, random_values(80, rng))
+      .initializer("c", {5}, random_values(5, rng));
+  b.node("Conv", {"x", "W"}, {"conv"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"conv"}, {"r"}).node("GlobalAveragePool", {"r"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"}).node("MatMul", {"f", "M"}, {"m"}).node("Add", {"m", "c"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = use_bf16(load(bytes));
+  EXPECT_EQ(g.nodes[0].attr_string("volt.compute", ""), "bf16");
+  EXPECT_EQ(g.nodes[4].attr_string("volt.compute", ""), "bf16");
+  const NamedValues feeds = {{"x", random_tensor({4, 8, 10, 10}, rng)}};
+  Session fp32 = Session::from_bytes(bytes.data(), bytes.size());
+  SessionOptions o;
+  o.precision = "bf16";
+  Session bf16 = Session::from_bytes(bytes.data(), bytes.size(), o);
+  const Tensor a = fp32.run(feeds)[0].tensor(), c = bf16.run(feeds)[0].tensor();
+  ASSERT_EQ(c.dtype(), DType::Float);
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = a.data<float>()[i] - c.data<float>()[i];
+    diff += d * d;
+    norm += static_cast<double>(a.data<float>()[i]) * a.data<float>()[i];
+  }
+  const double rel = std::sqrt(diff / norm);
+  EXPECT_LT(rel, 2e-2);
+  EXPECT_GT(rel, 1e-6);
+}
+
 TEST(Passes, ModelsMayNotSetVoltAttributes) {
   // Opset 21: past what the ONNX checker of Debian's libonnx knows, so volt's own check speaks.
   ModelBuilder b(21, 10);

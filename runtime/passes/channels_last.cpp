@@ -46,13 +46,6 @@ bool scalar_constant(const Graph& g, const std::string& name) {
   return t && t->numel() == 1 && t->rank() <= 1;
 }
 
-Attribute string_attr(const std::string& s) {
-  Attribute a;
-  a.type = Attribute::Type::String;
-  a.s = s;
-  return a;
-}
-
 const std::string kSuffix = "/nhwc";
 
 }  // namespace
@@ -151,7 +144,7 @@ Graph use_channels_last(const Graph& graph) {
     const std::string out = n.outputs[0];
     n.outputs[0] = out + kSuffix;
     if (role[i] == Role::Conv || role[i] == Role::Pool)
-      n.attributes["volt.layout"] = string_attr("NHWC");
+      n.attributes["volt.layout"] = string_attribute("NHWC");
     const std::string name = n.name;
     g.nodes.push_back(std::move(n));
     // Channels-first for whoever else reads it.

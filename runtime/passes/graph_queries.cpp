@@ -149,6 +149,13 @@ void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked) {
   nodes = std::move(kept);
 }
 
+Attribute string_attribute(const std::string& s) {
+  Attribute a;
+  a.type = Attribute::Type::String;
+  a.s = s;
+  return a;
+}
+
 Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
                std::vector<std::string> outs, int opset) {
   Node n;

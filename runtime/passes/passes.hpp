@@ -106,6 +106,9 @@ class PatternRewrite {
 // Drops the nodes whose flag in `marked` (one per node) is set, keeping the others' order.
 void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked);
 
+// An attribute of type String holding `s`.
+Attribute string_attribute(const std::string& s);
+
 // A node of the default domain (or of `domain` set after).
 Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
                std::vector<std::string> outs, int opset);

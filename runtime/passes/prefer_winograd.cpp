@@ -30,10 +30,7 @@ Graph prefer_winograd(const Graph& graph) {
     if (w->second.shape()[0] < kMinChannels || w->second.shape()[1] < kMinChannels) continue;
     if (n.attr_int("group", 1) != 1 || !all_ones(n, "strides") || !all_ones(n, "dilations"))
       continue;
-    Attribute a;
-    a.type = Attribute::Type::String;
-    a.s = "winograd";
-    n.attributes["volt.algorithm"] = a;
+    n.attributes["volt.algorithm"] = string_attribute("winograd");
   }
   return g;
 }

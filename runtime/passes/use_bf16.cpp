@@ -15,10 +15,7 @@ Graph use_bf16(const Graph& graph) {
     auto w = g.initializers.find(n.inputs[1]);
     if (w == g.initializers.end() || w->second.dtype() != DType::Float) continue;
     if (matmul && w->second.rank() != 2) continue;
-    Attribute a;
-    a.type = Attribute::Type::String;
-    a.s = "bf16";
-    n.attributes["volt.compute"] = a;
+    n.attributes["volt.compute"] = string_attribute("bf16");
   }
   return g;
 }

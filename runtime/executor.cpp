@@ -1,5 +1,7 @@
 #include "runtime/executor.hpp"
 
+#include "runtime/omp_threads.hpp"
+
 #include <omp.h>
 
 #include <cstdlib>
@@ -82,12 +84,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   const CompiledGraph& cg = *plan.graph;
   const size_t n = cg.names.size();
   // Subgraph runs nest inside a node of their parent: leave the thread count as found.
-  const int previous_threads = omp_get_max_threads();
-  if (plan.threads > 0) omp_set_num_threads(plan.threads);
-  struct RestoreThreads {
-    int n;
-    ~RestoreThreads() { omp_set_num_threads(n); }
-  } restore{previous_threads};
+  const ScopedOmpThreads threads(plan.threads);
 
   std::vector<Value> vals(n);
   std::vector<const Value*> slot(n, nullptr);

@@ -6,6 +6,7 @@
 
 #include "runtime/contexts.hpp"
 #include "runtime/memory_plan.hpp"
+#include "runtime/omp_threads.hpp"
 #include "runtime/plan.hpp"
 
 namespace volt {
@@ -123,6 +124,7 @@ bool is_pod_tensor(const TypeShape& t) {
 }  // namespace
 
 std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, int threads) {
+  const ScopedOmpThreads scoped(threads);  // primitives are created for the session's threads
   auto plan = std::make_unique<Plan>();
   plan->graph = &cg;
   plan->threads = threads;

@@ -272,7 +272,8 @@ class Gemm final : public Kernel {
         tb_(n.attr_int("transB", 0) != 0),
         alpha_(n.attr_float("alpha", 1)),
         beta_(n.attr_float("beta", 1)),
-        legacy_broadcast_(n.opset < 7) {}
+        legacy_broadcast_(n.opset < 7),
+        act_(FusedActivation::of(n)) {}
 
   void infer(InferContext& ctx) const override {
     const GemmDims d = gemm_dims(ctx.shape(0), ctx.shape(1), ta_, tb_, ctx.node());
@@ -300,9 +301,13 @@ class Gemm final : public Kernel {
         bias_md = dnnl_adapter::plain_md(out, dt);
       if (bias_md.get_size() > 0) bias = &bias_md;
     }
+    // A fused activation is a post-op when C is the primitive's bias (or absent); otherwise it
+    // follows the separate C addition in run().
+    dnnl::post_ops ops;
+    if (bias || !ctx.has_input(2)) act_.append_to(ops);
     try {
       ctx.set_state(make_matmul(ctx.node(), a_md, b_md, dnnl_adapter::plain_md(out, dt), bias,
-                                ctx.input_tensor(1), alpha_, ctx));
+                                ctx.input_tensor(1), alpha_, ctx, &ops));
     } catch (const KernelUnsupported&) {
       // the reference loop in run() takes over
     }
@@ -319,6 +324,7 @@ class Gemm final : public Kernel {
                  y.raw());
       if (st->has_bias || !ctx.has_input(2)) return;
       add_c(ctx, y, /*scale_product=*/1.0f);
+      apply_epilogue(y, nullptr, act_, nullptr, ctx.node());
       return;
     }
     dispatch_numeric(a.dtype(), [&](auto tag) {
@@ -343,6 +349,7 @@ class Gemm final : public Kernel {
       }
     });
     if (ctx.has_input(2)) add_c(ctx, y, 1.0f);
+    apply_epilogue(y, nullptr, act_, nullptr, ctx.node());
   }
 
  private:
@@ -368,6 +375,7 @@ class Gemm final : public Kernel {
   bool ta_, tb_;
   float alpha_, beta_;
   bool legacy_broadcast_;
+  FusedActivation act_;
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 //   MatMul(a, W) -> Add(·, b) -> activation -> Add(·, r)
 // becomes MatMul(a, W, b, r) with volt.activation: input 2 the bias (constant, shape [N]; ""
 // when there is none), input 3 a residual added after the activation. W must be a constant
-// 2-D weight. Each intermediate must have the next node as its only reader.
+// 2-D weight. Each intermediate must have the next node as its only reader. A Gemm (which has
+// its bias as C already) takes the activation after it the same way.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -12,6 +13,17 @@ Graph fuse_matmul_epilogue(const Graph& graph) {
   PatternRewrite rw(graph);
   Graph& g = rw.graph();
   auto next_of = [&](const std::string& v) { return rw.sole_reader(v); };
+  for (Node& gemm : g.nodes) {
+    if (!is_onnx_op(gemm, "Gemm") || gemm.outputs.size() != 1 || gemm.has_attr("volt.activation"))
+      continue;
+    Node* next = next_of(gemm.outputs[0]);
+    if (!next) continue;
+    auto attrs = activation_attributes(g, *next);
+    if (attrs.empty()) continue;
+    gemm.attributes.merge(attrs);
+    rw.remove(next);
+    gemm.outputs[0] = next->outputs[0];
+  }
   for (Node& mm : g.nodes) {
     if (!is_onnx_op(mm, "MatMul") || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
         rw.removed(&mm))

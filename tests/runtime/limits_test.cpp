@@ -133,15 +133,16 @@ TEST(Limits, TheCacheOfPlansIsBounded) {
   auto run_width = [&](int64_t w) {
     return s.run({{"x", Tensor::empty(DType::Float, {1, w})}})[0].tensor().dim(1);
   };
-  // The first thousands of shapes fill oneDNN's own primitive cache (1024 entries) and the
-  // allocator's free lists; from there on, memory must stay flat.
-  for (int64_t w = 1; w <= 5000; ++w) ASSERT_EQ(run_width(w), w);
+  // The first thousands of shapes fill oneDNN's own primitive cache (1024 entries, whose JIT
+  // code grows with the shapes for a while: measured here, resident memory levels off after
+  // about 15,000 shapes) and the allocator's free lists; from there on, memory must stay flat.
+  for (int64_t w = 1; w <= 15000; ++w) ASSERT_EQ(run_width(w), w);
   EXPECT_LE(s.cached_plans(), 8u);
   const size_t after_half = resident_kib();
-  for (int64_t w = 5001; w <= 10000; ++w) ASSERT_EQ(run_width(w), w);
+  for (int64_t w = 15001; w <= 25000; ++w) ASSERT_EQ(run_width(w), w);
   const size_t after_all = resident_kib();
   EXPECT_LE(s.cached_plans(), 8u);
-  // 5000 more plans kept would be over 50 MiB. (Under ASan freed memory sits in its
+  // 10000 more plans kept would be over 100 MiB. (Under ASan freed memory sits in its
   // quarantine, so resident memory says nothing about leaks there; LeakSanitizer does.)
 #if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(after_all, after_half + after_half / 10 + 8192)

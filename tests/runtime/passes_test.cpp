@@ -334,6 +334,29 @@ TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
     EXPECT_NEAR(sparse[0].tensor().data<float>()[i], dense[0].tensor().data<float>()[i], 1e-5f);
 }
 
+TEST(Passes, GemmTakesTheActivationAfterIt) {
+  // Once with C as the primitive's bias, once with C scaled by beta (added after the product,
+  // so the activation must come after it too).
+  for (const float beta : {1.0f, 0.5f}) {
+    SCOPED_TRACE(beta);
+    ModelBuilder b;
+    std::mt19937 rng(13);
+    b.input("x", 1, {6, 10}).output("y", 1, {6, 7});
+    b.initializer("W", {7, 10}, random_values(70, rng))
+        .initializer("C", {7}, random_values(7, rng));
+    b.node("Gemm", {"x", "W", "C"}, {"g"}, [&](auto& n) {
+      ModelBuilder::set_int(n, "transB", 1);
+      ModelBuilder::set_float(n, "beta", beta);
+    });
+    b.node("Relu", {"g"}, {"y"});
+    const std::string bytes = b.bytes();
+    const Graph g = fuse_matmul_epilogue(load(bytes));
+    ASSERT_EQ(g.nodes.size(), 1u);
+    EXPECT_EQ(g.nodes[0].attr_string("volt.activation", ""), "Relu");
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({6, 10}, rng)}});
+  }
+}
+
 TEST(Passes, Bf16PrecisionComputesConvAndLinearLayersInBf16) {
   // Conv -> Relu -> GlobalAveragePool -> Flatten -> MatMul(+bias): fp32 tensors throughout,
   // bf16 arithmetic in the Conv and the MatMul. bf16 keeps 8 bits of mantissa (relative

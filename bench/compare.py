@@ -47,6 +47,44 @@ MODELS = {
 }
 
 
+def conv_gemm_gflop(model_path):
+    """GFLOP per sample of a model's Conv, Gemm and MatMul nodes (2 per multiply-add), from ONNX
+    shape inference with the batch dimension taken as 1."""
+    import onnx
+    from onnx import shape_inference
+    m = onnx.load(model_path, load_external_data=False)
+    for v in list(m.graph.input) + list(m.graph.output):
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param:
+                d.dim_value = 1
+    m = shape_inference.infer_shapes(m)
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output)}
+    shapes.update({t.name: list(t.dims) for t in m.graph.initializer})
+    flops = 0
+    for n in m.graph.node:
+        out = shapes.get(n.output[0])
+        if not out:
+            continue
+        if n.op_type == "Conv":
+            w = shapes[n.input[1]]
+            flops += 2 * np.prod(out) * np.prod(w[1:])
+        elif n.op_type in ("Gemm", "MatMul"):
+            a = shapes.get(n.input[0])
+            if a:
+                trans_a = any(at.name == "transA" and at.i for at in n.attribute)
+                flops += 2 * np.prod(out) * (a[-2] if trans_a else a[-1])
+    return flops / 1e9
+
+
+def sgemm_peak(threads):
+    exe = os.path.join(ROOT, "build", "bin", "volt_sgemm_peak")
+    if not os.path.exists(exe):
+        return None
+    return json.loads(subprocess.run([exe, "--threads", str(threads)], check=True, capture_output=True,
+                                     text=True).stdout)
+
+
 def ensure_ort():
     module = os.path.join(PEERS, "node_modules", "onnxruntime-node")
     if not os.path.isdir(module):
@@ -99,6 +137,7 @@ def main():
     ap.add_argument("--precision", default="fp32", help="volt's precision (fp32 | bf16); ONNX Runtime runs fp32")
     args = ap.parse_args()
     module = ensure_ort()
+    peak = sgemm_peak(args.threads)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
@@ -135,6 +174,14 @@ def main():
     for name, batch, v, o, worst, l2, rv, ro, fv, fo in rows:
         print(f"{name:<12} {batch:>5} {v:>9.3f} {o:>9.3f} {v / o:>9.2f} {worst:>13.1e} {l2:>9.1e} "
               f"{rv:>6.0f}/{ro:<6.0f} {fv:>8.0f}/{fo:<8.0f}")
+    for name, batch, v, o, *_ in rows:
+        if name in ("resnet50", "bert") and batch > 1:
+            g = conv_gemm_gflop(MODELS[name][0]) * batch
+            line = f"{name} batch {batch}: {g:.1f} GFLOP a run; volt {g / v * 1e3:.0f} GFLOP/s, ORT {g / o * 1e3:.0f} GFLOP/s"
+            if peak:
+                line += (f"; oneDNN 2048^3 sgemm peak here {peak['sgemm_gflops']:.0f} GFLOP/s "
+                         f"(bf16 {peak['bf16_gemm_gflops']:.0f})")
+            print(line)
 
 
 if __name__ == "__main__":

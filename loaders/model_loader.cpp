@@ -7,7 +7,7 @@
 
 #include "loaders/function_inliner.hpp"
 #include "loaders/loader.hpp"
-#include "loaders/mapped_file.hpp"
+#include "loaders/model_file.hpp"
 #include "loaders/proto_convert.hpp"
 #include "onnx/checker.h"
 #include "onnx/defs/schema.h"
@@ -350,11 +350,10 @@ std::string read_file_bytes(const std::string& path) {
 }
 
 Model load_model(const std::string& path) {
-  MappedFile file(path);
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
-  onnx::ModelProto proto = parse_model(file.data(), file.size(), path);
-  file.release();
+  onnx::ModelProto proto;
+  parse_model_file(path, proto);
   return convert(proto, path, dir);
 }
 

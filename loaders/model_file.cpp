@@ -1,0 +1,36 @@
+#include "loaders/model_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <filesystem>
+
+#include "runtime/error.hpp"
+
+namespace volt {
+
+void parse_model_file(const std::string& path, onnx::ModelProto& proto) {
+  std::error_code ec;
+  VOLT_CHECK(std::filesystem::is_regular_file(path, ec), Io, path + ": no such model file");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  VOLT_CHECK(fd >= 0, Io, path + ": cannot open");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  VOLT_CHECK(::fstat(fd, &st) == 0, Io, path + ": cannot read its size");
+  const auto size = static_cast<uint64_t>(st.st_size);
+  VOLT_CHECK(size > 0, InvalidModel, path + ": empty file, not an ONNX model");
+  VOLT_CHECK(size < (uint64_t{1} << 31), InvalidModel,
+             path + ": " + std::to_string(size) +
+                 " bytes is over protobuf's 2 GiB limit; store weights as external data");
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  google::protobuf::io::FileInputStream in(fd, 1 << 20);
+  VOLT_CHECK(proto.ParseFromZeroCopyStream(&in) && in.GetErrno() == 0, InvalidModel,
+             path + ": not a valid ONNX model (the protobuf message is malformed or truncated)");
+}
+
+}  // namespace volt

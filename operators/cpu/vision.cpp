@@ -279,19 +279,23 @@ class MaxUnpool final : public Kernel {
         strides_(n.attr_ints("strides")),
         pads_(n.attr_ints("pads")) {}
   void infer(InferContext& ctx) const override {
+    const Shape& x = ctx.shape(0);
+    VOLT_CHECK(x.size() >= 3, InvalidArgument,
+               ctx.node().describe() + ": X must be N x C x spatial..., got " + shape_str(x));
+    VOLT_CHECK(ctx.shape(1) == x, InvalidArgument,
+               ctx.node().describe() + ": I must have X's shape " + shape_str(x) + ", got " +
+                   shape_str(ctx.shape(1)));
+    const Shape pooled = unpooled_spatial(x, ctx.node());
     if (ctx.has_input(2)) {
       const Tensor* s = ctx.input_tensor(2);
       if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
-      return ctx.set_output(0, ctx.dtype(0), to_int64_vector(*s, ctx.node(), "output_shape"));
+      const auto out = to_int64_vector(*s, ctx.node(), "output_shape");
+      VOLT_CHECK(out.size() == x.size(), InvalidArgument,
+                 ctx.node().describe() + ": output_shape must have X's rank");
+      return ctx.set_output(0, ctx.dtype(0), out);
     }
-    const Shape& x = ctx.shape(0);
-    const size_t r = x.size() - 2;
     Shape out{x[0], x[1]};
-    for (size_t i = 0; i < r; ++i) {
-      const int64_t stride = strides_.empty() ? 1 : strides_[i];
-      const int64_t pad = pads_.empty() ? 0 : pads_[i] + pads_[i + r];
-      out.push_back((x[2 + i] - 1) * stride + kernel_.at(i) - pad);
-    }
+    out.insert(out.end(), pooled.begin(), pooled.end());
     ctx.set_output(0, ctx.dtype(0), out);
   }
   void run(RunContext& ctx) const override {
@@ -305,16 +309,15 @@ class MaxUnpool final : public Kernel {
       // Indices are flat over the default unpooled shape (MaxPool's Indices); with an explicit
       // output_shape they keep their spatial coordinates in the larger tensor.
       const size_t r = x.rank() - 2;
-      Shape pooled;
-      for (size_t i = 0; i < r; ++i) {
-        const int64_t stride = strides_.empty() ? 1 : strides_[i];
-        const int64_t pad = pads_.empty() ? 0 : pads_[i] + pads_[i + r];
-        pooled.push_back((x.dim(2 + i) - 1) * stride + kernel_.at(i) - pad);
-      }
+      const Shape pooled = unpooled_spatial(x.shape(), ctx.node());
       const int64_t pooled_plane = std::max<int64_t>(numel_of(pooled), 1);
       const Shape out_sp(y.shape().begin() + 2, y.shape().end());
       const int64_t out_plane = numel_of(out_sp);
+      VOLT_CHECK(static_cast<int64_t>(idx.size()) == x.numel(), InvalidArgument,
+                 ctx.node().describe() + ": I must have one index per element of X");
       for (int64_t e = 0; e < x.numel(); ++e) {
+        VOLT_CHECK(idx[e] >= 0, InvalidArgument,
+                   ctx.node().describe() + ": index " + std::to_string(idx[e]) + " is negative");
         int64_t within = idx[e] % pooled_plane, flat = 0, scale = 1;
         bool fits = true;
         for (size_t d = r; d-- > 0;) {
@@ -334,6 +337,30 @@ class MaxUnpool final : public Kernel {
   }
 
  private:
+  // The spatial size MaxPool's inverse gives X: (in - 1) · stride + kernel - pads, each > 0.
+  Shape unpooled_spatial(const Shape& x, const Node& node) const {
+    const size_t r = x.size() - 2;
+    VOLT_CHECK(kernel_.size() == r && (strides_.empty() || strides_.size() == r) &&
+                   (pads_.empty() || pads_.size() == 2 * r),
+               InvalidModel,
+               node.describe() + ": kernel_shape, strides and pads must match X's " +
+                   std::to_string(r) + " spatial dimensions");
+    Shape pooled;
+    for (size_t i = 0; i < r; ++i) {
+      const int64_t stride = strides_.empty() ? 1 : strides_[i];
+      const int64_t pad = pads_.empty() ? 0 : pads_[i] + pads_[i + r];
+      int64_t d = 0;
+      const bool overflow = __builtin_mul_overflow(x[2 + i] - 1, stride, &d) ||
+                            __builtin_add_overflow(d, kernel_[i], &d) ||
+                            __builtin_sub_overflow(d, pad, &d);
+      VOLT_CHECK(!overflow && stride > 0 && kernel_[i] > 0 && d > 0, InvalidArgument,
+                 node.describe() + ": the unpooled size of spatial axis " + std::to_string(i) +
+                     " is not positive");
+      pooled.push_back(d);
+    }
+    return pooled;
+  }
+
   std::vector<int64_t> kernel_, strides_, pads_;
 };
 

@@ -184,7 +184,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       if (profile) {
         const double start = control->elapsed_us();
         kernel->run(ctx);
-        profile->events.push_back({node.name.empty() ? node.op_type : node.name, node.op_type,
+        profile->events.push_back({node.name.empty() ? node.op_type : node.name, node.fused_op(),
                                    kernel_name, start, control->elapsed_us() - start});
       } else {
         kernel->run(ctx);

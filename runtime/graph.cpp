@@ -41,6 +41,21 @@ std::string Node::describe() const {
   return "node '" + name + "' (" + d + op_type + ")";
 }
 
+std::string Node::fused_op() const {
+  std::string s = op_type;
+  if (domain != kOnnxDomain) return domain + "." + s;
+  const bool conv = op_type == "Conv", matmul = op_type == "MatMul";
+  auto activation = [&] {
+    auto a = attributes.find("volt.activation");
+    if (a != attributes.end() && a->second.type == Attribute::Type::String) s += "+" + a->second.s;
+  };
+  if (matmul && has_input(2)) s += "+Bias";
+  if (conv && has_input(3)) s += "+Add";  // Conv: the residual, then the activation
+  activation();
+  if (matmul && has_input(3)) s += "+Add";  // MatMul: the activation, then the residual
+  return s;
+}
+
 const Attribute* Node::find_attr(const std::string& key, Attribute::Type type) const {
   auto it = attributes.find(key);
   if (it == attributes.end()) return nullptr;

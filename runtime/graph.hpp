@@ -57,6 +57,9 @@ struct Node {
 
   // "node 'conv1' (Conv)": the prefix of every message about this node.
   std::string describe() const;
+  // The op and what the passes fused into it, in the order it runs: "Conv+Add+Relu",
+  // "MatMul+Bias+Gelu+Add". Profiles name nodes by it.
+  std::string fused_op() const;
 
   bool has_input(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
   bool has_output(size_t i) const { return i < outputs.size() && !outputs[i].empty(); }

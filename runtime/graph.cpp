@@ -43,7 +43,7 @@ std::string Node::describe() const {
 
 std::string Node::fused_op() const {
   std::string s = op_type;
-  if (domain != kOnnxDomain) return domain + "." + s;
+  if (domain != kOnnxDomain) return s;
   const bool conv = op_type == "Conv", matmul = op_type == "MatMul";
   auto activation = [&] {
     auto a = attributes.find("volt.activation");

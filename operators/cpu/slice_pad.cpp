@@ -414,7 +414,10 @@ class Tile final : public Kernel {
     Shape out = in;
     for (size_t i = 0; i < in.size(); ++i) {
       VOLT_CHECK(repeats[i] >= 0, InvalidArgument, node.describe() + ": repeats must be >= 0");
-      out[i] *= repeats[i];
+      VOLT_CHECK(!__builtin_mul_overflow(in[i], repeats[i], &out[i]), InvalidArgument,
+                 node.describe() + ": axis " + std::to_string(i) + " of size " +
+                     std::to_string(in[i]) + " repeated " + std::to_string(repeats[i]) +
+                     " times overflows int64");
     }
     return out;
   }

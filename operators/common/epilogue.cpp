@@ -15,7 +15,7 @@ void check_epilogue(InferContext& ctx, const Shape& y, bool bias) {
     VOLT_CHECK(ctx.dtype(2) == ctx.dtype(0), InvalidModel,
                node.describe() + ": bias has another dtype than the product");
   }
-  if (ctx.input_count() > 3 && ctx.has_input(3)) {
+  if (ctx.has_input(3)) {
     VOLT_CHECK(broadcast_shapes({y, ctx.shape(3)}, node) == y, InvalidArgument,
                node.describe() + ": residual of shape " + shape_str(ctx.shape(3)) +
                    " does not broadcast to the output " + shape_str(y));

@@ -99,7 +99,7 @@ class MatMulRef final : public Kernel {
                             static_cast<T*>(ctx.output(0).raw()));
     });
     apply_epilogue(ctx.output(0), ctx.has_input(2) ? &ctx.input(2) : nullptr, act_,
-                   ctx.input_count() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
+                   ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
   }
 
  private:
@@ -200,7 +200,7 @@ class DnnlMatMul final : public Kernel {
     }
     dnnl::post_ops ops;
     act_.append_to(ops);
-    const bool sum = residual(ctx) && ctx.shape(3) == s.result;
+    const bool sum = ctx.has_input(3) && ctx.shape(3) == s.result;
     if (sum) ops.append_sum(1.0f);
     // bf16 arithmetic (precision = bf16) needs the weights constant: they are converted once.
     const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && ctx.input_tensor(1);
@@ -235,15 +235,11 @@ class DnnlMatMul final : public Kernel {
     }
     run_matmul(st, ctx, a, ctx.input(1).raw(), ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
                y.raw());
-    if (residual(ctx) && !st.sum)  // a broadcast residual, added after the activation
+    if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
       apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
   }
 
  private:
-  template <class Ctx>
-  static bool residual(const Ctx& ctx) {
-    return ctx.input_count() > 3 && ctx.has_input(3);
-  }
   FusedActivation act_;
   bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
 };

@@ -241,8 +241,7 @@ class SparseMatMul final : public Kernel {
     }
     csr_times_dense(a, rows, n, alpha_, out, ctx.threads());
     // A fused MatMul epilogue: activation, then the residual.
-    apply_epilogue(y, nullptr, act_,
-                   ctx.input_count() > 3 && ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
+    apply_epilogue(y, nullptr, act_, ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
   }
 
  private:

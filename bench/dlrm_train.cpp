@@ -1,6 +1,9 @@
 // Times fine-tuning steps of a DLRM-style model (bench/dlrm_compare.py writes it): random dense
 // features, ids and click labels; forward, backward, optimizer. Prints one line:
-//   "volt_dlrm step_ms median=M p10=A p90=B peak_rss_mib=R"
+//   "volt_dlrm step_ms median=M p10=A p90=B peak_rss_mib=R step_peak_mib=S"
+// R is the process's peak (loading included); S the peak resident memory while the timed steps
+// ran (Linux: reset through /proc/self/clear_refs after the warm-up), which is the weights, the
+// optimizer state and whatever a step needs besides.
 //   volt_dlrm_train MODEL --tables T --rows R --lookups L [--batch 256] [--optimizer adam]
 //                   [--sparse-gradients auto|off] [--threads T] [--warmup W] [--iterations N]
 #include <sys/resource.h>
@@ -8,10 +11,26 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <random>
 #include <string>
 
 #include "volt/volt.hpp"
+
+// A field of /proc/self/status ("VmRSS", "VmHWM") in MiB, or -1 where there is none.
+double status_mib(const std::string& field) {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  while (f >> key) {
+    if (key == field + ":") {
+      double kib = 0;
+      f >> kib;
+      return kib / 1024.0;
+    }
+    std::getline(f, key);
+  }
+  return -1;
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -72,6 +91,7 @@ int main(int argc, char** argv) {
       return b;
     };
     for (int i = 0; i < warmup; ++i) trainer.step(make_batch());
+    const bool peak_reset = static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5");
     std::vector<double> ms;
     for (int i = 0; i < iterations; ++i) {
       const volt::NamedValues b = make_batch();
@@ -83,9 +103,13 @@ int main(int argc, char** argv) {
     std::sort(ms.begin(), ms.end());
     rusage ru{};
     getrusage(RUSAGE_SELF, &ru);
-    std::printf("volt_dlrm step_ms median=%.3f p10=%.3f p90=%.3f peak_rss_mib=%.0f\n",
+    std::printf("volt_dlrm step_ms median=%.3f p10=%.3f p90=%.3f peak_rss_mib=%.0f",
                 ms[ms.size() / 2], ms[ms.size() / 10], ms[ms.size() * 9 / 10],
                 static_cast<double>(ru.ru_maxrss) / 1024.0);
+    if (peak_reset)
+      std::printf(" step_peak_mib=%.0f\n", status_mib("VmHWM"));
+    else
+      std::printf(" step_peak_mib=unknown\n");
   } catch (const volt::Error& e) {
     std::fprintf(stderr, "volt_dlrm_train: %s\n", e.what());
     return 2;

@@ -56,7 +56,25 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 
 BroadcastIterator::BroadcastIterator(const Shape& out,
                                      std::vector<std::vector<int64_t>> operand_strides)
-    : shape_(out), strides_(std::move(operand_strides)) {}
+    : total_(numel_of(out)) {
+  // Axes of size 1 move no offset; axis d-1 merges into axis d when, for every operand, a step
+  // along d-1 is shape[d] steps along d.
+  const size_t k = operand_strides.size();
+  strides_.assign(k, {});
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    bool merge = !shape_.empty();
+    for (size_t j = 0; merge && j < k; ++j)
+      merge = strides_[j].back() == operand_strides[j][d] * out[d];
+    if (merge) {
+      shape_.back() *= out[d];
+      for (size_t j = 0; j < k; ++j) strides_[j].back() = operand_strides[j][d];
+    } else {
+      shape_.push_back(out[d]);
+      for (size_t j = 0; j < k; ++j) strides_[j].push_back(operand_strides[j][d]);
+    }
+  }
+}
 
 std::vector<int64_t> to_int64_vector(const Tensor& t, const Node& node, const char* what) {
   std::vector<int64_t> out(static_cast<size_t>(t.numel()));

@@ -21,19 +21,31 @@ std::vector<int64_t> strides_of(const Shape& shape);
 std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
 
 // Walks the multi-index of `shape` in row-major order, keeping one running offset per operand.
+// Adjacent axes that every operand reads contiguously (or every operand broadcasts) are merged
+// first, so the innermost row is as long as the layouts allow and the walk's bookkeeping is per
+// row, not per element.
 class BroadcastIterator {
  public:
   BroadcastIterator(const Shape& out, std::vector<std::vector<int64_t>> operand_strides);
-  // Calls f(offsets...) style: f(const int64_t* offsets) for every element, in order.
+  // f(offsets, n, steps) for each innermost row, in order: the row's n elements are at
+  // offsets[j] + i * steps[j] in operand j, i in [0, n).
   template <class F>
-  void for_each(F&& f) {
-    const size_t rank = shape_.size();
-    const size_t k = strides_.size();
+  void for_each_row(F&& f) const {
+    if (total_ == 0) return;
+    const size_t rank = shape_.size(), k = strides_.size();
+    std::vector<int64_t> steps(k, 0);
+    if (rank == 0) {  // one element
+      const std::vector<int64_t> off(k, 0);
+      f(static_cast<const int64_t*>(off.data()), int64_t{1},
+        static_cast<const int64_t*>(steps.data()));
+      return;
+    }
+    const int64_t n = shape_[rank - 1];
+    for (size_t j = 0; j < k; ++j) steps[j] = strides_[j][rank - 1];
     std::vector<int64_t> idx(rank, 0), off(k, 0);
-    const int64_t total = numel_of(shape_);
-    for (int64_t e = 0; e < total; ++e) {
-      f(off.data());
-      for (size_t d = rank; d-- > 0;) {
+    for (int64_t done = 0; done < total_; done += n) {
+      f(static_cast<const int64_t*>(off.data()), n, static_cast<const int64_t*>(steps.data()));
+      for (size_t d = rank - 1; d-- > 0;) {
         ++idx[d];
         for (size_t j = 0; j < k; ++j) off[j] += strides_[j][d];
         if (idx[d] < shape_[d]) break;
@@ -42,10 +54,23 @@ class BroadcastIterator {
       }
     }
   }
+  // f(offsets) for every element, in order.
+  template <class F>
+  void for_each(F&& f) const {
+    std::vector<int64_t> at(strides_.size());
+    for_each_row([&](const int64_t* off, int64_t n, const int64_t* steps) {
+      for (size_t j = 0; j < at.size(); ++j) at[j] = off[j];
+      for (int64_t i = 0; i < n; ++i) {
+        f(static_cast<const int64_t*>(at.data()));
+        for (size_t j = 0; j < at.size(); ++j) at[j] += steps[j];
+      }
+    });
+  }
 
  private:
-  Shape shape_;
-  std::vector<std::vector<int64_t>> strides_;
+  Shape shape_;                                // merged axes
+  std::vector<std::vector<int64_t>> strides_;  // per operand, per merged axis
+  int64_t total_;
 };
 
 // Reads an integer tensor (int32 or int64) as int64 values.

@@ -6,6 +6,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/simd_clones.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/grad/gradient_rule.hpp"
 #include "operators/registry.hpp"
@@ -93,28 +94,113 @@ class FillLike final : public Kernel {
   double value_;
 };
 
+// The unary functions EltwiseGrad differentiates.
+enum class Fn {
+  Relu,
+  LeakyRelu,
+  Elu,
+  Sigmoid,
+  Tanh,
+  Exp,
+  Log,
+  Sqrt,
+  Reciprocal,
+  Erf,
+  Softplus,
+  Abs,
+  Sin,
+  Cos,
+  Clip,
+  Gelu,
+  GeluTanh
+};
+
+// f'(x) for y = f(x) (alpha: LeakyRelu's slope, Elu's alpha), one function per f so that each
+// loop below is compiled without a switch inside.
+template <Fn F, class C>
+inline C derivative(C x, C y, C alpha) {
+  const C pi = static_cast<C>(3.14159265358979323846);
+  if constexpr (F == Fn::Relu) return x > 0 ? C(1) : C(0);
+  if constexpr (F == Fn::LeakyRelu) return x >= 0 ? C(1) : alpha;
+  if constexpr (F == Fn::Elu) return x >= 0 ? C(1) : y + alpha;
+  if constexpr (F == Fn::Sigmoid) return y * (1 - y);
+  if constexpr (F == Fn::Tanh) return 1 - y * y;
+  if constexpr (F == Fn::Exp) return y;
+  if constexpr (F == Fn::Log) return 1 / x;
+  if constexpr (F == Fn::Sqrt) return C(0.5) / y;
+  if constexpr (F == Fn::Reciprocal) return -y * y;
+  if constexpr (F == Fn::Erf) return 2 / std::sqrt(pi) * std::exp(-x * x);
+  if constexpr (F == Fn::Softplus) return 1 / (1 + std::exp(-x));
+  if constexpr (F == Fn::Abs) return x > 0 ? C(1) : (x < 0 ? C(-1) : C(0));
+  if constexpr (F == Fn::Sin) return std::cos(x);
+  if constexpr (F == Fn::Cos) return -std::sin(x);
+  if constexpr (F == Fn::Clip) return x == y ? C(1) : C(0);
+  if constexpr (F == Fn::Gelu)
+    return C(0.5) * (1 + std::erf(x / std::sqrt(C(2)))) +
+           x * std::exp(C(-0.5) * x * x) / std::sqrt(2 * pi);
+  if constexpr (F == Fn::GeluTanh) {
+    const C c = std::sqrt(2 / pi), u = c * (x + C(0.044715) * x * x * x), t = std::tanh(u);
+    return C(0.5) * (1 + t) + C(0.5) * x * (1 - t * t) * c * (1 + 3 * C(0.044715) * x * x);
+  }
+  return C(0);
+}
+
+// Calls body(std::integral_constant<Fn, f>{}): turns the run-time choice into a compile-time one.
+template <class Body>
+__attribute__((always_inline)) inline void with_fn(Fn f, Body body) {
+  switch (f) {
+#define VOLT_FN_CASE(name) \
+  case Fn::name:           \
+    return body(std::integral_constant<Fn, Fn::name>{});
+    VOLT_FN_CASE(Relu)
+    VOLT_FN_CASE(LeakyRelu)
+    VOLT_FN_CASE(Elu)
+    VOLT_FN_CASE(Sigmoid)
+    VOLT_FN_CASE(Tanh)
+    VOLT_FN_CASE(Exp)
+    VOLT_FN_CASE(Log)
+    VOLT_FN_CASE(Sqrt)
+    VOLT_FN_CASE(Reciprocal)
+    VOLT_FN_CASE(Erf)
+    VOLT_FN_CASE(Softplus)
+    VOLT_FN_CASE(Abs)
+    VOLT_FN_CASE(Sin)
+    VOLT_FN_CASE(Cos)
+    VOLT_FN_CASE(Clip)
+    VOLT_FN_CASE(Gelu)
+    VOLT_FN_CASE(GeluTanh)
+#undef VOLT_FN_CASE
+  }
+}
+
+// dx = dy * f'(x, y) over n elements, in C arithmetic.
+template <class T, class C>
+__attribute__((always_inline)) inline void eltwise_grad_loop(Fn fn, C alpha, const T* dy,
+                                                             const T* x, const T* y,
+                                                             T* __restrict dx, int64_t n) {
+  with_fn(
+      fn, [&](auto f) __attribute__((always_inline)) {
+        constexpr Fn F = decltype(f)::value;
+        if constexpr (F == Fn::Relu) {  // the hot case in training: a select, not a product
+          for (int64_t i = 0; i < n; ++i)
+            dx[i] = static_cast<C>(x[i]) > C(0) ? dy[i] : static_cast<T>(C(0));
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            dx[i] = static_cast<T>(static_cast<C>(
+                static_cast<C>(dy[i]) *
+                derivative<F, C>(static_cast<C>(x[i]), static_cast<C>(y[i]), alpha)));
+        }
+      });
+}
+
+// The float case, compiled for AVX-512 and AVX2 too.
+VOLT_SIMD_CLONES void eltwise_grad_f32(Fn fn, float alpha, const float* dy, const float* x,
+                                       const float* y, float* dx, int64_t n) {
+  eltwise_grad_loop<float, float>(fn, alpha, dy, x, y, dx, n);
+}
+
 class EltwiseGrad final : public Kernel {
  public:
-  enum class Fn {
-    Relu,
-    LeakyRelu,
-    Elu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Sqrt,
-    Reciprocal,
-    Erf,
-    Softplus,
-    Abs,
-    Sin,
-    Cos,
-    Clip,
-    Gelu,
-    GeluTanh
-  };
-
   explicit EltwiseGrad(const Node& n)
       : fn_(parse(n)), alpha_(n.attr_float("alpha", fn_ == Fn::LeakyRelu ? 0.01f : 1.0f)) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
@@ -130,21 +216,23 @@ class EltwiseGrad final : public Kernel {
         const T* x = static_cast<const T*>(ctx.input(1).raw());
         const T* y = static_cast<const T*>(ctx.input(2).raw());
         T* dx = static_cast<T*>(ctx.output(0).raw());
-        if (fn_ == Fn::Relu) {  // the hot case in training, kept branch-free so it vectorizes
-#pragma omp parallel for simd if (n > 65536)
-          for (int64_t i = 0; i < n; ++i)
-            dx[i] = static_cast<C>(x[i]) > C(0) ? dy[i] : static_cast<T>(C(0));
-          return;
+        const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (chunks > 1)
+        for (int64_t c = 0; c < chunks; ++c) {
+          const int64_t o = c * kChunk, len = std::min(kChunk, n - o);
+          if constexpr (std::is_same_v<T, float>)
+            eltwise_grad_f32(fn_, alpha_, dy + o, x + o, y + o, dx + o, len);
+          else
+            eltwise_grad_loop<T, C>(fn_, static_cast<C>(alpha_), dy + o, x + o, y + o, dx + o, len);
         }
-#pragma omp parallel for if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          dx[i] = static_cast<T>(static_cast<C>(
-              static_cast<C>(dy[i]) * derivative(static_cast<C>(x[i]), static_cast<C>(y[i]))));
       }
     });
   }
 
  private:
+  // Elementwise work is split among threads in chunks of this many elements.
+  static constexpr int64_t kChunk = 32768;
+
   static Fn parse(const Node& n) {
     const std::string f = n.attr_string("fn", "");
     static const std::map<std::string, Fn> names = {{"Relu", Fn::Relu},
@@ -168,51 +256,6 @@ class EltwiseGrad final : public Kernel {
     if (it->second == Fn::Gelu && n.attr_string("approximate", "none") == "tanh")
       return Fn::GeluTanh;
     return it->second;
-  }
-
-  template <class C>
-  C derivative(C x, C y) const {
-    const C pi = static_cast<C>(3.14159265358979323846);
-    switch (fn_) {
-      case Fn::Relu:
-        return x > 0 ? C(1) : C(0);
-      case Fn::LeakyRelu:
-        return x >= 0 ? C(1) : static_cast<C>(alpha_);
-      case Fn::Elu:
-        return x >= 0 ? C(1) : y + static_cast<C>(alpha_);
-      case Fn::Sigmoid:
-        return y * (1 - y);
-      case Fn::Tanh:
-        return 1 - y * y;
-      case Fn::Exp:
-        return y;
-      case Fn::Log:
-        return 1 / x;
-      case Fn::Sqrt:
-        return C(0.5) / y;
-      case Fn::Reciprocal:
-        return -y * y;
-      case Fn::Erf:
-        return 2 / std::sqrt(pi) * std::exp(-x * x);
-      case Fn::Softplus:
-        return 1 / (1 + std::exp(-x));
-      case Fn::Abs:
-        return x > 0 ? C(1) : (x < 0 ? C(-1) : C(0));
-      case Fn::Sin:
-        return std::cos(x);
-      case Fn::Cos:
-        return -std::sin(x);
-      case Fn::Clip:
-        return x == y ? C(1) : C(0);
-      case Fn::Gelu:
-        return C(0.5) * (1 + std::erf(x / std::sqrt(C(2)))) +
-               x * std::exp(C(-0.5) * x * x) / std::sqrt(2 * pi);
-      case Fn::GeluTanh: {
-        const C c = std::sqrt(2 / pi), u = c * (x + C(0.044715) * x * x * x), t = std::tanh(u);
-        return C(0.5) * (1 + t) + C(0.5) * x * (1 - t * t) * c * (1 + 3 * C(0.044715) * x * x);
-      }
-    }
-    return 0;
   }
 
   Fn fn_;
@@ -374,8 +417,14 @@ class ReduceGrad final : public Kernel {
     const Shape x = shape_from(ctx.input(1), ctx.node());
     std::vector<int64_t> axes =
         ctx.has_input(2) ? to_int64_vector(ctx.input(2), ctx.node(), "axes") : attr_axes_;
-    const auto dy = to_doubles(ctx.input(0));
-    if (axes.empty() && noop_) return from_doubles(ctx.output(0), dy);
+    const Tensor& dyt = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    if (axes.empty() && noop_) {
+      VOLT_CHECK(dyt.nbytes() == out.nbytes(), InvalidArgument,
+                 ctx.node().describe() + ": the gradient does not match the input");
+      std::memcpy(out.raw(), dyt.raw(), out.nbytes());
+      return;
+    }
     std::vector<char> reduced(x.size(), axes.empty() ? 1 : 0);
     for (int64_t a : axes)
       reduced[normalize_axis(a, static_cast<int64_t>(x.size()), ctx.node())] = 1;
@@ -385,12 +434,33 @@ class ReduceGrad final : public Kernel {
       kept.push_back(reduced[d] ? 1 : x[d]);
       if (reduced[d]) count *= x[d];
     }
-    std::vector<double> out(static_cast<size_t>(numel_of(x)));
+    VOLT_CHECK(dyt.numel() == numel_of(kept), InvalidArgument,
+               ctx.node().describe() + ": the gradient " + shape_str(dyt.shape()) +
+                   " does not match the reduction of " + shape_str(x));
     const double scale = mean_ && count ? 1.0 / static_cast<double>(count) : 1.0;
-    BroadcastIterator(x, {broadcast_strides(kept, x)})
-        .for_each(
-            [&, e = size_t{0}](const int64_t* off) mutable { out[e++] = dy[off[0]] * scale; });
-    from_doubles(ctx.output(0), out);
+    const BroadcastIterator rows(x, {broadcast_strides(kept, x)});
+    dispatch_numeric(dyt.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      if constexpr (!std::is_floating_point_v<C>) {
+        ctx.error("needs floating-point gradients");
+      } else {
+        const T* src = static_cast<const T*>(dyt.raw());
+        T* dst = static_cast<T*>(out.raw());
+        const C s = static_cast<C>(scale);
+        auto scaled = [s](T v) { return static_cast<T>(static_cast<C>(v) * s); };
+        int64_t e = 0;
+        // Each row of the output either repeats one gradient element (the innermost axis was
+        // reduced) or is a row of the gradient.
+        rows.for_each_row([&](const int64_t* off, int64_t n, const int64_t* step) {
+          if (step[0] == 0)
+            std::fill(dst + e, dst + e + n, scaled(src[off[0]]));
+          else
+            for (int64_t i = 0; i < n; ++i) dst[e + i] = scaled(src[off[0] + i * step[0]]);
+          e += n;
+        });
+      }
+    });
   }
 
  private:

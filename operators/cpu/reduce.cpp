@@ -1,17 +1,28 @@
 // Reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceSumSquare,
 // ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp) and ArgMax/ArgMin. Axes come from an
 // attribute before opset 13 (ReduceSum) or 18 (the others) and from input 1 after.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/simd_clones.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
 
 enum class Reduction { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+
+// y[i] = (Σ_r x[r * n + i]) / divisor for i in [0, n), summed in double in the order of r.
+VOLT_SIMD_CLONES void sum_rows_f32(const float* x, int64_t rows, int64_t n, double divisor,
+                                   double* acc, float* y) {
+  std::fill(acc, acc + n, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(x[r * n + i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(acc[i] / divisor);
+}
 
 // Which axes are reduced, and the shapes either side.
 struct ReducePlan {
@@ -85,6 +96,7 @@ class Reduce final : public Kernel {
       std::memcpy(y.raw(), x.raw(), x.nbytes());
       return;
     }
+    if (sum_block_f32(x, p, y)) return;
     std::vector<int64_t> base, inner;
     reduce_offsets(x.shape(), p.reduced, base, inner);
     if (x.numel() == 0) inner.clear();
@@ -107,6 +119,38 @@ class Reduce final : public Kernel {
   }
 
  private:
+  // The common case of training graphs and pooled embeddings: a float Sum or Mean over one block
+  // of adjacent axes, x seen as [outer, R, inner]. Rows are added as vectors; the sums are the
+  // generic path's (double, in the same order). False where it does not apply.
+  bool sum_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
+    if (x.dtype() != DType::Float || (r_ != Reduction::Sum && r_ != Reduction::Mean) ||
+        x.numel() == 0)
+      return false;
+    const Shape& s = x.shape();
+    size_t first = s.size(), last = 0;
+    for (size_t d = 0; d < s.size(); ++d)
+      if (p.reduced[d]) {
+        first = std::min(first, d);
+        last = d;
+      }
+    if (first == s.size()) return false;
+    for (size_t d = first; d <= last; ++d)
+      if (!p.reduced[d]) return false;
+    int64_t outer = 1, count = 1, inner = 1;
+    for (size_t d = 0; d < s.size(); ++d) (d < first ? outer : d <= last ? count : inner) *= s[d];
+    const double divisor = r_ == Reduction::Mean ? static_cast<double>(count) : 1.0;
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel if (x.numel() > 65536)
+    {
+      std::vector<double> acc(static_cast<size_t>(inner));
+#pragma omp for
+      for (int64_t o = 0; o < outer; ++o)
+        sum_rows_f32(px + o * count * inner, count, inner, divisor, acc.data(), py + o * inner);
+    }
+    return true;
+  }
+
   template <class T, class Acc>
   Acc reduce_one(const T* p, const std::vector<int64_t>& inner) const {
     using C = typename Compute<T>::type;

@@ -6,6 +6,7 @@
 //   attribute table_rows: the table's first dimension (negative ids count from it).
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
@@ -14,6 +15,38 @@
 
 namespace volt {
 namespace {
+
+// Sorts values in [0, bound) by their bits, 11 at a time (least significant first): a batch's
+// ids need two or three passes, where a comparison sort mispredicts a branch at every other
+// comparison.
+void radix_sort(std::vector<int64_t>& v, int64_t bound) {
+  constexpr int kBits = 11;
+  constexpr size_t kBuckets = size_t{1} << kBits;
+  std::vector<int64_t> tmp(v.size());
+  std::vector<size_t> start(kBuckets);
+  for (int shift = 0; shift < 64 && (bound - 1) >> shift > 0; shift += kBits) {
+    std::fill(start.begin(), start.end(), 0);
+    for (int64_t x : v) ++start[static_cast<size_t>(x >> shift) & (kBuckets - 1)];
+    size_t sum = 0;
+    for (size_t& c : start) sum += std::exchange(c, sum);
+    for (int64_t x : v) tmp[start[static_cast<size_t>(x >> shift) & (kBuckets - 1)]++] = x;
+    v.swap(tmp);
+  }
+}
+
+// The index of `key` in `sorted`, which holds it: a binary search whose steps are conditional
+// moves, not branches (the ids of a batch are in no order, so a branch would guess wrong half of
+// the time).
+int64_t position_of(const std::vector<int64_t>& sorted, int64_t key) {
+  const int64_t* base = sorted.data();
+  int64_t n = static_cast<int64_t>(sorted.size());
+  while (n > 1) {
+    const int64_t half = n / 2;
+    base += static_cast<int64_t>(base[half - 1] < key) * half;  // GCC emitted a branch for ?:
+    n -= half;
+  }
+  return base - sorted.data();
+}
 
 class RowSparseGrad final : public Kernel {
  public:
@@ -27,43 +60,44 @@ class RowSparseGrad final : public Kernel {
   }
 
   void run(RunContext& ctx) const override {
-    // Every (id, source row) pair across the inputs.
-    struct Ref {
-      int64_t row;
-      const Tensor* grad;
-      int64_t index;
-    };
-    std::vector<Ref> refs;
+    // Every id across the inputs, checked, in input order.
+    std::vector<std::vector<int64_t>> ids(ctx.input_count() / 2);
+    std::vector<int64_t> sorted;
     Shape row_shape;
     int64_t width = -1;
     for (size_t p = 0; p + 1 < ctx.input_count(); p += 2) {
-      const Tensor& ids = ctx.input(p);
+      const Tensor& id_tensor = ctx.input(p);
       const Tensor& dy = ctx.input(p + 1);
-      const std::vector<int64_t> idx = to_int64_vector(ids, ctx.node(), "ids");
+      std::vector<int64_t>& idx = ids[p / 2];
+      idx = to_int64_vector(id_tensor, ctx.node(), "ids");
       const int64_t n = static_cast<int64_t>(idx.size());
-      VOLT_CHECK(dy.rank() >= ids.rank(), InvalidArgument,
+      VOLT_CHECK(dy.rank() >= id_tensor.rank(), InvalidArgument,
                  ctx.node().describe() + ": gradient of rank " + std::to_string(dy.rank()) +
-                     " for ids of rank " + std::to_string(ids.rank()));
+                     " for ids of rank " + std::to_string(id_tensor.rank()));
       const int64_t w = n ? dy.numel() / n : 0;
       if (width < 0) {
         width = w;
-        row_shape.assign(dy.shape().begin() + static_cast<long>(ids.rank()), dy.shape().end());
+        row_shape.assign(dy.shape().begin() + static_cast<long>(id_tensor.rank()),
+                         dy.shape().end());
       }
-      VOLT_CHECK(w == width && dy.dtype() == ctx.input(1).dtype(), InvalidArgument,
+      VOLT_CHECK(w == width && dy.dtype() == ctx.input(1).dtype() && w * n == dy.numel(),
+                 InvalidArgument,
                  ctx.node().describe() + ": gradients of different row sizes or types");
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t r = idx[j] < 0 ? idx[j] + table_rows_ : idx[j];
-        VOLT_CHECK(r >= 0 && r < table_rows_, InvalidArgument,
-                   ctx.node().describe() + ": id " + std::to_string(idx[j]) +
+      for (int64_t& r : idx) {
+        VOLT_CHECK(r >= -table_rows_ && r < table_rows_, InvalidArgument,
+                   ctx.node().describe() + ": id " + std::to_string(r) +
                        " is outside the table's " + std::to_string(table_rows_) + " rows");
-        refs.push_back({r, &dy, j});
+        if (r < 0) r += table_rows_;
       }
+      sorted.insert(sorted.end(), idx.begin(), idx.end());
     }
-    std::stable_sort(refs.begin(), refs.end(),
-                     [](const Ref& a, const Ref& b) { return a.row < b.row; });
-    int64_t unique = 0;
-    for (size_t i = 0; i < refs.size(); ++i) unique += i == 0 || refs[i].row != refs[i - 1].row;
+    // The touched rows, sorted and unique; each id's gradient row is then added to its row's
+    // slot in input order (the same order of additions as a dense scatter-add).
+    radix_sort(sorted, table_rows_);
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    const int64_t unique = static_cast<int64_t>(sorted.size());
     Tensor& rows = ctx.allocate_output(0, DType::Int64, {unique});
+    std::copy(sorted.begin(), sorted.end(), rows.data<int64_t>());
     Shape vshape{unique};
     vshape.insert(vshape.end(), row_shape.begin(), row_shape.end());
     Tensor& values = ctx.allocate_output(1, ctx.input(1).dtype(), vshape);
@@ -74,16 +108,14 @@ class RowSparseGrad final : public Kernel {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_floating_point_v<T>) {
         T* out = static_cast<T*>(values.raw());
-        int64_t u = -1;
-        for (size_t i = 0; i < refs.size(); ++i) {
-          const T* src = static_cast<const T*>(refs[i].grad->raw()) + refs[i].index * width;
-          if (i == 0 || refs[i].row != refs[i - 1].row) {
-            ++u;
-            rows.data<int64_t>()[u] = refs[i].row;
-            std::copy(src, src + width, out + u * width);
-          } else {
-            T* dst = out + u * width;
-            for (int64_t k = 0; k < width; ++k) dst[k] += src[k];
+        std::fill(out, out + values.numel(), T(0));
+        for (size_t p = 0; p < ids.size(); ++p) {
+          const T* src = static_cast<const T*>(ctx.input(2 * p + 1).raw());
+          for (size_t j = 0; j < ids[p].size(); ++j) {
+            const int64_t slot = position_of(sorted, ids[p][j]);
+            T* dst = out + slot * width;
+            const T* row = src + static_cast<int64_t>(j) * width;
+            for (int64_t k = 0; k < width; ++k) dst[k] += row[k];
           }
         }
       }

@@ -420,11 +420,22 @@ class Gather final : public Kernel {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(data.raw());
       T* dst = static_cast<T*>(out.raw());
-#pragma omp parallel for collapse(2) if (out.numel() > 65536)
+      // Embedding lookups read rows at random from tables far bigger than the caches: each row
+      // is asked for kAhead rows before it is copied, so the misses overlap.
+      constexpr int64_t kAhead = 8;
+      const int64_t row_bytes = inner * static_cast<int64_t>(sizeof(T));
+      const bool prefetch = row_bytes >= 64 && data.nbytes() > (size_t{8} << 20);
+      auto row = [&](int64_t o, int64_t j) {
+        return src + (o * n + (idx[j] < 0 ? idx[j] + n : idx[j])) * inner;
+      };
+#pragma omp parallel for collapse(2) if (outer * k >= 64 && out.numel() > 16384)
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t j = 0; j < k; ++j) {
-          const int64_t i = idx[j] < 0 ? idx[j] + n : idx[j];
-          const T* s = src + (o * n + i) * inner;
+          if (prefetch && j + kAhead < k) {
+            const char* next = reinterpret_cast<const char*>(row(o, j + kAhead));
+            for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b);
+          }
+          const T* s = row(o, j);
           std::copy(s, s + inner, dst + (o * k + j) * inner);
         }
     });

@@ -8,6 +8,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/epilogue.hpp"
+#include "operators/common/simd_clones.hpp"
 #include "operators/registry.hpp"
 #include "runtime/csr_util.hpp"
 
@@ -71,19 +72,6 @@ inline void accumulate_row(const int64_t* col, const float* val, int64_t begin, 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-// The clones are chosen by an ifunc resolver while the library is being relocated, before any
-// sanitizer runtime is ready: sanitized builds compile the portable version only.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define VOLT_SIMD_CLONES
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define VOLT_SIMD_CLONES
-#endif
-#endif
-#ifndef VOLT_SIMD_CLONES
-#define VOLT_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-
 // B panels of this many bytes stay in L2 while every row's non-zeros in the panel's columns are
 // applied to a block of Y rows of the same size (Zen 4 and recent Intel cores have 1-2 MiB of L2
 // per core). Tuned on Zen 4 with CSR [4096 × 100000] × [100000 × 64] at 1%: 128 KiB panels took

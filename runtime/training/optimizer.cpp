@@ -4,6 +4,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/optimizer_math.hpp"
+#include "operators/common/simd_clones.hpp"
 #include "runtime/error.hpp"
 
 namespace volt {
@@ -23,10 +24,71 @@ constexpr int64_t kChunk = 16384;
 // How many runs ahead the rows of a lazy update are prefetched.
 constexpr int64_t kAhead = 4;
 
-// Applies the configured rule to `rows` runs of `width` elements: run k updates x, its state and
-// reads the gradient at x_offset(k) / g_offset(k). A dense step is one run over the whole
-// tensor; a lazy row-sparse step is one run per touched row. One implementation for both, so
-// they cannot drift apart.
+// What one step of the configured rule needs, computed once per parameter.
+struct Rule {
+  enum Kind { Sgd, Momentum, Adam, Adagrad } kind;
+  optim::Momentum momentum;
+  optim::Adam adam;
+  optim::Adagrad adagrad;
+  double rate, weight_decay, lr, decay;  // decay: AdamW's factor, apart from the gradient
+};
+
+// One run of `width` elements: x, its state (m, v where the rule keeps them) and the gradient.
+// One loop per rule, with no branches inside, so each vectorizes. Arithmetic in S: the weights'
+// own precision for float and double, float for 16-bit types.
+template <class T, class S>
+__attribute__((always_inline)) inline void update_run(const Rule& r, T* __restrict x,
+                                                      const T* __restrict g, T* __restrict m,
+                                                      T* __restrict v, int64_t width) {
+  using C = typename Compute<T>::type;
+  auto load = [](const T* p, int64_t i) { return static_cast<S>(static_cast<C>(p[i])); };
+  auto put = [](T* p, int64_t i, S value) { p[i] = static_cast<T>(static_cast<C>(value)); };
+  const S rate = static_cast<S>(r.rate), wd = static_cast<S>(r.weight_decay),
+          lr = static_cast<S>(r.lr), decay = static_cast<S>(r.decay);
+  // Momentum and Adagrad keep one state value per weight.
+  auto with_one_state = [&](const auto& rule) __attribute__((always_inline)) {
+    for (int64_t i = 0; i < width; ++i) {
+      S xv = load(x, i), sv = load(m, i);
+      rule.update(xv, load(g, i), sv);
+      put(m, i, sv);
+      put(x, i, xv);
+    }
+  };
+  switch (r.kind) {
+    case Rule::Momentum:
+      with_one_state(r.momentum);
+      break;
+    case Rule::Adagrad:
+      with_one_state(r.adagrad);
+      break;
+    case Rule::Sgd:
+      for (int64_t i = 0; i < width; ++i) {
+        const S xv = load(x, i);
+        put(x, i, xv - lr * (load(g, i) + wd * xv));
+      }
+      break;
+    case Rule::Adam:
+      for (int64_t i = 0; i < width; ++i) {
+        S xv = load(x, i) * decay, mv = load(m, i), vv = load(v, i);
+        r.adam.update(xv, load(g, i), mv, vv, rate);
+        put(m, i, mv);
+        put(v, i, vv);
+        put(x, i, xv);
+      }
+      break;
+  }
+}
+
+// The float case, the one training runs, compiled for AVX-512 and AVX2 too.
+VOLT_SIMD_CLONES void update_run_f32(const Rule& r, float* x, const float* g, float* m, float* v,
+                                     int64_t width) {
+  update_run<float, float>(r, x, g, m, v, width);
+}
+
+// Applies the configured rule to `runs` runs: run k updates x, its state and reads the gradient
+// at x_offset(k) / g_offset(k). A dense step is one run per chunk of the flat tensor; a lazy
+// row-sparse step is one run per touched row. One implementation for both, so they cannot
+// drift apart.
 template <class XOffset, class GOffset, class Width>
 void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1, Tensor* s2,
                 double lr, int64_t t, int64_t runs, Width run_width, XOffset x_offset,
@@ -41,20 +103,19 @@ void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1,
       const T* pg = static_cast<const T*>(grad.raw());
       T* p1 = s1 ? static_cast<T*>(s1->raw()) : nullptr;
       T* p2 = s2 ? static_cast<T*>(s2->raw()) : nullptr;
-      const optim::Momentum momentum{lr, c.momentum, 1.0, c.weight_decay, c.nesterov, t};
       const bool decoupled = c.optimizer == "adamw";
-      const optim::Adam adam_rule{
-          lr, c.beta1, c.beta2, c.epsilon, decoupled ? 0.0 : c.weight_decay, 0.0, t};
-      const optim::Adagrad adagrad{lr, 0.0, c.epsilon, c.weight_decay, t};
-      // Arithmetic in the weights' own precision for float and double; float for 16-bit.
+      Rule r{c.optimizer == "sgd"       ? (p1 ? Rule::Momentum : Rule::Sgd)
+             : c.optimizer == "adagrad" ? Rule::Adagrad
+                                        : Rule::Adam,
+             optim::Momentum{lr, c.momentum, 1.0, c.weight_decay, c.nesterov, t},
+             optim::Adam{lr, c.beta1, c.beta2, c.epsilon, decoupled ? 0.0 : c.weight_decay, 0.0, t},
+             optim::Adagrad{lr, 0.0, c.epsilon, c.weight_decay, t},
+             0.0,
+             c.weight_decay,
+             lr,
+             decoupled ? 1 - lr * c.weight_decay : 1.0};
+      r.rate = r.adam.rate();
       using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      const S rate = static_cast<S>(adam_rule.rate()), wd = static_cast<S>(c.weight_decay),
-              slr = static_cast<S>(lr);
-      const S decay = decoupled ? 1 - slr * wd : S(1);  // AdamW: decay apart from the gradient
-      auto load = [](const T* p, int64_t i) { return static_cast<S>(static_cast<C>(p[i])); };
-      auto put = [](T* p, int64_t i, S v) { p[i] = static_cast<T>(static_cast<C>(v)); };
-      const int kind = c.optimizer == "sgd" ? (p1 ? 1 : 0) : c.optimizer == "adagrad" ? 3 : 2;
-      // One loop per rule, with no branches inside, so each vectorizes; runs in parallel.
 #pragma omp parallel for if (runs > 1 && x.numel() > 65536)
       for (int64_t k = 0; k < runs; ++k) {
         const int64_t xo = x_offset(k), go = g_offset(k), width = run_width(k);
@@ -62,46 +123,17 @@ void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1,
         // cache misses overlap this row's arithmetic.
         if (width <= 1024 && k + kAhead < runs) {  // rows, not the chunks of a dense step
           const int64_t next = x_offset(k + kAhead);
-          for (int64_t l = 0; l < width; l += 16) {
+          for (int64_t l = 0; l < width; l += 64 / static_cast<int64_t>(sizeof(T))) {
             __builtin_prefetch(px + next + l, 1);
             if (p1) __builtin_prefetch(p1 + next + l, 1);
             if (p2) __builtin_prefetch(p2 + next + l, 1);
           }
         }
         T *X = px + xo, *M = p1 ? p1 + xo : nullptr, *V = p2 ? p2 + xo : nullptr;
-        const T* G = pg + go;
-        if (kind == 1) {
-#pragma omp simd
-          for (int64_t i = 0; i < width; ++i) {
-            S xv = load(X, i), v = load(M, i);
-            momentum.update(xv, load(G, i), v);
-            put(M, i, v);
-            put(X, i, xv);
-          }
-        } else if (kind == 0) {
-#pragma omp simd
-          for (int64_t i = 0; i < width; ++i) {
-            const S xv = load(X, i);
-            put(X, i, xv - slr * (load(G, i) + wd * xv));
-          }
-        } else if (kind == 3) {
-#pragma omp simd
-          for (int64_t i = 0; i < width; ++i) {
-            S xv = load(X, i), h = load(M, i);
-            adagrad.update(xv, load(G, i), h);
-            put(M, i, h);
-            put(X, i, xv);
-          }
-        } else {
-#pragma omp simd
-          for (int64_t i = 0; i < width; ++i) {
-            S xv = load(X, i) * decay, m = load(M, i), v = load(V, i);
-            adam_rule.update(xv, load(G, i), m, v, rate);
-            put(M, i, m);
-            put(V, i, v);
-            put(X, i, xv);
-          }
-        }
+        if constexpr (std::is_same_v<T, float>)
+          update_run_f32(r, X, pg + go, M, V, width);
+        else
+          update_run<T, S>(r, X, pg + go, M, V, width);
       }
     }
   });

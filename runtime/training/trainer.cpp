@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "loaders/loader.hpp"
+#include "operators/common/simd_clones.hpp"
 #include "operators/grad/gradient_rule.hpp"
 #include "runtime/error.hpp"
 #include "runtime/feeds.hpp"
@@ -41,6 +42,21 @@ Node make_node(const std::string& name, const std::string& op, std::vector<std::
   n.outputs = std::move(outs);
   n.attributes = std::move(attrs);
   return n;
+}
+
+// Σ p[i]², accumulated in double (a gradient's squares span more range than a float sum keeps).
+// Sixteen independent partial sums, so that the additions (which may not be reordered) still
+// fill vector registers.
+VOLT_SIMD_CLONES double sum_of_squares_f32(const float* p, int64_t n) {
+  double acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j)
+      acc[j] += static_cast<double>(p[i + j]) * static_cast<double>(p[i + j]);
+  double s = 0;
+  for (; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+  for (double a : acc) s += a;
+  return s;
 }
 
 }  // namespace
@@ -86,9 +102,12 @@ struct Trainer::Impl {
                  path + ": the label input '" + cfg.label +
                      "' collides with a model input; set the 'label' option");
 
-    for (const auto& [name, t] : g.initializers) {
+    for (auto& [name, t] : model.graph.initializers) {
       if (!is_float(t.dtype())) continue;
       weights[name] = t.clone();
+      // The graph shares the trained copy (every run feeds it anyway), so the loaded one, often
+      // a view of the mapped weights file, is released: one copy of each table, not two.
+      t = weights[name];
       weight_values[name] = weights[name];
       const bool chosen = cfg.trainable.empty() || has_prefix(name, cfg.trainable);
       if (chosen && !has_prefix(name, cfg.freeze)) trainable.push_back(name);
@@ -320,9 +339,12 @@ struct Trainer::Impl {
     const int64_t n = t.numel();
     if (t.dtype() == DType::Float) {
       const float* p = t.data<float>();
+      constexpr int64_t kChunk = 32768;
+      const int64_t chunks = (n + kChunk - 1) / kChunk;
       double s = 0;
-#pragma omp parallel for simd reduction(+ : s) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+#pragma omp parallel for reduction(+ : s) if (chunks > 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        s += sum_of_squares_f32(p + c * kChunk, std::min(kChunk, n - c * kChunk));
       return s;
     }
     double s = 0;

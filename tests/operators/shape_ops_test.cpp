@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "operators/common/shape_util.hpp"
 #include "operators/op_runner.hpp"
 
 namespace volt {
@@ -10,6 +11,37 @@ using testing::ModelBuilder;
 Session single(ModelBuilder& b) {
   const std::string bytes = b.bytes();
   return Session::from_bytes(bytes.data(), bytes.size());
+}
+
+// The broadcast walk merges axes; every element must still be visited once, in row-major order,
+// at the offsets a per-axis index computation gives.
+TEST(ShapeOps, BroadcastIteratorMatchesPerAxisIndexing) {
+  const std::vector<std::pair<Shape, std::vector<Shape>>> cases = {
+      {{2, 3, 4}, {{2, 3, 4}, {1, 3, 1}, {4}}},  // contiguous, middle axis, trailing axis
+      {{2, 1, 3, 5}, {{1}, {2, 1, 1, 5}, {3, 5}}},
+      {{7}, {{7}, {1}}},
+      {{}, {{}}},                      // a scalar: one element
+      {{3, 0, 2}, {{3, 1, 2}}},        // empty: nothing
+      {{1, 1, 6}, {{6}, {1, 1, 1}}}};  // size-1 axes skipped
+  for (const auto& [out, ins] : cases) {
+    std::vector<std::vector<int64_t>> strides;
+    for (const Shape& in : ins) strides.push_back(broadcast_strides(in, out));
+    std::vector<std::vector<int64_t>> seen;
+    BroadcastIterator(out, strides).for_each([&](const int64_t* off) {
+      seen.emplace_back(off, off + ins.size());
+    });
+    ASSERT_EQ(static_cast<int64_t>(seen.size()), numel_of(out)) << shape_str(out);
+    for (int64_t e = 0; e < numel_of(out); ++e) {
+      int64_t rem = e;
+      std::vector<int64_t> want(ins.size(), 0);
+      for (size_t d = out.size(); d-- > 0;) {
+        const int64_t i = rem % out[d];
+        rem /= out[d];
+        for (size_t j = 0; j < ins.size(); ++j) want[j] += i * strides[j][d];
+      }
+      EXPECT_EQ(seen[static_cast<size_t>(e)], want) << shape_str(out) << " element " << e;
+    }
+  }
 }
 
 TEST(ShapeOps, TransposeMovesElements) {

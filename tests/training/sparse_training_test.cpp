@@ -147,6 +147,38 @@ TEST(RowSparse, EveryOptimizerTrainsAndCheckpointsResumeExactly) {
   fs::remove_all(dir);
 }
 
+TEST(RowSparse, BigTableIdsSortAcrossSeveralRadixPasses) {
+  // 300,000 rows: the touched rows are sorted 11 bits at a time, in two passes; ids that differ
+  // only in their high bits, or only in their low ones, must still come out in order and summed.
+  constexpr int64_t kBig = 300000;
+  ModelBuilder b;
+  b.input("ids", 7, {-1, 4}).output("logits", 1, {-1, 2});
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> e(kBig * 2), w(8 * 2);
+  for (float& x : e) x = u(rng);
+  for (float& x : w) x = u(rng);
+  b.initializer("E", {kBig, 2}, e).initializer("W", {8, 2}, w);
+  b.node("Gather", {"E", "ids"}, {"rows"})
+      .node("Flatten", {"rows"}, {"flat"})
+      .node("MatMul", {"flat", "W"}, {"logits"});
+  const std::string path =
+      (fs::temp_directory_path() / ("volt_sparse_big_" + std::to_string(getpid()) + ".onnx"))
+          .string();
+  b.save(path);
+  const NamedValues batch = {{"ids", Tensor::from<int64_t>({kBig - 1, 2048, 1, 2048 + 1, 4096, 1,
+                                                            kBig - 2049, -5, 2048, 77777, 0, 4097},
+                                                           {3, 4})},
+                             {"label", Tensor::from<int64_t>({0, 1, 1}, {3})}};
+  TrainOptions o = {{"optimizer", "sgd"}, {"learning_rate", "1"}, {"threads", "1"}};
+  Trainer sparse(path, o);
+  o.emplace_back("sparse_gradients", "off");
+  Trainer dense(path, o);
+  EXPECT_FLOAT_EQ(sparse.step(batch), dense.step(batch));
+  EXPECT_LT(max_diff(sparse.weight("E"), dense.weight("E")), 1e-6);
+  fs::remove(path);
+}
+
 TEST(RowSparse, BadIdsFailTheStepAndChangeNothing) {
   Trainer t = make({{"optimizer", "adam"}});
   const Tensor before = t.weight("E").clone();

@@ -8,7 +8,7 @@ up L times per sample (Gather, then a sum over the L rows); interaction by conca
 MLP (512-256-2) and softmax cross-entropy on a click label.
 
   /usr/bin/python3 bench/dlrm_compare.py [--tables 8] [--rows 1000000] [--lookups 4] [--batch 256]
-      [--threads 2] [--iterations 20] [--dense-iterations 3] [--skip-torch] [--skip-dense]
+      [--threads 2] [--iterations 20] [--dense-iterations 3] [--skip-torch] [--skip-dense] [--csr]
 """
 import argparse
 import multiprocessing
@@ -64,7 +64,9 @@ def parameter_count(args):
     return count + args.tables * args.rows * DIM
 
 
-def build(args, folder):
+def build(args, folder, csr=False):
+    """The model file; with csr=True each table is multiplied by a multi-hot input feat<t>
+    [N, rows] (fed as CSR) instead of gathered by ids and summed."""
     bottom, top, tables = weights(args)
     nodes, inits = [], []
 
@@ -85,29 +87,39 @@ def build(args, folder):
     pooled = []
     for t in range(args.tables):
         inits.append(numpy_helper.from_array(tables[t], f"emb{t}"))
-        nodes.append(helper.make_node("Gather", [f"emb{t}", f"ids{t}"], [f"rows{t}"]))
-        nodes.append(helper.make_node("ReduceSum", [f"rows{t}", "bag_axis"], [f"bag{t}"], keepdims=0))
+        if csr:
+            nodes.append(helper.make_node("MatMul", [f"feat{t}", f"emb{t}"], [f"bag{t}"]))
+        else:
+            nodes.append(helper.make_node("Gather", [f"emb{t}", f"ids{t}"], [f"rows{t}"]))
+            nodes.append(helper.make_node("ReduceSum", [f"rows{t}", "bag_axis"], [f"bag{t}"],
+                                          keepdims=0))
         pooled.append(f"bag{t}")
     nodes.append(helper.make_node("Concat", [bot] + pooled, ["interaction"], axis=1))
     logits = mlp("top", "interaction", top, False)
     nodes.append(helper.make_node("Identity", [logits], ["logits"]))
     inputs = [helper.make_tensor_value_info("dense", TensorProto.FLOAT, ["N", DENSE])]
-    inputs += [helper.make_tensor_value_info(f"ids{t}", TensorProto.INT64, ["N", args.lookups])
-               for t in range(args.tables)]
+    if csr:
+        inputs += [helper.make_tensor_value_info(f"feat{t}", TensorProto.FLOAT, ["N", args.rows])
+                   for t in range(args.tables)]
+    else:
+        inputs += [helper.make_tensor_value_info(f"ids{t}", TensorProto.INT64, ["N", args.lookups])
+                   for t in range(args.tables)]
     graph = helper.make_graph(nodes, "dlrm", inputs,
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 2])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    path = os.path.join(folder, "dlrm.onnx")
+    name = "dlrm_csr" if csr else "dlrm"
+    path = os.path.join(folder, name + ".onnx")
     onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="dlrm.weights", size_threshold=1024)
+                    location=name + ".weights", size_threshold=1024)
     return path
 
 
-def run_volt(args, path, sparse, iterations):
+def run_volt(args, path, sparse, iterations, features="ids"):
     exe = os.path.join(ROOT, "build", "bin", "volt_dlrm_train")
     out = subprocess.run([exe, path, "--tables", str(args.tables), "--rows", str(args.rows),
                           "--lookups", str(args.lookups), "--batch", str(args.batch),
                           "--threads", str(args.threads), "--sparse-gradients", sparse,
+                          "--features", features,
                           "--warmup", "2", "--iterations", str(iterations)],
                          capture_output=True, text=True, check=True).stdout
     m = re.search(r"median=([\d.]+).*peak_rss_mib=(\d+) step_peak_mib=(\d+|unknown)", out)
@@ -180,6 +192,8 @@ def main():
     p.add_argument("--dense-iterations", type=int, default=3)
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--skip-dense", action="store_true")
+    p.add_argument("--csr", action="store_true",
+                   help="also train the model fed with CSR multi-hot features instead of ids")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         path = build(args, folder)
@@ -188,6 +202,10 @@ def main():
               f"table per sample, batch {args.batch}, Adam, {args.threads} threads; weights and "
               f"Adam state: {state_mib:.0f} MiB", flush=True)
         rows = [("volt, row-sparse + lazy Adam",) + run_volt(args, path, "auto", args.iterations)]
+        if args.csr:
+            csr_path = build(args, folder, csr=True)
+            rows.append(("volt, CSR multi-hot features, row-sparse + lazy Adam",)
+                        + run_volt(args, csr_path, "auto", args.iterations, "csr"))
         if not args.skip_dense:
             rows.append(("volt, dense gradients (sparse_gradients=off)",)
                         + run_volt(args, path, "off", args.dense_iterations))

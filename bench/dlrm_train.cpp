@@ -6,6 +6,9 @@
 // optimizer state and whatever a step needs besides.
 //   volt_dlrm_train MODEL --tables T --rows R --lookups L [--batch 256] [--optimizer adam]
 //                   [--sparse-gradients auto|off] [--threads T] [--warmup W] [--iterations N]
+//                   [--features ids|csr]
+// --features csr feeds each table's lookups as a CSR multi-hot matrix "feat<t>" [batch, rows]
+// (the model multiplies it by the table) instead of ids "ids<t>" [batch, lookups].
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "volt/volt.hpp"
 
@@ -38,7 +42,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   int64_t tables = 8, rows = 100000, lookups = 4, batch = 256, dense_features = 13;
-  std::string optimizer = "adam", sparse = "auto", threads = "0";
+  std::string optimizer = "adam", sparse = "auto", threads = "0", features = "ids";
   int warmup = 3, iterations = 20;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -52,6 +56,8 @@ int main(int argc, char** argv) {
       batch = std::stoll(v);
     else if (k == "--optimizer")
       optimizer = v;
+    else if (k == "--features")
+      features = v;
     else if (k == "--sparse-gradients")
       sparse = v;
     else if (k == "--threads")
@@ -80,9 +86,20 @@ int main(int argc, char** argv) {
       for (int64_t i = 0; i < dense.numel(); ++i) dense.data<float>()[i] = unit(rng);
       b.emplace_back("dense", dense);
       for (int64_t t = 0; t < tables; ++t) {
-        volt::Tensor ids = volt::Tensor::empty(volt::DType::Int64, {batch, lookups});
-        for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = id(rng);
-        b.emplace_back("ids" + std::to_string(t), ids);
+        std::vector<int64_t> ids(static_cast<size_t>(batch * lookups));
+        for (int64_t& i : ids) i = id(rng);
+        if (features == "csr") {  // row r holds a 1 in the column of each of its lookups
+          std::vector<int64_t> offsets(static_cast<size_t>(batch + 1));
+          for (int64_t r = 0; r <= batch; ++r) offsets[static_cast<size_t>(r)] = r * lookups;
+          const std::vector<float> ones(ids.size(), 1.0f);
+          b.emplace_back("feat" + std::to_string(t),
+                         volt::CsrTensor::copy_of(volt::DType::Float, batch, rows,
+                                                  static_cast<int64_t>(ids.size()), offsets.data(),
+                                                  ids.data(), ones.data()));
+        } else {
+          b.emplace_back("ids" + std::to_string(t),
+                         volt::Tensor::from<int64_t>(ids, {batch, lookups}));
+        }
       }
       volt::Tensor label = volt::Tensor::empty(volt::DType::Int64, {batch});
       for (int64_t i = 0; i < batch; ++i)

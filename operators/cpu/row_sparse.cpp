@@ -1,9 +1,18 @@
-// RowSparseGrad (ai.volt): the gradient of an embedding table read by Gather on axis 0, as the
-// touched rows and their summed gradients instead of a dense table-sized tensor.
+// Row-sparse gradients (ai.volt), the touched rows and their summed gradients instead of a dense
+// tensor the size of the weight.
+//
+// RowSparseGrad: the gradient of an embedding table read by Gather on axis 0.
 //   inputs:  ids_1, dY_1, ids_2, dY_2, ...   (one pair per Gather reading the table)
 //   outputs: rows  int64 [u]  sorted, unique, in [0, table_rows)
 //            values [u, row...]  Σ of the dY rows gathered from each row
 //   attribute table_rows: the table's first dimension (negative ids count from it).
+//
+// CsrWeightGrad: the gradient of W in Y = alpha · X · W where X is a CSR input [m, K]: row k of
+// dW = alpha · Xᵀ · dY is non-zero only where column k of X holds a non-zero.
+//   inputs:  X (CSR float [m, K]), dY [m, n]
+//   outputs: rows  int64 [u]  the columns of X that hold non-zeros, sorted
+//            values [u, n]
+//   attribute alpha (default 1).
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -126,8 +135,59 @@ class RowSparseGrad final : public Kernel {
   int64_t table_rows_;
 };
 
+class CsrWeightGrad final : public Kernel {
+ public:
+  explicit CsrWeightGrad(const Node& n) : alpha_(n.attr_float("alpha", 1.0f)) {}
+
+  void infer(InferContext& ctx) const override {
+    if (ctx.input_count() != 2 || ctx.input(0).kind != ValueInfo::Kind::SparseTensor ||
+        ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float)
+      ctx.error("takes a float CSR matrix and a float gradient");
+    ctx.set_output_unknown(0, DType::Int64);
+    ctx.set_output_unknown(1, DType::Float);
+  }
+
+  void run(RunContext& ctx) const override {
+    const CsrTensor& x = ctx.input_value(0).csr();
+    const Tensor& dy = ctx.input(1);
+    VOLT_CHECK(dy.rank() == 2 && dy.dim(0) == x.rows(), InvalidArgument,
+               ctx.node().describe() + ": the gradient " + shape_str(dy.shape()) +
+                   " does not match the CSR input's " + std::to_string(x.rows()) + " rows");
+    const int64_t n = dy.dim(1);
+    const int64_t* off = x.row_offsets().data<int64_t>();
+    const int64_t* col = x.col_indices().data<int64_t>();
+    const float* val = x.values().data<float>();
+    std::vector<int64_t> sorted(col, col + x.nnz());  // CsrTensor checked them against cols
+    radix_sort(sorted, x.cols());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    const int64_t unique = static_cast<int64_t>(sorted.size());
+    Tensor& rows = ctx.allocate_output(0, DType::Int64, {unique});
+    std::copy(sorted.begin(), sorted.end(), rows.data<int64_t>());
+    Tensor& values = ctx.allocate_output(1, DType::Float, {unique, n});
+    float* out = values.data<float>();
+    std::fill(out, out + values.numel(), 0.0f);
+    // Row by row of X, non-zero by non-zero: the same order of additions on every run.
+    const float* g = dy.data<float>();
+    for (int64_t r = 0; r < x.rows(); ++r)
+      for (int64_t i = off[r]; i < off[r + 1]; ++i) {
+        float* dst = out + position_of(sorted, col[i]) * n;
+        const float a = alpha_ * val[i];
+        const float* src = g + r * n;
+        for (int64_t j = 0; j < n; ++j) dst[j] += a * src[j];
+      }
+  }
+
+ private:
+  float alpha_;
+};
+
 }  // namespace
 
+VOLT_REGISTER_KERNEL(csr_weight_grad, {.domain = kVoltDomain,
+                                       .op = "CsrWeightGrad",
+                                       .foldable = false,
+                                       .csr_input0 = true,
+                                       .create = make_kernel<CsrWeightGrad>});
 VOLT_REGISTER_KERNEL(row_sparse_grad, {.domain = kVoltDomain,
                                        .op = "RowSparseGrad",
                                        .foldable = false,

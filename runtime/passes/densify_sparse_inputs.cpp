@@ -9,7 +9,9 @@ namespace volt {
 namespace {
 
 bool reads_sparse(const Graph& g, const Node& node, size_t input) {
-  if (input != 0 || node.domain != kOnnxDomain || node.inputs.size() < 2) return false;
+  if (input != 0 || node.inputs.size() < 2) return false;
+  if (node.domain == kVoltDomain) return node.op_type == "CsrWeightGrad";
+  if (node.domain != kOnnxDomain) return false;
   if (node.op_type == "MatMul") return declared_rank(g, node.inputs[1]) == 2;
   if (node.op_type == "Gemm")
     return node.attr_int("transA", 0) == 0 && declared_rank(g, node.inputs[1]) == 2;

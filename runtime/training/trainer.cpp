@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "loaders/loader.hpp"
 #include "operators/common/simd_clones.hpp"
@@ -67,14 +68,20 @@ struct Trainer::Impl {
   std::string model_bytes;  // the original file, for export
   std::string prediction;
   std::vector<std::string> trainable;
-  std::vector<std::string> dense_trainable, sparse_tables;  // how each trainable one is updated
   std::map<std::string, Tensor>
       weights;  // every float initializer (trained or not), owned and updated in place
   std::map<std::string, Value> weight_values;
   std::map<std::string, std::string>
       running_stats;  // training-graph output -> the initializer it updates
-  std::unique_ptr<GraphRunner> train, eval, infer;
-  std::vector<std::string> grad_names;
+  // The forward and backward graph, one per set of inputs fed as CSR matrices (their weights'
+  // gradients are row-sparse); the all-dense one is built with the trainer.
+  struct TrainGraph {
+    std::unique_ptr<GraphRunner> runner;
+    std::vector<std::string> dense;   // weights whose gradients come as one tensor each, in order
+    std::vector<std::string> sparse;  // then weights whose gradients come as (rows, values)
+  };
+  std::map<std::set<std::string>, TrainGraph> train_graphs;
+  std::unique_ptr<GraphRunner> eval, infer;
   Optimizer optimizer;
   double lr;
   int64_t step = 0;
@@ -124,46 +131,100 @@ struct Trainer::Impl {
     const std::string eval_loss = add_loss(ev);
     ev.outputs = {output_info(eval_loss)};
     eval = std::make_unique<GraphRunner>(std::make_shared<const Graph>(ev), path, "cpu", threads);
-    // Training: training-mode ops + loss + gradients.
+    train_graphs[{}] = build_training({});
+  }
+
+  // A weight read once, as W in MatMul(X, W) or Gemm(X, W) (no transposes), where X is one of
+  // the inputs fed as CSR: its (X, Y, alpha).
+  struct CsrRead {
+    std::string x, y;
+    float alpha = 1.0f;
+  };
+  static std::optional<CsrRead> csr_matmul_read(const Graph& g, const std::string& w,
+                                                const std::set<std::string>& csr_inputs) {
+    std::optional<CsrRead> read;
+    for (const auto& o : g.outputs)
+      if (o.name == w) return std::nullopt;
+    for (const Node& n : g.nodes) {
+      for (const auto& [_, a] : n.attributes)
+        if (a.g || !a.graphs.empty()) return std::nullopt;  // subgraphs: not worth the analysis
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        if (n.inputs[i] != w) continue;
+        const bool matmul =
+            n.domain == kOnnxDomain && i == 1 && n.has_output(0) && csr_inputs.count(n.inputs[0]) &&
+            (n.op_type == "MatMul" ||
+             (n.op_type == "Gemm" && n.attr_int("transA", 0) == 0 && n.attr_int("transB", 0) == 0));
+        if (!matmul || read) return std::nullopt;
+        read = CsrRead{n.inputs[0], n.outputs[0],
+                       n.op_type == "Gemm" ? n.attr_float("alpha", 1.0f) : 1.0f};
+      }
+    }
+    return read;
+  }
+
+  // Training: training-mode ops + loss + gradients. Embedding tables get row-sparse gradients:
+  // autodiff stops at the rows they gathered, and one RowSparseGrad node per table collects
+  // them. So do weights multiplied by a CSR input: autodiff stops at the product, and
+  // CsrWeightGrad takes the rows the input's non-zeros select.
+  TrainGraph build_training(const std::set<std::string>& csr_inputs) {
+    const Graph& g = model.graph;
     Graph tr = g;
     to_training_mode(tr);
     const std::string loss = add_loss(tr);
-    // Embedding tables get row-sparse gradients: autodiff stops at the rows they gathered, and
-    // one RowSparseGrad node per table collects them.
+    TrainGraph out;
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> lookups;
+    std::map<std::string, CsrRead> csr_reads;
+    std::vector<std::string> tables, csr_weights;
     for (const auto& name : trainable) {
       auto reads = cfg.sparse_gradients ? gather_only_reads(tr, name) : std::nullopt;
+      auto csr = cfg.sparse_gradients && weights.at(name).rank() == 2
+                     ? csr_matmul_read(tr, name, csr_inputs)
+                     : std::nullopt;
       if (reads && !reads->empty()) {
-        sparse_tables.push_back(name);
+        tables.push_back(name);
         lookups[name] = *reads;
+      } else if (csr) {
+        csr_weights.push_back(name);
+        csr_reads[name] = *csr;
       } else {
-        dense_trainable.push_back(name);
+        out.dense.push_back(name);
       }
     }
-    std::vector<std::string> wrt = dense_trainable;
-    for (const auto& table : sparse_tables)
+    std::vector<std::string> wrt = out.dense;
+    for (const auto& table : tables)
       for (const auto& [ids, rows] : lookups[table]) wrt.push_back(rows);
-    grad_names = append_gradients(tr, {loss, "", wrt}, path);
+    for (const auto& w : csr_weights) wrt.push_back(csr_reads[w].y);
+    const std::vector<std::string> grad_names = append_gradients(tr, {loss, "", wrt}, model.source);
     tr.outputs = {output_info(loss)};
-    for (size_t i = 0; i < dense_trainable.size(); ++i)
-      tr.outputs.push_back(output_info(grad_names[i]));
-    size_t next = dense_trainable.size();
-    for (const auto& table : sparse_tables) {
-      Node collect = make_node("volt/row_sparse_grad/" + table, "RowSparseGrad", {},
-                               {table + "/grad_rows", table + "/grad_values"},
-                               {{"table_rows", int_attr(weights.at(table).dim(0))}});
-      collect.domain = kVoltDomain;
-      collect.opset = 1;
+    for (size_t i = 0; i < out.dense.size(); ++i) tr.outputs.push_back(output_info(grad_names[i]));
+    size_t next = out.dense.size();
+    auto collect = [&](const std::string& w, const std::string& op) -> Node& {
+      Node& n = tr.nodes.emplace_back(
+          make_node("volt/" + op + "/" + w, op, {}, {w + "/grad_rows", w + "/grad_values"}));
+      n.domain = kVoltDomain;
+      n.opset = 1;
+      tr.outputs.push_back(output_info(w + "/grad_rows"));
+      tr.outputs.push_back(output_info(w + "/grad_values"));
+      out.sparse.push_back(w);
+      return n;
+    };
+    for (const auto& table : tables) {
+      Node& n = collect(table, "RowSparseGrad");
+      n.attributes["table_rows"] = int_attr(weights.at(table).dim(0));
       for (const auto& [ids, rows] : lookups[table]) {
-        collect.inputs.push_back(ids);
-        collect.inputs.push_back(grad_names[next++]);
+        n.inputs.push_back(ids);
+        n.inputs.push_back(grad_names[next++]);
       }
-      tr.nodes.push_back(collect);
-      tr.outputs.push_back(output_info(table + "/grad_rows"));
-      tr.outputs.push_back(output_info(table + "/grad_values"));
     }
-    for (const auto& [out, _] : running_stats) tr.outputs.push_back(output_info(out));
-    train = std::make_unique<GraphRunner>(std::make_shared<const Graph>(tr), path, "cpu", threads);
+    for (const auto& w : csr_weights) {
+      Node& n = collect(w, "CsrWeightGrad");
+      n.inputs = {csr_reads[w].x, grad_names[next++]};
+      n.attributes["alpha"] = float_attr(csr_reads[w].alpha);
+    }
+    for (const auto& [o, _] : running_stats) tr.outputs.push_back(output_info(o));
+    out.runner = std::make_unique<GraphRunner>(std::make_shared<const Graph>(tr), model.source,
+                                               "cpu", cfg.threads);
+    return out;
   }
 
   // When every read of `table` in `g` is a Gather on axis 0 with the table as data: the
@@ -283,9 +344,22 @@ struct Trainer::Impl {
 
   float do_step(const NamedValues& batch) {
     std::lock_guard<std::mutex> lock(mutex);
+    // Inputs fed as float CSR matrices select the graph whose weights behind them get
+    // row-sparse gradients.
+    std::set<std::string> csr_inputs;
+    if (cfg.sparse_gradients)
+      for (const auto& [name, v] : batch)
+        if (v.is_csr() && v.csr().dtype() == DType::Float &&
+            std::any_of(model.graph.inputs.begin(), model.graph.inputs.end(),
+                        [&](const ValueInfo& i) { return i.name == name; }))
+          csr_inputs.insert(name);
+    auto found = train_graphs.find(csr_inputs);
+    if (found == train_graphs.end())
+      found = train_graphs.emplace(csr_inputs, build_training(csr_inputs)).first;
+    const TrainGraph& train = found->second;
     std::vector<Value> empties;
-    const auto fed = bind(*train, batch, empties);
-    std::vector<Value> out = train->run(fed);
+    const auto fed = bind(*train.runner, batch, empties);
+    std::vector<Value> out = train.runner->run(fed);
     const float loss = scalar_loss(out[0], model.source);
     VOLT_CHECK(std::isfinite(loss), Runtime,
                model.source + ": step " + std::to_string(step + 1) +
@@ -303,11 +377,11 @@ struct Trainer::Impl {
       sq += s;
     };
     size_t k = 1;
-    for (const auto& name : dense_trainable) {
+    for (const auto& name : train.dense) {
       grads[name] = out[k++].tensor();
       check(grads[name], name);
     }
-    for (const auto& table : sparse_tables) {
+    for (const auto& table : train.sparse) {
       RowSparse& g = row_grads[table];
       g.rows = out[k++].tensor();
       g.values = out[k++].tensor();

@@ -179,6 +179,85 @@ TEST(RowSparse, BigTableIdsSortAcrossSeveralRadixPasses) {
   fs::remove(path);
 }
 
+// logits = Gemm(x, W1, b, alpha 0.5) + MatMul(x2, W2): x and x2 fed as CSR matrices.
+std::string csr_model() {
+  static const std::string path = [] {
+    ModelBuilder b;
+    b.input("x", 1, {-1, 6}).input("x2", 1, {-1, 5}).output("logits", 1, {-1, 3});
+    std::mt19937 rng(8);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> w1(6 * 3), w2(5 * 3), bias(3);
+    for (float& v : w1) v = u(rng);
+    for (float& v : w2) v = u(rng);
+    for (float& v : bias) v = u(rng);
+    b.initializer("W1", {6, 3}, w1).initializer("W2", {5, 3}, w2).initializer("B", {3}, bias);
+    b.node("Gemm", {"x", "W1", "B"}, {"a"},
+           [](onnx::NodeProto& n) {
+             auto* a = n.add_attribute();
+             a->set_name("alpha");
+             a->set_type(onnx::AttributeProto::FLOAT);
+             a->set_f(0.5f);
+           })
+        .node("MatMul", {"x2", "W2"}, {"c"})
+        .node("Add", {"a", "c"}, {"logits"});
+    const std::string p =
+        (fs::temp_directory_path() / ("volt_csr_train_" + std::to_string(getpid()) + ".onnx"))
+            .string();
+    b.save(p);
+    return p;
+  }();
+  return path;
+}
+
+// Rows of x use columns 0, 2, 3 (column 3 twice) and none of 1, 4, 5; x2 columns 1 and 4.
+NamedValues csr_batch(bool sparse) {
+  const Tensor x = Tensor::from<float>({1, 0, 2, 0, 0, 0, 0, 0, -1, 3, 0, 0}, {2, 6});
+  const Tensor x2 = Tensor::from<float>({0, 0.5f, 0, 0, 0, 0, 2, 0, 0, 1}, {2, 5});
+  NamedValues b = {{"x", x}, {"x2", x2}, {"label", Tensor::from<int64_t>({2, 0}, {2})}};
+  if (sparse) {
+    b[0].second = CsrTensor::from_dense(x);
+    b[1].second = CsrTensor::from_dense(x2);
+  }
+  return b;
+}
+
+TEST(RowSparse, WeightsBehindCsrInputsGetRowSparseGradients) {
+  // Plain SGD: the lazy update equals the dense one, so CSR-fed training must give the weights
+  // that dense-fed training with dense gradients gives; the rows of W1 and W2 whose input
+  // columns are empty in the batch must not move.
+  TrainOptions o = {{"optimizer", "sgd"}, {"learning_rate", "1"}, {"threads", "1"}};
+  Trainer sparse(csr_model(), o);
+  o.emplace_back("sparse_gradients", "off");
+  Trainer dense(csr_model(), o);
+  const Tensor w1 = sparse.weight("W1").clone(), w2 = sparse.weight("W2").clone();
+  EXPECT_FLOAT_EQ(sparse.step(csr_batch(true)), dense.step(csr_batch(false)));
+  for (const char* w : {"W1", "W2", "B"})
+    EXPECT_LT(max_diff(sparse.weight(w), dense.weight(w)), 1e-6) << w;
+  auto row_moved = [](const Tensor& now, const Tensor& before, int64_t r) {
+    for (int64_t j = 0; j < 3; ++j)
+      if (now.data<float>()[r * 3 + j] != before.data<float>()[r * 3 + j]) return true;
+    return false;
+  };
+  for (int64_t r = 0; r < 6; ++r)
+    EXPECT_EQ(row_moved(sparse.weight("W1"), w1, r), r == 0 || r == 2 || r == 3) << "W1 row " << r;
+  for (int64_t r = 0; r < 5; ++r)
+    EXPECT_EQ(row_moved(sparse.weight("W2"), w2, r), r == 1 || r == 4) << "W2 row " << r;
+  // With weight decay the dense update moves every row and the lazy one only the touched rows:
+  // that the CSR-fed step leaves rows 1, 4, 5 of W1 alone shows its gradient was row-sparse.
+  TrainOptions decay = {
+      {"optimizer", "sgd"}, {"learning_rate", "0.1"}, {"weight_decay", "0.5"}, {"threads", "1"}};
+  Trainer lazy(csr_model(), decay), all_rows(csr_model(), decay);
+  lazy.step(csr_batch(true));
+  all_rows.step(csr_batch(false));
+  for (int64_t r = 0; r < 6; ++r) {
+    EXPECT_EQ(row_moved(lazy.weight("W1"), w1, r), r == 0 || r == 2 || r == 3) << "W1 row " << r;
+    EXPECT_TRUE(row_moved(all_rows.weight("W1"), w1, r)) << "W1 row " << r;
+  }
+  // The same trainer still takes dense batches (the dense-gradient graph), and evaluates CSR.
+  EXPECT_NO_THROW(sparse.step(csr_batch(false)));
+  EXPECT_NEAR(sparse.evaluate(csr_batch(true)), sparse.evaluate(csr_batch(false)), 1e-6);
+}
+
 TEST(RowSparse, BadIdsFailTheStepAndChangeNothing) {
   Trainer t = make({{"optimizer", "adam"}});
   const Tensor before = t.weight("E").clone();

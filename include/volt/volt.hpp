@@ -264,6 +264,30 @@ class CsrTensor {
   Tensor row_offsets_, col_indices_, values_;
 };
 
+// A tensor of which only some slices along axis 0 are stored: the gradient of an embedding table
+// (or of a weight multiplied by a CSR input) that a batch touched in a few rows. `rows` holds the
+// stored rows' indices, int64, strictly increasing, in [0, dense_shape[0]); `values` holds them,
+// [rows, dense_shape[1], ...]. Every other row is zero.
+class RowSparseTensor {
+ public:
+  RowSparseTensor() = default;
+  // Checks everything and throws ErrorCode::InvalidArgument naming the first problem.
+  static RowSparseTensor create(Shape dense_shape, Tensor rows, Tensor values);
+
+  bool defined() const { return values_.defined(); }
+  DType dtype() const { return values_.dtype(); }
+  const Shape& dense_shape() const { return dense_shape_; }
+  const Tensor& rows() const { return rows_; }
+  const Tensor& values() const { return values_; }
+  int64_t row_count() const { return rows_.numel(); }
+  // The dense tensor (zeros where no row is stored).
+  Tensor to_dense() const;
+
+ private:
+  Shape dense_shape_;
+  Tensor rows_, values_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // A runtime value: a tensor, a sequence of tensors, a sparse CSR matrix, or an empty optional.
 class Value {

@@ -162,14 +162,15 @@ void Optimizer::step(std::map<std::string, Tensor>& params,
 }
 
 void Optimizer::step_rows(std::map<std::string, Tensor>& params,
-                          const std::map<std::string, RowSparse>& grads, double lr, int64_t t) {
+                          const std::map<std::string, RowSparseTensor>& grads, double lr,
+                          int64_t t) {
   for (const auto& [name, g] : grads) {
     Tensor& x = params.at(name);
     const int64_t width = x.dim(0) ? x.numel() / x.dim(0) : 0;
-    const int64_t* rows = g.rows.data<int64_t>();
+    const int64_t* rows = g.rows().data<int64_t>();
     auto [s1, s2] = slots_for(name, x);
     apply_rule(
-        c_, x, g.values, s1, s2, lr, t, g.rows.numel(), [width](int64_t) { return width; },
+        c_, x, g.values(), s1, s2, lr, t, g.row_count(), [width](int64_t) { return width; },
         [rows, width](int64_t k) { return rows[k] * width; },
         [width](int64_t k) { return k * width; }, name);
   }

@@ -9,13 +9,6 @@
 
 namespace volt {
 
-// The gradient of an embedding table: the touched rows (sorted, unique) and their summed
-// gradients [rows, ...].
-struct RowSparse {
-  Tensor rows;
-  Tensor values;
-};
-
 class Optimizer {
  public:
   explicit Optimizer(const TrainConfig& config) : c_(config) {}
@@ -24,7 +17,7 @@ class Optimizer {
             double lr, int64_t t);
   // The lazy update: only the touched rows of each table (and of its optimizer state) change.
   void step_rows(std::map<std::string, Tensor>& params,
-                 const std::map<std::string, RowSparse>& grads, double lr, int64_t t);
+                 const std::map<std::string, RowSparseTensor>& grads, double lr, int64_t t);
   void save(Checkpoint& c) const;
   // Restores state saved by save(); checks shapes against `params`.
   void load(const Checkpoint& c, const std::map<std::string, Tensor>& params,

@@ -365,7 +365,7 @@ struct Trainer::Impl {
                model.source + ": step " + std::to_string(step + 1) +
                    ": the loss is not finite; the update was skipped");
     std::map<std::string, Tensor> grads;
-    std::map<std::string, RowSparse> row_grads;
+    std::map<std::string, RowSparseTensor> row_grads;
     double sq = 0;
     // The sum of squares is also the finiteness check (a NaN or Inf makes it non-finite); for
     // tables it covers the touched rows only, which hold all of their gradient.
@@ -382,20 +382,22 @@ struct Trainer::Impl {
       check(grads[name], name);
     }
     for (const auto& table : train.sparse) {
-      RowSparse& g = row_grads[table];
-      g.rows = out[k++].tensor();
-      g.values = out[k++].tensor();
-      check(g.values, table);
+      Tensor rows = out[k++].tensor(), values = out[k++].tensor();
+      const RowSparseTensor& g = row_grads[table] =
+          RowSparseTensor::create(weights.at(table).shape(), std::move(rows), std::move(values));
+      check(g.values(), table);
     }
     if (cfg.max_grad_norm > 0) {
       const double norm = std::sqrt(sq);
       if (norm > cfg.max_grad_norm) {
         scale_all(grads, cfg.max_grad_norm / norm);
-        for (auto& [_, g] : row_grads) g.values = scaled(g.values, cfg.max_grad_norm / norm);
+        for (auto& [_, g] : row_grads)
+          g = RowSparseTensor::create(g.dense_shape(), g.rows(),
+                                      scaled(g.values(), cfg.max_grad_norm / norm));
       }
     }
     if (!cfg.lazy_update)  // the standard dense semantics, for comparison
-      for (auto& [table, g] : row_grads) grads[table] = densified(g, weights.at(table));
+      for (auto& [table, g] : row_grads) grads[table] = g.to_dense();
     optimizer.step(weights, grads, lr, step + 1);
     if (cfg.lazy_update) optimizer.step_rows(weights, row_grads, lr, step + 1);
     for (const auto& [outname, init] : running_stats) {
@@ -454,17 +456,6 @@ struct Trainer::Impl {
   }
   static void scale_all(std::map<std::string, Tensor>& grads, double s) {
     for (auto& [_, g] : grads) g = scaled(g, s);
-  }
-  // The dense gradient of a table: zeros, with the touched rows filled in.
-  static Tensor densified(const RowSparse& g, const Tensor& table) {
-    Tensor d = Tensor::empty(table.dtype(), table.shape());
-    const size_t row_bytes = table.dim(0) ? table.nbytes() / static_cast<size_t>(table.dim(0)) : 0;
-    const int64_t* rows = g.rows.data<int64_t>();
-    for (int64_t i = 0; i < g.rows.numel(); ++i)
-      std::memcpy(static_cast<char*>(d.raw()) + static_cast<size_t>(rows[i]) * row_bytes,
-                  static_cast<const char*>(g.values.raw()) + static_cast<size_t>(i) * row_bytes,
-                  row_bytes);
-    return d;
   }
 
   Checkpoint snapshot() const {

@@ -89,3 +89,43 @@ TEST(Value, KindsAndChecks) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+TEST(RowSparseTensor, DenseFormAndEveryStructuralError) {
+  const RowSparseTensor t = RowSparseTensor::create({4, 2}, Tensor::from<int64_t>({1, 3}, {2}),
+                                                    Tensor::from<float>({1, 2, 3, 4}, {2, 2}));
+  EXPECT_EQ(t.row_count(), 2);
+  const Tensor d = t.to_dense();
+  ASSERT_EQ(d.shape(), (Shape{4, 2}));
+  const std::vector<float> want = {0, 0, 1, 2, 0, 0, 3, 4};
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(d.data<float>()[i], want[static_cast<size_t>(i)]);
+  auto message = [](Shape shape, Tensor rows, Tensor values) {
+    try {
+      RowSparseTensor::create(std::move(shape), std::move(rows), std::move(values));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Tensor two_rows = Tensor::from<float>({1, 2, 3, 4}, {2, 2});
+  EXPECT_NE(message({4, 2}, Tensor::from<int64_t>({3, 1}, {2}), two_rows).find("increasing"),
+            std::string::npos);
+  EXPECT_NE(message({4, 2}, Tensor::from<int64_t>({1, 1}, {2}), two_rows).find("increasing"),
+            std::string::npos);
+  EXPECT_NE(message({4, 2}, Tensor::from<int64_t>({1, 4}, {2}), two_rows).find("outside"),
+            std::string::npos);
+  EXPECT_NE(message({4, 2}, Tensor::from<int64_t>({-1, 2}, {2}), two_rows).find("outside"),
+            std::string::npos);
+  EXPECT_NE(message({4, 3}, Tensor::from<int64_t>({1, 2}, {2}), two_rows).find("want [2,3]"),
+            std::string::npos);
+  EXPECT_NE(message({4, 2}, Tensor::from<float>({1, 2}, {2}), two_rows).find("int64"),
+            std::string::npos);
+  EXPECT_NE(message({}, Tensor::from<int64_t>({1, 2}, {2}), two_rows).find("rank"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace volt

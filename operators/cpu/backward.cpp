@@ -377,22 +377,38 @@ class GatherGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Shape data = shape_from(ctx.input(2), ctx.node());
     const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
-    const auto dy = to_doubles(ctx.input(0));
+    const Tensor& dyt = ctx.input(0);
+    Tensor& dx = ctx.output(0);
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.size()), ctx.node());
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= data[d];
     for (size_t d = static_cast<size_t>(axis) + 1; d < data.size(); ++d) inner *= data[d];
     const int64_t n = data[axis], k = static_cast<int64_t>(idx.size());
-    std::vector<double> out(static_cast<size_t>(numel_of(data)), 0.0);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t i = idx[j] < 0 ? idx[j] + n : idx[j];
-        VOLT_CHECK(i >= 0 && i < n, InvalidArgument,
-                   ctx.node().describe() + ": index out of range");
-        for (int64_t s = 0; s < inner; ++s)
-          out[(o * n + i) * inner + s] += dy[(o * k + j) * inner + s];
+    for (int64_t i : idx)
+      VOLT_CHECK(i >= -n && i < n, InvalidArgument,
+                 ctx.node().describe() + ": index " + std::to_string(i) + " out of range");
+    VOLT_CHECK(dyt.numel() == outer * k * inner && dx.numel() == numel_of(data), InvalidArgument,
+               ctx.node().describe() + ": the gradient does not match the gathered shape");
+    // Zeros, then each gathered row's gradient added back where it came from, in index order
+    // (the order of additions for repeated indices is fixed), in the tensor's own precision.
+    dispatch_numeric(dyt.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      if constexpr (!std::is_floating_point_v<C>) {
+        ctx.error("needs floating-point gradients");
+      } else {
+        const T* g = static_cast<const T*>(dyt.raw());
+        T* out = static_cast<T*>(dx.raw());
+        std::fill(out, out + dx.numel(), static_cast<T>(C(0)));
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < k; ++j) {
+            T* dst = out + (o * n + (idx[j] < 0 ? idx[j] + n : idx[j])) * inner;
+            const T* src = g + (o * k + j) * inner;
+            for (int64_t s = 0; s < inner; ++s)
+              dst[s] = static_cast<T>(static_cast<C>(dst[s]) + static_cast<C>(src[s]));
+          }
       }
-    from_doubles(ctx.output(0), out);
+    });
   }
 
  private:

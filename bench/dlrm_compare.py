@@ -127,7 +127,6 @@ def run_volt(args, path, sparse, iterations, features="ids"):
 
 
 def run_torch(args, iterations):
-    import resource
     import torch
     bottom, top, tables = weights(args)
     torch.set_num_threads(args.threads)
@@ -177,8 +176,10 @@ def run_torch(args, iterations):
         t0 = time.perf_counter()
         step(b)
         times.append((time.perf_counter() - t0) * 1000)
-    return (statistics.median(times), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "")
+    # VmHWM: this process's own peak (ru_maxrss would count the parent's from before exec).
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmHWM:"))
+    return statistics.median(times), peak, ""
 
 
 def main():

@@ -248,6 +248,11 @@ TEST(Gradcheck, ConvolutionAndPooling) {
            ModelBuilder::set_ints(n, "strides", {2, 2});
            ModelBuilder::set_ints(n, "pads", {1, 0, 1, 1});
          }});
+  check({"MaxPool", {x}, {0}, [](onnx::NodeProto& n) {
+           ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+           ModelBuilder::set_ints(n, "dilations", {2, 1});
+           ModelBuilder::set_ints(n, "pads", {0, 1, 1, 0});
+         }});
   for (int include : {0, 1})
     check({"AveragePool", {x}, {0}, [=](onnx::NodeProto& n) {
              ModelBuilder::set_ints(n, "kernel_shape", {3, 3});

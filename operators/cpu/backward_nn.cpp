@@ -224,15 +224,6 @@ class PoolGrad final : public Kernel {
     const WindowGeometry g =
         resolve_window(a, spatial, global_ ? spatial : attrs_.kernel_shape, ctx.node());
     const int64_t planes = xt.dim(0) * xt.dim(1), in_sp = numel_of(g.in), out_sp = numel_of(g.out);
-    if (xt.dtype() == DType::Float && g.in.size() == 2) {
-      const float* x = xt.data<float>();
-      const float* dy = ctx.input(0).data<float>();
-      float* dx = ctx.output(0).data<float>();
-#pragma omp parallel for if (planes * in_sp > 65536)
-      for (int64_t p = 0; p < planes; ++p)
-        plane_2d(g, x + p * in_sp, dy + p * out_sp, dx + p * in_sp);
-      return;
-    }
     // Per output position: the taps inside the input, and (for averages) the divisor.
     std::vector<std::vector<int64_t>> window(static_cast<size_t>(out_sp));
     std::vector<int64_t> padded(static_cast<size_t>(out_sp), 0);
@@ -277,44 +268,6 @@ class PoolGrad final : public Kernel {
   }
 
  private:
-  // One plane of a 2-D float pooling: the same taps, in the same order, as the general path
-  // below, without building tap lists (training's common case, kept tight).
-  void plane_2d(const WindowGeometry& g, const float* x, const float* dy, float* dx) const {
-    const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-    const int64_t KH = g.kernel[0], KW = g.kernel[1], SH = g.strides[0], SW = g.strides[1];
-    const int64_t DH = g.dilations[0], DW = g.dilations[1];
-    std::fill(dx, dx + H * W, 0.0f);
-    for (int64_t oh = 0; oh < OH; ++oh)
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        const int64_t h0 = oh * SH - g.pad_begin[0], w0 = ow * SW - g.pad_begin[1];
-        const float d = dy[oh * OW + ow];
-        int64_t best = -1, taps = 0, padded = 0;
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const int64_t ih = h0 + kh * DH;
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const int64_t iw = w0 + kw * DW;
-            padded += ih < H + g.pad_end[0] && iw < W + g.pad_end[1];
-            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-            ++taps;
-            if (max_ && (best < 0 || x[ih * W + iw] > x[best])) best = ih * W + iw;
-          }
-        }
-        if (taps == 0) continue;
-        if (max_) {
-          dx[best] += d;
-          continue;
-        }
-        const float share = d / static_cast<float>(count_include_pad_ ? padded : taps);
-        for (int64_t kh = 0; kh < KH; ++kh) {
-          const int64_t ih = h0 + kh * DH;
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            const int64_t iw = w0 + kw * DW;
-            if (ih >= 0 && ih < H && iw >= 0 && iw < W) dx[ih * W + iw] += share;
-          }
-        }
-      }
-  }
-
   WindowAttributes attrs_;
   bool max_, global_, count_include_pad_;
 };

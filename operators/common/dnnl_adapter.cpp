@@ -69,4 +69,32 @@ void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> arg
   stream().wait();
 }
 
+Staged::Staged(const dnnl::memory::desc& plain_md, const dnnl::memory::desc& wanted_md, bool input,
+               size_t& scratch_bytes)
+    : plain(plain_md), wanted(wanted_md), needed(plain_md != wanted_md) {
+  if (!needed) return;
+  convert = input ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain, engine(), wanted))
+                  : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), wanted, engine(), plain));
+  offset = (scratch_bytes + 63) / 64 * 64;
+  scratch_bytes = offset + wanted.get_size();
+}
+
+dnnl::memory Staged::in(const void* data, void* scratch) const {
+  if (!needed) return wrap(wanted, data);
+  dnnl::memory from = wrap(plain, data), to = wrap(wanted, static_cast<char*>(scratch) + offset);
+  convert.execute(stream(), from, to);
+  return to;
+}
+
+dnnl::memory Staged::out(void* data, void* scratch) const {
+  return wrap(wanted, needed ? static_cast<char*>(scratch) + offset : data);
+}
+
+void Staged::finish(void* data, void* scratch) const {
+  if (!needed) return;
+  dnnl::memory from = wrap(wanted, static_cast<char*>(scratch) + offset), to = wrap(plain, data);
+  convert.execute(stream(), from, to);
+  stream().wait();
+}
+
 }  // namespace volt::dnnl_adapter

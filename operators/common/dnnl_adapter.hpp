@@ -52,4 +52,24 @@ void prepare_or_fall_back(InferContext& ctx, F&& prepare) {
 void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
              const dnnl::memory::desc& scratch_md, void* scratch);
 
+// A tensor of the graph (plain layout) as a primitive wants it (the layout it chose from
+// format_tag::any): when the two differ, a buffer in the run's scratch and a reorder into it (an
+// input) or out of it (an output).
+struct Staged {
+  dnnl::memory::desc plain, wanted;
+  dnnl::reorder convert;
+  size_t offset = 0;  // of the buffer in the scratch
+  bool needed = false;
+
+  // Plans the buffer at `scratch_bytes` (64-byte aligned) and grows it.
+  Staged(const dnnl::memory::desc& plain_md, const dnnl::memory::desc& wanted_md, bool input,
+         size_t& scratch_bytes);
+  Staged() = default;
+  // The memory the primitive reads: `data` itself, or its reordered copy in the scratch.
+  dnnl::memory in(const void* data, void* scratch) const;
+  // The memory the primitive writes; finish() then moves it to `data` where it was staged.
+  dnnl::memory out(void* data, void* scratch) const;
+  void finish(void* data, void* scratch) const;
+};
+
 }  // namespace volt::dnnl_adapter

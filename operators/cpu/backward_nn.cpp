@@ -44,10 +44,13 @@ void for_each_tap(const WindowGeometry& g, F f) {
   }
 }
 
-// oneDNN's backward-data or backward-weights convolution for f32 (plain layouts).
+// oneDNN's backward-data or backward-weights convolution for f32, in the layouts oneDNN
+// chooses (its jit kernels want blocked or channels-last ones; with plain layouts it falls back
+// to im2col and a GEMM): the graph's tensors are reordered into and out of the scratch.
 struct ConvGradState {
   dnnl::primitive prim;
-  dnnl::memory::desc dy, x, w, scratch;
+  dnnl::memory::desc scratch;  // the primitive's own, at the start of the run's scratch
+  dnnl_adapter::Staged dy, x, w;
 };
 
 class ConvGrad final : public Kernel {
@@ -68,22 +71,24 @@ class ConvGrad final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const ConvGradState*>(ctx.state_ptr())) {
+      void* scratch = ctx.scratch();
       const void* dy = ctx.input(0).raw();
-      const void* x = ctx.input(1).raw();
-      const void* w = ctx.input(2).raw();
       void* out = ctx.output(0).raw();
-      if (wrt_ == 0)
+      if (wrt_ == 0) {
         dnnl_adapter::execute(st->prim,
-                              {{DNNL_ARG_DIFF_DST, dnnl_adapter::wrap(st->dy, dy)},
-                               {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st->w, w)},
-                               {DNNL_ARG_DIFF_SRC, dnnl_adapter::wrap(st->x, out)}},
-                              st->scratch, ctx.scratch());
-      else
+                              {{DNNL_ARG_DIFF_DST, st->dy.in(dy, scratch)},
+                               {DNNL_ARG_WEIGHTS, st->w.in(ctx.input(2).raw(), scratch)},
+                               {DNNL_ARG_DIFF_SRC, st->x.out(out, scratch)}},
+                              st->scratch, scratch);
+        st->x.finish(out, scratch);
+      } else {
         dnnl_adapter::execute(st->prim,
-                              {{DNNL_ARG_DIFF_DST, dnnl_adapter::wrap(st->dy, dy)},
-                               {DNNL_ARG_SRC, dnnl_adapter::wrap(st->x, x)},
-                               {DNNL_ARG_DIFF_WEIGHTS, dnnl_adapter::wrap(st->w, out)}},
-                              st->scratch, ctx.scratch());
+                              {{DNNL_ARG_DIFF_DST, st->dy.in(dy, scratch)},
+                               {DNNL_ARG_SRC, st->x.in(ctx.input(1).raw(), scratch)},
+                               {DNNL_ARG_DIFF_WEIGHTS, st->w.out(out, scratch)}},
+                              st->scratch, scratch);
+        st->w.finish(out, scratch);
+      }
       return;
     }
     reference(ctx);
@@ -101,9 +106,13 @@ class ConvGrad final : public Kernel {
         g.insert(g.end(), ws.begin() + 1, ws.end());
         ws = g;
       }
-      st->x = dnnl_adapter::plain_md(ctx.shape(1), f32);
-      st->w = dnnl_adapter::plain_md(ws, f32);
-      st->dy = dnnl_adapter::plain_md(s.out, f32);
+      const dnnl::memory::desc x = dnnl_adapter::plain_md(ctx.shape(1), f32),
+                               w = dnnl_adapter::plain_md(ws, f32),
+                               dy = dnnl_adapter::plain_md(s.out, f32);
+      auto any = [&](const Shape& shape) {
+        return dnnl::memory::desc(dims(shape.begin(), shape.end()), f32,
+                                  dnnl::memory::format_tag::any);
+      };
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
           pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
@@ -114,25 +123,36 @@ class ConvGrad final : public Kernel {
         pr[i] = (s.win.out[i] - 1) * s.win.strides[i] + eff - s.win.in[i] - s.win.pad_begin[i];
       }
       dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training,
-                                         dnnl::algorithm::convolution_direct, st->x, st->w, st->dy,
-                                         strides, dil, pl, pr);
+                                         dnnl::algorithm::convolution_direct, any(ctx.shape(1)),
+                                         any(ws), any(s.out), strides, dil, pl, pr);
       dnnl::convolution_forward::primitive_desc fpd(fd, dnnl_adapter::engine());
+      size_t bytes = 0;
       if (wrt_ == 0) {
-        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, st->x, st->w,
-                                                st->dy, strides, dil, pl, pr);
+        dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct,
+                                                any(ctx.shape(1)), any(ws), any(s.out), strides,
+                                                dil, pl, pr);
         dnnl::convolution_backward_data::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
                                                            dnnl_adapter::engine(), fpd);
         st->prim = dnnl::convolution_backward_data(pd);
         st->scratch = pd.scratchpad_desc();
+        bytes = st->scratch.get_size();
+        st->dy = dnnl_adapter::Staged(dy, pd.diff_dst_desc(), true, bytes);
+        st->w = dnnl_adapter::Staged(w, pd.weights_desc(), true, bytes);
+        st->x = dnnl_adapter::Staged(x, pd.diff_src_desc(), false, bytes);
       } else {
-        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, st->x,
-                                                   st->w, st->dy, strides, dil, pl, pr);
+        dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct,
+                                                   any(ctx.shape(1)), any(ws), any(s.out), strides,
+                                                   dil, pl, pr);
         dnnl::convolution_backward_weights::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
                                                               dnnl_adapter::engine(), fpd);
         st->prim = dnnl::convolution_backward_weights(pd);
         st->scratch = pd.scratchpad_desc();
+        bytes = st->scratch.get_size();
+        st->dy = dnnl_adapter::Staged(dy, pd.diff_dst_desc(), true, bytes);
+        st->x = dnnl_adapter::Staged(x, pd.src_desc(), true, bytes);
+        st->w = dnnl_adapter::Staged(w, pd.diff_weights_desc(), false, bytes);
       }
-      ctx.request_scratch(st->scratch.get_size());
+      ctx.request_scratch(bytes);
       return st;
     });
   }
@@ -224,12 +244,16 @@ class PoolGrad final : public Kernel {
     const WindowGeometry g =
         resolve_window(a, spatial, global_ ? spatial : attrs_.kernel_shape, ctx.node());
     const int64_t planes = xt.dim(0) * xt.dim(1), in_sp = numel_of(g.in), out_sp = numel_of(g.out);
-    // Per output position: the taps inside the input, and (for averages) the divisor.
-    std::vector<std::vector<int64_t>> window(static_cast<size_t>(out_sp));
-    std::vector<int64_t> padded(static_cast<size_t>(out_sp), 0);
+    // Per output position: the taps inside the input (flat: those of position op are
+    // taps[first[op] .. first[op + 1])), and (for averages) the divisor. Built once, for every
+    // plane.
+    std::vector<int64_t> first(static_cast<size_t>(out_sp) + 1, 0), taps;
+    taps.reserve(static_cast<size_t>(out_sp * numel_of(g.kernel)));
     for_each_tap(g, [&](int64_t op, int64_t, int64_t ip) {
-      if (ip >= 0) window[op].push_back(ip);
+      if (ip >= 0) taps.push_back(ip);
+      first[static_cast<size_t>(op) + 1] = static_cast<int64_t>(taps.size());
     });
+    std::vector<int64_t> padded(static_cast<size_t>(out_sp), 0);
     if (count_include_pad_) {  // taps inside input + pads (not past the end padding)
       WindowGeometry padded_g = g;
       for (size_t d = 0; d < g.in.size(); ++d)
@@ -244,25 +268,36 @@ class PoolGrad final : public Kernel {
       T* dx = static_cast<T*>(ctx.output(0).raw());
 #pragma omp parallel for if (planes * in_sp > 65536)
       for (int64_t p = 0; p < planes; ++p) {
-        T* dxp = dx + p * in_sp;
         const T* xp = x + p * in_sp;
-        std::vector<C> acc(static_cast<size_t>(in_sp), C(0));
+        // Sums in C: straight into dx where T is C (float, double), else in a buffer.
+        std::vector<C> buffer;
+        C* acc;
+        if constexpr (std::is_same_v<T, C>) {
+          acc = dx + p * in_sp;
+          std::fill(acc, acc + in_sp, C(0));
+        } else {
+          buffer.assign(static_cast<size_t>(in_sp), C(0));
+          acc = buffer.data();
+        }
         for (int64_t op = 0; op < out_sp; ++op) {
-          const auto& taps = window[op];
-          if (taps.empty()) continue;
+          const int64_t* t = taps.data() + first[op];
+          const int64_t n = first[op + 1] - first[op];
+          if (n == 0) continue;
           const C d = static_cast<C>(dy[p * out_sp + op]);
           if (max_) {
-            int64_t best = taps[0];
-            for (int64_t ip : taps)
-              if (static_cast<C>(xp[ip]) > static_cast<C>(xp[best])) best = ip;
+            int64_t best = t[0];
+            for (int64_t i = 1; i < n; ++i)
+              if (static_cast<C>(xp[t[i]]) > static_cast<C>(xp[best])) best = t[i];
             acc[best] += d;
           } else {
-            const C count =
-                static_cast<C>(count_include_pad_ ? padded[op] : static_cast<int64_t>(taps.size()));
-            for (int64_t ip : taps) acc[ip] += d / count;
+            const C count = static_cast<C>(count_include_pad_ ? padded[op] : n);
+            for (int64_t i = 0; i < n; ++i) acc[t[i]] += d / count;
           }
         }
-        for (int64_t i = 0; i < in_sp; ++i) dxp[i] = static_cast<T>(acc[i]);
+        if constexpr (!std::is_same_v<T, C>) {
+          T* dxp = dx + p * in_sp;
+          for (int64_t i = 0; i < in_sp; ++i) dxp[i] = static_cast<T>(acc[i]);
+        }
       }
     });
   }

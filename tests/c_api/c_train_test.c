@@ -71,6 +71,36 @@ int main(int argc, char** argv) {
   CHECK(volt_trainer_evaluate(t, 2, names, batch, &first) == VOLT_OK);
   for (int i = 0; i < 20; ++i) CHECK(volt_trainer_step(t, 2, names, batch, i == 19 ? &loss : NULL) == VOLT_OK);
   CHECK(isfinite(loss) && loss < first * 0.5f);
+
+  /* The same batch as a CSR matrix trains too, to the same loss as the dense batch. */
+  {
+    int64_t* off = malloc(sizeof(int64_t) * (N + 1));
+    int64_t* col = malloc(sizeof(int64_t) * N * F);
+    float* val = malloc(sizeof(float) * N * F);
+    int64_t nnz = 0;
+    off[0] = 0;
+    for (int64_t r = 0; r < N; ++r) {
+      for (int64_t c = 0; c < F; ++c)
+        if (x[r * F + c] != 0) {
+          col[nnz] = c;
+          val[nnz++] = x[r * F + c];
+        }
+      off[r + 1] = nnz;
+    }
+    volt_tensor* csr = NULL;
+    CHECK(volt_tensor_create_csr(VOLT_FLOAT, N, F, nnz, off, col, val, &csr) == VOLT_OK);
+    const volt_tensor* sparse_batch[2] = {csr, yt};
+    float dense_loss = 0, sparse_loss = 0;
+    CHECK(volt_trainer_evaluate(t, 2, names, batch, &dense_loss) == VOLT_OK);
+    CHECK(volt_trainer_evaluate(t, 2, names, sparse_batch, &sparse_loss) == VOLT_OK);
+    CHECK(fabsf(dense_loss - sparse_loss) <= 1e-5f * fabsf(dense_loss));
+    CHECK(volt_trainer_step(t, 2, names, sparse_batch, &sparse_loss) == VOLT_OK);
+    CHECK(isfinite(sparse_loss) && fabsf(sparse_loss - dense_loss) <= 1e-5f * fabsf(dense_loss));
+    volt_tensor_free(csr);
+    free(off);
+    free(col);
+    free(val);
+  }
   CHECK(volt_trainer_set_learning_rate(t, 0.0005f) == VOLT_OK);
 
   /* Checkpoint round trip: a second trainer resumes where the first was. */

@@ -5,6 +5,8 @@ A step is forward, backward and an SGD-with-momentum update (lr 0.01, momentum 0
 softmax cross-entropy, on random data, for the same weights and threads:
   mlp     784-512-256-10 MLP (Gemm + Relu), batch 64
   lenet   LeNet-5 style CNN on 1x28x28 (Conv5-Relu-MaxPool x2, then 120-84-10), batch 32
+  resnet18  torchvision ResNet-18 on 3x224x224 (10 classes), batch 32 (not in the default list:
+          about 2 s a step on two cores; run it with --models resnet18 --iterations 3)
 Runs alternate (volt, torch, volt, torch ...) and each side reports the median of its rounds'
 medians. Needs Debian's python3-torch and python3-onnx; PyTorch runs on OpenBLAS (OpenMP).
 
@@ -105,6 +107,21 @@ def torch_step_ms(net, shape, iterations, warmup=3):
     return statistics.median(times)
 
 
+def resnet18(rng):
+    """torchvision's ResNet-18 (10 classes) at batch 32, 3x224x224: exported in evaluation form
+    (BatchNormalization with running statistics); volt's trainer, like torch's train(), uses batch
+    statistics in training."""
+    import io
+    import torchvision  # Debian's python3-torchvision
+    torch.manual_seed(int(rng.integers(1 << 30)))
+    net = torchvision.models.resnet18(num_classes=10)
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), torch.randn(1, 3, 224, 224), buf, opset_version=13,
+                      do_constant_folding=False, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    return onnx.load_from_string(buf.getvalue()).graph, net.train(), [32, 3, 224, 224]
+
+
 def volt_step_ms(binary, model_path, shape, threads, iterations):
     out = subprocess.run([binary, model_path, "x".join(map(str, shape)), "10", "--optimizer", "sgd", "--momentum", "0.9",
                           "--learning-rate", "0.01", "--threads", str(threads), "--iterations", str(iterations)],
@@ -121,7 +138,7 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "volt_train_step"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    builders = {"mlp": mlp, "lenet": lenet}
+    builders = {"mlp": mlp, "lenet": lenet, "resnet18": resnet18}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):

@@ -21,11 +21,14 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& so
 // OptionalProto, chosen by `kind`.
 Value read_value_pb(const std::string& path, ValueInfo::Kind kind);
 
-// Writes `original_bytes` (a ModelProto) with every initializer replaced by `initializers`
-// (weights over 1.5 GiB go to OUT.data beside it); atomic.
+// Writes `original_bytes` (a ModelProto) with every initializer replaced by `initializers`; when
+// they hold more than `external_above` bytes in all, their data goes to OUT.data beside it (ONNX
+// external data: protobuf cannot hold over 2 GiB). The model file is replaced atomically.
+constexpr size_t kExportExternalAbove = size_t{3} << 29;  // 1.5 GiB
 void write_model_with_weights(const std::string& original_bytes, const std::string& source,
                               const std::map<std::string, Tensor>& initializers,
-                              const std::string& out_path);
+                              const std::string& out_path,
+                              size_t external_above = kExportExternalAbove);
 
 // Reads a whole file.
 std::string read_file_bytes(const std::string& path);

@@ -1,6 +1,7 @@
 // Writes a model back to ONNX: the original ModelProto with its initializers replaced by given
-// tensors (trained weights). Weights over 1.5 GiB in all go to an external data file next to
-// the model, since protobuf cannot hold more than 2 GiB. Written to a temporary file and renamed.
+// tensors (trained weights). Weights over 1.5 GiB in all (by default) go to an external data file
+// next to the model, since protobuf cannot hold more than 2 GiB. The model is written to a
+// temporary file and renamed.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -15,16 +16,15 @@
 namespace volt {
 namespace {
 
-constexpr size_t kExternalThreshold = size_t{3} << 29;  // 1.5 GiB
-
-void fill_proto(onnx::TensorProto& p, const std::string& name, const Tensor& t) {
+// Name, type and shape; the data too unless it goes to the external file.
+void fill_proto(onnx::TensorProto& p, const std::string& name, const Tensor& t, bool data) {
   p.Clear();
   p.set_name(name);
   p.set_data_type(static_cast<int32_t>(t.dtype()));
   for (int64_t d : t.shape()) p.add_dims(d);
   if (t.dtype() == DType::String) {
     for (int64_t i = 0; i < t.numel(); ++i) p.add_string_data(t.data<std::string>()[i]);
-  } else {
+  } else if (data) {
     p.set_raw_data(static_cast<const char*>(t.raw()), t.nbytes());
   }
 }
@@ -48,14 +48,14 @@ void atomic_write(const std::string& path, const std::string& bytes) {
 
 void write_model_with_weights(const std::string& original_bytes, const std::string& source,
                               const std::map<std::string, Tensor>& initializers,
-                              const std::string& out_path) {
+                              const std::string& out_path, size_t external_above) {
   onnx::ModelProto proto;
   VOLT_CHECK(proto.ParseFromString(original_bytes), InvalidModel,
              source + ": cannot re-read the model to export it");
   auto* g = proto.mutable_graph();
   size_t total = 0;
   for (const auto& [_, t] : initializers) total += t.nbytes();
-  const bool external = total > kExternalThreshold;
+  const bool external = total > external_above;
   const std::filesystem::path out(out_path);
   const std::string data_name = out.filename().string() + ".data";
   std::ofstream data;
@@ -75,10 +75,18 @@ void write_model_with_weights(const std::string& original_bytes, const std::stri
   int64_t offset = 0;
   for (const auto& [name, t] : initializers) {
     onnx::TensorProto* p = g->add_initializer();
-    fill_proto(*p, name, t);
-    if (external && t.dtype() != DType::String) {
+    const bool to_file = external && t.dtype() != DType::String;
+    fill_proto(*p, name, t, !to_file);
+    if (to_file) {
+      // Each tensor starts on a 64-byte boundary, so a loader that maps the file can use the
+      // weights where they lie.
+      const int64_t aligned = (offset + 63) / 64 * 64;
+      if (aligned > offset) {
+        const char zeros[64] = {};
+        data.write(zeros, aligned - offset);
+        offset = aligned;
+      }
       data.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
-      p->clear_raw_data();
       p->set_data_location(onnx::TensorProto::EXTERNAL);
       auto add = [&](const std::string& k, const std::string& v) {
         auto* e = p->add_external_data();

@@ -285,3 +285,40 @@ TEST_F(LoaderTest, RecursiveFunctionsAreRefused) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+TEST(ModelWriter, WeightsPastTheThresholdGoToAnAlignedExternalFileThatLoadsBack) {
+  // What the trainer's export does for weights over 1.5 GiB, here with a threshold of 0 so the
+  // test stays small: the bundled MLP written with external data must run like the original.
+  const std::string src = std::string(VOLT_SOURCE_DIR) + "/models/mnist_mlp.onnx";
+  const fs::path dir = fs::temp_directory_path() / ("volt_writer_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string out = (dir / "tuned.onnx").string();
+  const Model m = load_model(src);
+  write_model_with_weights(read_file_bytes(src), src, m.graph.initializers, out, 0);
+  ASSERT_TRUE(fs::exists(dir / "tuned.onnx.data"));
+  EXPECT_LT(fs::file_size(out), size_t{4096});  // the weights are not inside the model file
+
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(read_file_bytes(out)));
+  ASSERT_EQ(proto.graph().initializer_size(), static_cast<int>(m.graph.initializers.size()));
+  for (const auto& t : proto.graph().initializer()) {
+    EXPECT_EQ(t.data_location(), onnx::TensorProto::EXTERNAL) << t.name();
+    for (const auto& e : t.external_data())
+      if (e.key() == "offset") {
+        EXPECT_EQ(std::stoll(e.value()) % 64, 0) << t.name();
+      }
+  }
+  Session original(src), written(out);
+  Tensor x = Tensor::empty(DType::Float, {3, 784});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 17) / 17.0f;
+  const Tensor a = original.run({{"x", x}})[0].tensor(), b = written.run({{"x", x}})[0].tensor();
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) EXPECT_EQ(a.data<float>()[i], b.data<float>()[i]);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,4 +1,5 @@
 #include "operators/common/epilogue.hpp"
+#include "operators/common/parallel.hpp"
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
@@ -34,12 +35,13 @@ void apply_epilogue(Tensor& y, const Tensor* bias, const FusedActivation& act,
       T* py = static_cast<T*>(y.raw());
       const int64_t n = y.rank() ? y.shape().back() : 1;
       const T* pb = bias ? static_cast<const T*>(bias->raw()) : nullptr;
-#pragma omp parallel for if (y.numel() > 65536)
-      for (int64_t i = 0; i < y.numel(); ++i) {
-        C v = static_cast<C>(py[i]);
-        if (pb) v += static_cast<C>(pb[i % n]);
-        py[i] = static_cast<T>(act.apply(v));
-      }
+      parallel_chunks(y.numel(), 65536, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          C v = static_cast<C>(py[i]);
+          if (pb) v += static_cast<C>(pb[i % n]);
+          py[i] = static_cast<T>(act.apply(v));
+        }
+      });
     } else {
       fail(ErrorCode::InvalidModel, node.describe() + ": a fused epilogue needs floating point");
     }

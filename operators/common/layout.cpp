@@ -1,4 +1,5 @@
 #include "operators/common/layout.hpp"
+#include "operators/common/parallel.hpp"
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
@@ -84,8 +85,7 @@ void permute_into(const Tensor& in, const std::vector<int64_t>& perm, Tensor& ou
     // Parallel over the outer output rows; the innermost axis is a strided gather.
     const int64_t inner = os[r - 1], inner_stride = strides[r - 1];
     const int64_t rows = out.numel() / inner;
-#pragma omp parallel for if (out.numel() > 65536)
-    for (int64_t row = 0; row < rows; ++row) {
+    parallel_for(rows, out.numel() > 65536, [&](int64_t row) {
       int64_t rem = row, off = 0;
       for (size_t d = r - 1; d-- > 0;) {
         off += (rem % os[d]) * strides[d];
@@ -93,7 +93,7 @@ void permute_into(const Tensor& in, const std::vector<int64_t>& perm, Tensor& ou
       }
       T* o = dst + row * inner;
       for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * inner_stride];
-    }
+    });
   });
 }
 

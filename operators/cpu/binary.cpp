@@ -5,6 +5,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 
@@ -21,14 +22,16 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const int64_t n = out.numel();
   if (n == 0) return;
   if (a.shape() == out.shape() && b.shape() == out.shape()) {
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    parallel_chunks(n, 32768, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = f(pa[i], pb[i]);
+    });
     return;
   }
   if (a.shape() == out.shape() && b.numel() == 1) {
     const TB s = pb[0];
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], s);
+    parallel_chunks(n, 32768, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = f(pa[i], s);
+    });
     return;
   }
   const Shape& os = out.shape();
@@ -36,8 +39,7 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   const auto sa = broadcast_strides(a.shape(), os), sb = broadcast_strides(b.shape(), os);
   const int64_t inner = os[r - 1], ia = sa[r - 1], ib = sb[r - 1];
   const int64_t rows = n / inner;
-#pragma omp parallel for if (n > 32768)
-  for (int64_t row = 0; row < rows; ++row) {
+  parallel_for(rows, n > 32768, [&](int64_t row) {
     int64_t rem = row, oa = 0, ob = 0;
     for (size_t d = r - 1; d-- > 0;) {
       const int64_t i = rem % os[d];
@@ -47,7 +49,7 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
     }
     TO* o = po + row * inner;
     for (int64_t i = 0; i < inner; ++i) o[i] = f(pa[oa + i * ia], pb[ob + i * ib]);
-  }
+  });
 }
 
 enum class Op {

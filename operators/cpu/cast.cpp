@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -100,8 +101,9 @@ class Cast final : public Kernel {
         } else if constexpr (std::is_same_v<D, std::string>) {
           for (int64_t i = 0; i < n; ++i) dst[i] = to_string_value<S>(src[i]);
         } else {
-#pragma omp parallel for if (n > 65536)
-          for (int64_t i = 0; i < n; ++i) dst[i] = convert<S, D>(src[i]);
+          parallel_chunks(n, 65536, [&](int64_t lo, int64_t hi) {
+            for (int64_t i = lo; i < hi; ++i) dst[i] = convert<S, D>(src[i]);
+          });
         }
       });
     });

@@ -4,6 +4,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -126,8 +127,9 @@ class Unary final : public Kernel {
             const T* x = static_cast<const T*>(in.raw());
             T* y = static_cast<T*>(out.raw());
             const int64_t n = in.numel();
-#pragma omp parallel for simd if (n > 32768)
-            for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(fn_(static_cast<C>(x[i])));
+            parallel_chunks(n, 32768, [&](int64_t lo, int64_t hi) {
+              for (int64_t i = lo; i < hi; ++i) y[i] = static_cast<T>(fn_(static_cast<C>(x[i])));
+            });
           }
         },
         ctx.node().op_type.c_str());

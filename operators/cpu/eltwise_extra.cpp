@@ -5,6 +5,7 @@
 #include <random>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 
@@ -38,11 +39,12 @@ class Clip final : public Kernel {
         }
         const T* p = static_cast<const T*>(x.raw());
         T* y = static_cast<T*>(ctx.output(0).raw());
-#pragma omp parallel for simd if (x.numel() > 65536)
-        for (int64_t i = 0; i < x.numel(); ++i) {
-          const C v = static_cast<C>(p[i]);
-          y[i] = static_cast<T>(v < lo ? lo : (v > hi ? hi : v));
-        }
+        parallel_chunks(x.numel(), 65536, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const C v = static_cast<C>(p[i]);
+            y[i] = static_cast<T>(v < lo ? lo : (v > hi ? hi : v));
+          }
+        });
       }
     });
   }

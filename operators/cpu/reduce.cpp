@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/registry.hpp"
@@ -111,9 +112,9 @@ class Reduce final : public Kernel {
         const T* px = static_cast<const T*>(x.raw());
         T* py = static_cast<T*>(y.raw());
         const int64_t n_out = static_cast<int64_t>(base.size());
-#pragma omp parallel for if (n_out * static_cast <int64_t>(inner.size()) > 65536)
-        for (int64_t o = 0; o < n_out; ++o)
+        parallel_for(n_out, n_out * static_cast<int64_t>(inner.size()) > 65536, [&](int64_t o) {
           py[o] = static_cast<T>(static_cast<C>(reduce_one<T, Acc>(px + base[o], inner)));
+        });
       }
     });
   }
@@ -141,13 +142,14 @@ class Reduce final : public Kernel {
     const double divisor = r_ == Reduction::Mean ? static_cast<double>(count) : 1.0;
     const float* px = x.data<float>();
     float* py = y.data<float>();
-#pragma omp parallel if (x.numel() > 65536)
-    {
-      std::vector<double> acc(static_cast<size_t>(inner));
-#pragma omp for
-      for (int64_t o = 0; o < outer; ++o)
-        sum_rows_f32(px + o * count * inner, count, inner, divisor, acc.data(), py + o * inner);
-    }
+    // Rows of `outer` in blocks, one accumulator per block.
+    parallel_chunks(outer, std::max<int64_t>(1, 65536 / std::max<int64_t>(count * inner, 1)),
+                    [&](int64_t lo, int64_t hi) {
+                      std::vector<double> acc(static_cast<size_t>(inner));
+                      for (int64_t o = lo; o < hi; ++o)
+                        sum_rows_f32(px + o * count * inner, count, inner, divisor, acc.data(),
+                                     py + o * inner);
+                    });
     return true;
   }
 

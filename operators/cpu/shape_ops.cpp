@@ -7,6 +7,7 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/layout.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -375,9 +376,9 @@ class Concat final : public Kernel {
         const Tensor& in = ctx.input(i);
         const T* src = static_cast<const T*>(in.raw());
         const int64_t row = outer ? in.numel() / outer : 0;
-#pragma omp parallel for if (in.numel() > 65536)
-        for (int64_t o = 0; o < outer; ++o)
+        parallel_for(outer, in.numel() > 65536, [&](int64_t o) {
           std::copy(src + o * row, src + (o + 1) * row, dst + o * out_row + col);
+        });
         col += row;
       }
     });
@@ -428,16 +429,15 @@ class Gather final : public Kernel {
       auto row = [&](int64_t o, int64_t j) {
         return src + (o * n + (idx[j] < 0 ? idx[j] + n : idx[j])) * inner;
       };
-#pragma omp parallel for collapse(2) if (outer * k >= 64 && out.numel() > 16384)
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t j = 0; j < k; ++j) {
-          if (prefetch && j + kAhead < k) {
-            const char* next = reinterpret_cast<const char*>(row(o, j + kAhead));
-            for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b);
-          }
-          const T* s = row(o, j);
-          std::copy(s, s + inner, dst + (o * k + j) * inner);
+      parallel_for(outer * k, outer * k >= 64 && out.numel() > 16384, [&](int64_t oj) {
+        const int64_t o = oj / k, j = oj % k;
+        if (prefetch && j + kAhead < k) {
+          const char* next = reinterpret_cast<const char*>(row(o, j + kAhead));
+          for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b);
         }
+        const T* s = row(o, j);
+        std::copy(s, s + inner, dst + oj * inner);
+      });
     });
   }
 

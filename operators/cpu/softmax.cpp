@@ -6,6 +6,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 
@@ -99,30 +100,29 @@ class Softmax final : public Kernel {
   template <class T>
   void reference(const Extent& e, const T* x, T* y) const {
     using C = typename Compute<T>::type;
-#pragma omp parallel for collapse(2) if (e.outer * e.inner > 64)
-    for (int64_t o = 0; o < e.outer; ++o)
-      for (int64_t in = 0; in < e.inner; ++in) {
-        const int64_t base = o * e.n * e.inner + in;
-        auto at = [&](int64_t j) { return static_cast<C>(x[base + j * e.inner]); };
-        C mx = -std::numeric_limits<C>::infinity();
-        int64_t arg = 0;
-        for (int64_t j = 0; j < e.n; ++j)
-          if (at(j) > mx) {
-            mx = at(j);
-            arg = j;
-          }
-        if (kind_ == SoftmaxKind::Hardmax) {
-          for (int64_t j = 0; j < e.n; ++j)
-            y[base + j * e.inner] = static_cast<T>(C(j == arg ? 1 : 0));
-          continue;
+    parallel_for(e.outer * e.inner, e.outer * e.inner > 64, [&](int64_t oi) {
+      const int64_t o = oi / e.inner, in = oi % e.inner;
+      const int64_t base = o * e.n * e.inner + in;
+      auto at = [&](int64_t j) { return static_cast<C>(x[base + j * e.inner]); };
+      C mx = -std::numeric_limits<C>::infinity();
+      int64_t arg = 0;
+      for (int64_t j = 0; j < e.n; ++j)
+        if (at(j) > mx) {
+          mx = at(j);
+          arg = j;
         }
-        C sum = 0;
-        for (int64_t j = 0; j < e.n; ++j) sum += std::exp(at(j) - mx);
+      if (kind_ == SoftmaxKind::Hardmax) {
         for (int64_t j = 0; j < e.n; ++j)
-          y[base + j * e.inner] =
-              static_cast<T>(kind_ == SoftmaxKind::Softmax ? std::exp(at(j) - mx) / sum
-                                                           : at(j) - mx - std::log(sum));
+          y[base + j * e.inner] = static_cast<T>(C(j == arg ? 1 : 0));
+        return;
       }
+      C sum = 0;
+      for (int64_t j = 0; j < e.n; ++j) sum += std::exp(at(j) - mx);
+      for (int64_t j = 0; j < e.n; ++j)
+        y[base + j * e.inner] =
+            static_cast<T>(kind_ == SoftmaxKind::Softmax ? std::exp(at(j) - mx) / sum
+                                                         : at(j) - mx - std::log(sum));
+    });
   }
 
   SoftmaxKind kind_;

@@ -348,11 +348,11 @@ struct Trainer::Impl {
     // row-sparse gradients.
     std::set<std::string> csr_inputs;
     if (cfg.sparse_gradients)
-      for (const auto& [name, v] : batch)
-        if (v.is_csr() && v.csr().dtype() == DType::Float &&
+      for (const auto& fed : batch)
+        if (fed.second.is_csr() && fed.second.csr().dtype() == DType::Float &&
             std::any_of(model.graph.inputs.begin(), model.graph.inputs.end(),
-                        [&](const ValueInfo& i) { return i.name == name; }))
-          csr_inputs.insert(name);
+                        [&](const ValueInfo& i) { return i.name == fed.first; }))
+          csr_inputs.insert(fed.first);
     auto found = train_graphs.find(csr_inputs);
     if (found == train_graphs.end())
       found = train_graphs.emplace(csr_inputs, build_training(csr_inputs)).first;

@@ -2,6 +2,8 @@
 // f32/bf16 with a same-shaped first operand run on oneDNN's binary primitive; the reference
 // loop covers every dtype and broadcast pattern.
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
@@ -81,25 +83,48 @@ bool is_logic(Op op) {
   return op == Op::And || op == Op::Or || op == Op::Xor;
 }
 
+// Integer Add, Sub and Mul wrap around on overflow (two's complement, as numpy and ONNX Runtime
+// do), computed in an unsigned type of at least 32 bits: signed overflow would be undefined
+// behaviour, and narrower unsigned values would be promoted to (signed) int first.
+template <class C, bool = std::is_integral_v<C> && !std::is_same_v<C, bool>>
+struct WrappingOf {
+  using type = C;
+};
+template <class C>
+struct WrappingOf<C, true> {
+  using type = std::conditional_t<(sizeof(C) < 4), uint32_t, std::make_unsigned_t<C>>;
+};
+template <class C>
+using Wrapping = typename WrappingOf<C>::type;
+
 template <class T>
 void binary_typed(Op op, const Tensor& a, const Tensor& b, Tensor& out, const RunContext& ctx) {
   using C = typename Compute<T>::type;
+  using W = Wrapping<C>;
   auto w = [](T v) { return static_cast<C>(v); };
   auto nw = [](C v) { return static_cast<T>(v); };
+  auto ww = [](T v) { return static_cast<W>(static_cast<C>(v)); };
+  auto wrapped = [](W v) { return static_cast<T>(static_cast<C>(v)); };
   switch (op) {
     case Op::Add:
-      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) + w(y)); });
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return wrapped(ww(x) + ww(y)); });
     case Op::Sub:
-      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) - w(y)); });
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return wrapped(ww(x) - ww(y)); });
     case Op::Mul:
-      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) * w(y)); });
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return wrapped(ww(x) * ww(y)); });
     case Op::Div:
       if constexpr (std::is_integral_v<C>) {
         const T* pb = static_cast<const T*>(b.raw());
         for (int64_t i = 0; i < b.numel(); ++i)
           if (pb[i] == T(0)) ctx.error("integer division by zero");
       }
-      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) / w(y)); });
+      // The most negative value divided by -1 overflows (x86 traps): wrap, as negation does.
+      return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) {
+        if constexpr (std::is_integral_v<C> && std::is_signed_v<C>) {
+          if (w(y) == C(-1)) return wrapped(W(0) - ww(x));
+        }
+        return nw(w(x) / w(y));
+      });
     case Op::Max:
       return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) {
         if constexpr (std::is_floating_point_v<C>) {
@@ -120,10 +145,12 @@ void binary_typed(Op op, const Tensor& a, const Tensor& b, Tensor& out, const Ru
         const T* pb = static_cast<const T*>(b.raw());
         for (int64_t i = 0; i < b.numel(); ++i)
           if (pb[i] == T(0)) ctx.error("integer modulo by zero");
+        // x % -1 is 0, but the most negative value % -1 traps on x86: answered directly.
+        auto rem = [&](T x, T y) { return w(y) == C(-1) ? C(0) : C(w(x) % w(y)); };
         if (op == Op::FMod)
-          return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(w(x) % w(y)); });
+          return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) { return nw(rem(x, y)); });
         return broadcast_apply<T, T, T>(a, b, out, [&](T x, T y) {
-          C m = w(x) % w(y);
+          C m = rem(x, y);
           if constexpr (std::is_signed_v<C>) {
             if (m != 0 && ((m < 0) != (w(y) < 0))) m += w(y);
           }

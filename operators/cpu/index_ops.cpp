@@ -18,8 +18,19 @@ int64_t checked_index(int64_t i, int64_t n, const Node& node) {
   return i < 0 ? i + n : i;
 }
 
+// What element_offset needs of the indices' shape: data's rank, and no axis but `axis` longer
+// than data's (those coordinates are used as they are).
+void check_element_indices(const Shape& is, const Shape& data, int64_t axis, const Node& node) {
+  VOLT_CHECK(is.size() == data.size(), InvalidArgument,
+             node.describe() + ": indices must have the rank of data");
+  for (size_t d = 0; d < is.size(); ++d)
+    VOLT_CHECK(static_cast<int64_t>(d) == axis || is[d] <= data[d], InvalidArgument,
+               node.describe() + ": indices " + shape_str(is) + " reach past data " +
+                   shape_str(data) + " on axis " + std::to_string(d));
+}
+
 // The data offset GatherElements reads and ScatterElements writes for element e of indices
-// (shape `is`): e's own coordinates, except `index` on `axis`.
+// (shape `is`, checked by check_element_indices): e's own coordinates, except `index` on `axis`.
 int64_t element_offset(int64_t e, const Shape& is, int64_t index, int64_t axis, const Shape& data,
                        const std::vector<int64_t>& ds, const Node& node) {
   int64_t rem = e, off = 0;
@@ -41,8 +52,7 @@ class GatherElements final : public Kernel {
     const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
     const Shape& is = ctx.input(1).shape();
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
-    VOLT_CHECK(is.size() == data.rank(), InvalidArgument,
-               ctx.node().describe() + ": indices must have the rank of data");
+    check_element_indices(is, data.shape(), axis, ctx.node());
     const auto ds = strides_of(data.shape());
     dispatch_any(data.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -111,6 +121,7 @@ class ScatterElements final : public Kernel {
     VOLT_CHECK(upd.shape() == is, InvalidArgument,
                ctx.node().describe() + ": updates must have the shape of indices");
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
+    check_element_indices(is, data.shape(), axis, ctx.node());
     const auto ds = strides_of(data.shape());
     Tensor& out = ctx.output(0);
     dispatch_any(data.dtype(), [&](auto tag) {

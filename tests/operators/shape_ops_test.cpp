@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <map>
+
 #include "operators/common/shape_util.hpp"
 #include "operators/op_runner.hpp"
 
@@ -121,6 +124,27 @@ TEST(ShapeOps, IntegerDivisionByZeroIsAnErrorNotACrash) {
   EXPECT_VOLT_ERROR(
       s.run({{"a", Tensor::from<int32_t>({1, 2}, {2})}, {"b", Tensor::from<int32_t>({1, 0}, {2})}}),
       Runtime, "divide", "division by zero");
+}
+
+TEST(ShapeOps, IntegerOverflowWrapsAndTheMostNegativeOverMinusOneDoesNotTrap) {
+  // Two's complement wraparound, as numpy and ONNX Runtime give (found by fuzzing: signed
+  // overflow was undefined behaviour, and INT64_MIN / -1 traps on x86).
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(),
+                    kMax = std::numeric_limits<int64_t>::max();
+  const std::map<std::string, std::vector<int64_t>> want = {{"Mul", {-2, kMin, kMin, -7}},
+                                                            {"Add", {kMin + 1, kMax, kMin + 1, 6}},
+                                                            {"Sub", {kMax - 2, kMin + 1, kMax, 8}},
+                                                            {"Div", {kMax / 2, kMin, kMin, -7}},
+                                                            {"Mod", {1, 0, 0, 0}}};
+  for (const auto& [op, expected] : want) {
+    ModelBuilder b;
+    b.input_any("a", 7).input_any("b", 7).output_any("c", 7).node(op, {"a", "b"}, {"c"});
+    Session s = single(b);
+    const Tensor c = s.run({{"a", Tensor::from<int64_t>({kMax, kMin, kMin, 7}, {4})},
+                            {"b", Tensor::from<int64_t>({2, -1, 1, -1}, {4})}})[0]
+                         .tensor();
+    EXPECT_EQ(std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + 4), expected) << op;
+  }
 }
 
 }  // namespace

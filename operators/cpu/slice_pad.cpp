@@ -392,17 +392,24 @@ class Tile final : public Kernel {
     Tensor& out = ctx.output(0);
     const size_t r = in.rank();
     const auto is = strides_of(in.shape());
+    if (out.numel() == 0) return;
+    // Row by row of the output: each is the input's last-axis row (found from the outer
+    // coordinates) repeated; the index arithmetic is per row, not per element. A scalar is one
+    // row of one.
+    const int64_t row = r ? in.dim(r - 1) : 1, out_row = r ? out.dim(r - 1) : 1,
+                  rows = out.numel() / out_row;
     dispatch_any(in.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(in.raw());
       T* dst = static_cast<T*>(out.raw());
-      for (int64_t e = 0; e < out.numel(); ++e) {
-        int64_t rem = e, off = 0;
-        for (size_t d = r; d-- > 0;) {
+      for (int64_t o = 0; o < rows; ++o) {
+        int64_t rem = o, off = 0;
+        for (size_t d = r ? r - 1 : 0; d-- > 0;) {
           off += ((rem % out.dim(d)) % in.dim(d)) * is[d];
           rem /= out.dim(d);
         }
-        dst[e] = src[off];
+        T* to = dst + o * out_row;
+        for (int64_t k = 0; k < out_row; k += row) std::copy(src + off, src + off + row, to + k);
       }
     });
   }

@@ -177,7 +177,7 @@ class GridSample final : public Kernel {
   }
   void infer(InferContext& ctx) const override {
     const Shape &x = ctx.shape(0), &g = ctx.shape(1);
-    VOLT_CHECK(x.size() == 4 && g.size() == 4 && g[3] == 2, InvalidArgument,
+    VOLT_CHECK(x.size() == 4 && g.size() == 4 && g[3] == 2 && g[0] == x[0], InvalidArgument,
                ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
     ctx.set_output(0, ctx.dtype(0), {x[0], x[1], g[1], g[2]});
   }
@@ -185,6 +185,14 @@ class GridSample final : public Kernel {
     const Tensor& xt = ctx.input(0);
     const int64_t n = xt.dim(0), c = xt.dim(1), h = xt.dim(2), w = xt.dim(3);
     const int64_t oh = ctx.input(1).dim(1), ow = ctx.input(1).dim(2);
+    // Shapes known only now are checked again: the grid's batch must be X's, and there must be
+    // something to sample from.
+    VOLT_CHECK(xt.rank() == 4 && ctx.input(1).rank() == 4 && ctx.input(1).dim(0) == n &&
+                   ctx.input(1).dim(3) == 2,
+               InvalidArgument,
+               ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
+    VOLT_CHECK((h > 0 && w > 0) || n * c * oh * ow == 0, InvalidArgument,
+               ctx.node().describe() + ": cannot sample an empty " + shape_str(xt.shape()));
     const auto x = to_doubles(xt), grid = to_doubles(ctx.input(1));
     std::vector<double> out(static_cast<size_t>(n * c * oh * ow));
     for (int64_t b = 0; b < n; ++b)

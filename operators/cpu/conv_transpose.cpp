@@ -112,7 +112,11 @@ class ConvTranspose final : public Kernel {
                      {},
                      {},
                      {}};
-    if (!kernel_shape_.empty()) g.kernel = kernel_shape_;
+    // kernel_shape, where given, must be the weights' own spatial shape (found by fuzzing: a
+    // larger one read past W).
+    VOLT_CHECK(kernel_shape_.empty() || kernel_shape_ == g.kernel, InvalidArgument,
+               node.describe() + ": kernel_shape " + shape_str(kernel_shape_) +
+                   " differs from the weights' " + shape_str(g.kernel));
     auto list = [&](const std::vector<int64_t>& v, int64_t fallback) {
       return v.empty() ? std::vector<int64_t>(r, fallback) : v;
     };

@@ -150,35 +150,72 @@ class Pool final : public Kernel {
     const int64_t planes = xs[0] * xs[1];
     const int64_t in_sp = numel_of(s.win.in), out_sp = numel_of(s.win.out),
                   k_sp = numel_of(s.win.kernel);
+    // The taps of output position op that fall inside the input (flat offsets, in kernel
+    // order) and how many fall inside input + padding.
+    auto taps_of = [&](int64_t op, std::vector<int64_t>& taps, int64_t& padded_count) {
+      std::vector<int64_t> o(r), k(r);
+      int64_t rem = op;
+      for (size_t d = r; d-- > 0;) {
+        o[d] = rem % s.win.out[d];
+        rem /= s.win.out[d];
+      }
+      padded_count = 0;
+      for (int64_t kp = 0; kp < k_sp; ++kp) {
+        int64_t krem = kp;
+        for (size_t d = r; d-- > 0;) {
+          k[d] = krem % s.win.kernel[d];
+          krem /= s.win.kernel[d];
+        }
+        bool inside = true, in_padded = true;
+        int64_t off = 0;
+        for (size_t d = 0; d < r; ++d) {
+          const int64_t pos =
+              o[d] * s.win.strides[d] - s.win.pad_begin[d] + k[d] * s.win.dilations[d];
+          inside &= pos >= 0 && pos < s.win.in[d];
+          in_padded &= pos < s.win.in[d] + s.win.pad_end[d];
+          off = off * s.win.in[d] + pos;
+        }
+        padded_count += in_padded;
+        if (inside) taps.push_back(off);
+      }
+    };
+    // Computed once for all planes where the table is of reasonable size (found by fuzzing: a
+    // 21x13 window over 126 planes took seconds when every plane redid the index arithmetic).
+    int64_t table = 0;
+    const bool shared =
+        !__builtin_mul_overflow(out_sp, k_sp, &table) && table <= (int64_t{1} << 22);
+    std::vector<int64_t> first, all_taps, all_padded;
+    if (shared) {
+      first.assign(static_cast<size_t>(out_sp) + 1, 0);
+      all_padded.resize(static_cast<size_t>(out_sp));
+      for (int64_t op = 0; op < out_sp; ++op) {
+        taps_of(op, all_taps, all_padded[op]);
+        first[op + 1] = static_cast<int64_t>(all_taps.size());
+      }
+    }
 #pragma omp parallel for
     for (int64_t plane = 0; plane < planes; ++plane) {
-      std::vector<int64_t> o(r), k(r), pos(r);
+      std::vector<int64_t> own;
       for (int64_t op = 0; op < out_sp; ++op) {
-        int64_t rem = op;
-        for (size_t d = r; d-- > 0;) {
-          o[d] = rem % s.win.out[d];
-          rem /= s.win.out[d];
+        int64_t padded_count = 0;
+        const int64_t* taps;
+        int64_t n_taps;
+        if (shared) {
+          taps = all_taps.data() + first[op];
+          n_taps = first[op + 1] - first[op];
+          padded_count = all_padded[op];
+        } else {
+          own.clear();
+          taps_of(op, own, padded_count);
+          taps = own.data();
+          n_taps = static_cast<int64_t>(own.size());
         }
         C acc = kind_ == PoolKind::Max ? std::numeric_limits<C>::lowest() : C(0);
-        int64_t arg = -1, counted = 0, padded_count = 0;
-        for (int64_t kp = 0; kp < k_sp; ++kp) {
-          int64_t krem = kp;
-          for (size_t d = r; d-- > 0;) {
-            k[d] = krem % s.win.kernel[d];
-            krem /= s.win.kernel[d];
-          }
-          bool inside = true, in_padded = true;
-          int64_t off = 0;
-          for (size_t d = 0; d < r; ++d) {
-            pos[d] = o[d] * s.win.strides[d] - s.win.pad_begin[d] + k[d] * s.win.dilations[d];
-            inside &= pos[d] >= 0 && pos[d] < s.win.in[d];
-            in_padded &= pos[d] < s.win.in[d] + s.win.pad_end[d];
-            off = off * s.win.in[d] + pos[d];
-          }
-          if (in_padded) ++padded_count;
-          if (!inside) continue;
+        int64_t arg = -1;
+        const int64_t counted = n_taps;
+        for (int64_t t = 0; t < n_taps; ++t) {
+          const int64_t off = taps[t];
           const C v = static_cast<C>(x[plane * in_sp + off]);
-          ++counted;
           if (kind_ == PoolKind::Max) {
             if (v > acc || arg < 0) {
               acc = v;

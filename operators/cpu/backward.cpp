@@ -5,6 +5,7 @@
 #include <map>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/common/tensor_values.hpp"
@@ -93,6 +94,17 @@ class FillLike final : public Kernel {
  private:
   double value_;
 };
+
+// Calls f(tag) for a floating-point gradient type; anything else is an error naming the node.
+template <class F>
+void dispatch_gradient(const RunContext& ctx, DType type, F&& f) {
+  dispatch_numeric(type, [&](auto tag) {
+    if constexpr (!std::is_floating_point_v<typename Compute<typename decltype(tag)::type>::type>)
+      ctx.error("needs floating-point gradients");
+    else
+      f(tag);
+  });
+}
 
 // The unary functions EltwiseGrad differentiates.
 enum class Fn {
@@ -206,26 +218,20 @@ class EltwiseGrad final : public Kernel {
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
     const int64_t n = ctx.input(0).numel();
-    dispatch_numeric(ctx.input(0).dtype(), [&](auto tag) {
+    dispatch_gradient(ctx, ctx.input(0).dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        ctx.error("needs floating-point gradients");
-      } else {
-        const T* dy = static_cast<const T*>(ctx.input(0).raw());
-        const T* x = static_cast<const T*>(ctx.input(1).raw());
-        const T* y = static_cast<const T*>(ctx.input(2).raw());
-        T* dx = static_cast<T*>(ctx.output(0).raw());
-        const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for if (chunks > 1)
-        for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t o = c * kChunk, len = std::min(kChunk, n - o);
-          if constexpr (std::is_same_v<T, float>)
-            eltwise_grad_f32(fn_, alpha_, dy + o, x + o, y + o, dx + o, len);
-          else
-            eltwise_grad_loop<T, C>(fn_, static_cast<C>(alpha_), dy + o, x + o, y + o, dx + o, len);
-        }
-      }
+      const T* dy = static_cast<const T*>(ctx.input(0).raw());
+      const T* x = static_cast<const T*>(ctx.input(1).raw());
+      const T* y = static_cast<const T*>(ctx.input(2).raw());
+      T* dx = static_cast<T*>(ctx.output(0).raw());
+      parallel_chunks(n, kChunk, [&](int64_t o, int64_t end) {
+        if constexpr (std::is_same_v<T, float>)
+          eltwise_grad_f32(fn_, alpha_, dy + o, x + o, y + o, dx + o, end - o);
+        else
+          eltwise_grad_loop<T, C>(fn_, static_cast<C>(alpha_), dy + o, x + o, y + o, dx + o,
+                                  end - o);
+      });
     });
   }
 
@@ -391,23 +397,19 @@ class GatherGrad final : public Kernel {
                ctx.node().describe() + ": the gradient does not match the gathered shape");
     // Zeros, then each gathered row's gradient added back where it came from, in index order
     // (the order of additions for repeated indices is fixed), in the tensor's own precision.
-    dispatch_numeric(dyt.dtype(), [&](auto tag) {
+    dispatch_gradient(ctx, dyt.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        ctx.error("needs floating-point gradients");
-      } else {
-        const T* g = static_cast<const T*>(dyt.raw());
-        T* out = static_cast<T*>(dx.raw());
-        std::fill(out, out + dx.numel(), static_cast<T>(C(0)));
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t j = 0; j < k; ++j) {
-            T* dst = out + (o * n + (idx[j] < 0 ? idx[j] + n : idx[j])) * inner;
-            const T* src = g + (o * k + j) * inner;
-            for (int64_t s = 0; s < inner; ++s)
-              dst[s] = static_cast<T>(static_cast<C>(dst[s]) + static_cast<C>(src[s]));
-          }
-      }
+      const T* g = static_cast<const T*>(dyt.raw());
+      T* out = static_cast<T*>(dx.raw());
+      std::fill(out, out + dx.numel(), static_cast<T>(C(0)));
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t j = 0; j < k; ++j) {
+          T* dst = out + (o * n + (idx[j] < 0 ? idx[j] + n : idx[j])) * inner;
+          const T* src = g + (o * k + j) * inner;
+          for (int64_t s = 0; s < inner; ++s)
+            dst[s] = static_cast<T>(static_cast<C>(dst[s]) + static_cast<C>(src[s]));
+        }
     });
   }
 
@@ -455,27 +457,23 @@ class ReduceGrad final : public Kernel {
                    " does not match the reduction of " + shape_str(x));
     const double scale = mean_ && count ? 1.0 / static_cast<double>(count) : 1.0;
     const BroadcastIterator rows(x, {broadcast_strides(kept, x)});
-    dispatch_numeric(dyt.dtype(), [&](auto tag) {
+    dispatch_gradient(ctx, dyt.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        ctx.error("needs floating-point gradients");
-      } else {
-        const T* src = static_cast<const T*>(dyt.raw());
-        T* dst = static_cast<T*>(out.raw());
-        const C s = static_cast<C>(scale);
-        auto scaled = [s](T v) { return static_cast<T>(static_cast<C>(v) * s); };
-        int64_t e = 0;
-        // Each row of the output either repeats one gradient element (the innermost axis was
-        // reduced) or is a row of the gradient.
-        rows.for_each_row([&](const int64_t* off, int64_t n, const int64_t* step) {
-          if (step[0] == 0)
-            std::fill(dst + e, dst + e + n, scaled(src[off[0]]));
-          else
-            for (int64_t i = 0; i < n; ++i) dst[e + i] = scaled(src[off[0] + i * step[0]]);
-          e += n;
-        });
-      }
+      const T* src = static_cast<const T*>(dyt.raw());
+      T* dst = static_cast<T*>(out.raw());
+      const C s = static_cast<C>(scale);
+      auto scaled = [s](T v) { return static_cast<T>(static_cast<C>(v) * s); };
+      int64_t e = 0;
+      // Each row of the output either repeats one gradient element (the innermost axis was
+      // reduced) or is a row of the gradient.
+      rows.for_each_row([&](const int64_t* off, int64_t n, const int64_t* step) {
+        if (step[0] == 0)
+          std::fill(dst + e, dst + e + n, scaled(src[off[0]]));
+        else
+          for (int64_t i = 0; i < n; ++i) dst[e + i] = scaled(src[off[0] + i * step[0]]);
+        e += n;
+      });
     });
   }
 

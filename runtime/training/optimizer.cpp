@@ -4,6 +4,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/optimizer_math.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "runtime/error.hpp"
 
@@ -116,8 +117,7 @@ void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1,
              decoupled ? 1 - lr * c.weight_decay : 1.0};
       r.rate = r.adam.rate();
       using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
-#pragma omp parallel for if (runs > 1 && x.numel() > 65536)
-      for (int64_t k = 0; k < runs; ++k) {
+      parallel_for(runs, x.numel() > 65536, [&](int64_t k) {
         const int64_t xo = x_offset(k), go = g_offset(k), width = run_width(k);
         // Rows of a lazy update lie anywhere in the table: ask for the next ones now, so their
         // cache misses overlap this row's arithmetic.
@@ -134,7 +134,7 @@ void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1,
           update_run_f32(r, X, pg + go, M, V, width);
         else
           update_run<T, S>(r, X, pg + go, M, V, width);
-      }
+      });
     }
   });
 }

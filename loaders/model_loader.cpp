@@ -117,6 +117,31 @@ Attribute attribute_from_proto(const onnx::AttributeProto& a, const Node& node, 
   return out;
 }
 
+// Which inputs share a type variable in the op's schema (see Node::input_type_group).
+std::vector<int8_t> input_type_groups(const Node& node) {
+  if (node.domain != kOnnxDomain && node.domain != "ai.onnx.ml") return {};
+  const auto* schema = onnx::OpSchemaRegistry::Schema(
+      node.op_type, node.opset, node.domain == kOnnxDomain ? "" : node.domain);
+  if (!schema || schema->inputs().empty()) return {};
+  const auto& formals = schema->inputs();
+  std::map<std::string, int8_t> group_of;
+  std::vector<int8_t> groups(node.inputs.size(), -1);
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const size_t f = std::min(i, formals.size() - 1);
+    const auto& formal = formals[f];
+    if (i >= formals.size() &&
+        (formal.GetOption() != onnx::OpSchema::Variadic || !formal.GetIsHomogeneous()))
+      continue;
+    const std::string& type = formal.GetTypeStr();
+    bool variable = false;  // or a concrete type such as tensor(int64)
+    for (const auto& c : schema->typeConstraintParams()) variable |= c.type_param_str == type;
+    if (!variable) continue;
+    auto it = group_of.emplace(type, static_cast<int8_t>(group_of.size())).first;
+    groups[i] = it->second;
+  }
+  return groups;
+}
+
 Node node_from_proto(const onnx::NodeProto& n, LoadContext& ctx) {
   Node node;
   node.op_type = n.op_type();
@@ -129,6 +154,7 @@ Node node_from_proto(const onnx::NodeProto& n, LoadContext& ctx) {
                  "', which the model does not import");
   node.opset = static_cast<int>(it->second);
   node.inputs.assign(n.input().begin(), n.input().end());
+  node.input_type_group = input_type_groups(node);
   node.outputs.assign(n.output().begin(), n.output().end());
   for (const auto& a : n.attribute()) {
     VOLT_CHECK(!a.name().empty(), InvalidModel,

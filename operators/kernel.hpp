@@ -88,6 +88,8 @@ class RunContext {
   virtual const void* state_ptr() const = 0;
   virtual void* scratch() const = 0;
   virtual int threads() const = 0;
+  // The run's stream on the accelerator, for device kernels (nullptr on the host).
+  virtual void* stream() const { return nullptr; }
 
   // A value of an enclosing graph that this node's subgraphs capture (nullptr if none).
   virtual const Value* captured(const std::string& name) const = 0;

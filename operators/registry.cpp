@@ -55,6 +55,14 @@ bool KernelRegistry::has_op(const std::string& domain, const std::string& op, in
   return false;
 }
 
+std::vector<const KernelDef*> KernelRegistry::find(const std::string& domain, const std::string& op,
+                                                   const std::string& device) const {
+  std::vector<const KernelDef*> out;
+  for (const auto& d : defs_)
+    if (d->op == op && d->domain == domain && d->device == device) out.push_back(d.get());
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> KernelRegistry::ops() const {
   std::set<std::pair<std::string, std::string>> s;
   for (const auto& d : defs_) s.insert({d->domain, d->op});

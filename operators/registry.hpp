@@ -29,6 +29,14 @@ struct KernelDef {
   int inplace_input = -1;
   // False for ops whose output must not be computed at plan time (random generators).
   bool foldable = true;
+  // Computed at plan time from constant inputs whatever their size: the upload of a weight to an
+  // accelerator (once per plan, not per run).
+  bool fold_always = false;
+  // Reads only its inputs' dtype and shape (Shape, Size): inputs may live on any device.
+  bool reads_metadata_only = false;
+  // For device kernels: inputs read on the host (a Reshape's shape, a Slice's starts), which the
+  // place_on_device pass leaves in host memory.
+  std::vector<int> host_inputs;
   // Input 0 is a CSR matrix (sparse × dense kernels, Densify): chosen only then. Kernels
   // without it never see a sparse input.
   bool csr_input0 = false;
@@ -48,6 +56,9 @@ class KernelRegistry {
                                            DType type = DType::Undefined) const;
   bool has_op(const std::string& domain, const std::string& op, int opset,
               const std::string& device) const;
+  // The kernels registered for (domain, op) on `device`, any opset.
+  std::vector<const KernelDef*> find(const std::string& domain, const std::string& op,
+                                     const std::string& device) const;
   // Every registered (domain, op) once, for listings.
   std::vector<std::pair<std::string, std::string>> ops() const;
 

@@ -63,7 +63,8 @@ CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::strin
   CompiledGraph cg;
   cg.graph = graph;
   cg.source = source;
-  cg.device = device;
+  cg.accelerator = Device::parse(device);
+  cg.device = "cpu";
   const Graph& g = *graph;
   const std::string where = source + ": ";
 
@@ -191,10 +192,12 @@ CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::strin
 
   // Every op must have a kernel on this device (dtype is checked when a plan is built).
   for (const Node& node : g.nodes)
-    VOLT_CHECK(KernelRegistry::instance().has_op(node.domain, node.op_type, node.opset, device),
+    VOLT_CHECK(KernelRegistry::instance().has_op(node.domain, node.op_type, node.opset,
+                                                 cg.kernel_device(node)),
                NotImplemented,
                where + node.describe() + ": op '" + node.op_type + "' (domain " + node.domain +
-                   ", opset " + std::to_string(node.opset) + ") is not supported on " + device);
+                   ", opset " + std::to_string(node.opset) + ") is not supported on " +
+                   cg.kernel_device(node));
   return cg;
 }
 

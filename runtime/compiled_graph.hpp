@@ -14,7 +14,9 @@ namespace volt {
 struct CompiledGraph {
   std::shared_ptr<const Graph> graph;
   std::string source;  // the model file, for messages
-  std::string device;
+  std::string device;  // of the host's kernels: "cpu"
+  // The session's accelerator (cpu when it has none): where nodes placed on a device run.
+  Device accelerator;
 
   std::vector<std::string> names;            // value id -> name
   std::unordered_map<std::string, int> ids;  // name -> value id
@@ -29,9 +31,15 @@ struct CompiledGraph {
   std::vector<char> is_graph_output;           // by value id
 
   int id(const std::string& name) const;
+  // The registry device of a node's kernels.
+  const std::string& kernel_device(const Node& n) const {
+    return n.device.empty() ? device : n.device;
+  }
+  bool on_accelerator(const Node& n) const { return !n.device.empty(); }
 };
 
-// `outer_scope`: names visible from enclosing graphs (empty for the main graph).
+// `device`: the session's ("cpu", "cuda:0"); host nodes use cpu kernels. `outer_scope`: names
+// visible from enclosing graphs (empty for the main graph).
 CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::string& source,
                             const std::string& device,
                             const std::vector<std::string>& outer_scope = {});

@@ -93,7 +93,8 @@ class NodeRunContext final : public RunContext {
   }
   Tensor& allocate_output(size_t i, DType dtype, Shape shape) override {
     Value* v = slot(i);
-    *v = allocate_tensor(dtype, std::move(shape));
+    *v = device_.is_cpu() ? allocate_tensor(dtype, std::move(shape))
+                          : allocate_on_device(device_, dtype, std::move(shape), stream_);
     if (fresh_) (*fresh_)[i] = 1;
     return v->tensor();
   }
@@ -105,6 +106,12 @@ class NodeRunContext final : public RunContext {
   const void* state_ptr() const override { return state_; }
   void* scratch() const override { return scratch_; }
   int threads() const override { return threads_; }
+  void* stream() const override { return stream_; }
+  // A node on an accelerator: where allocate_output() allocates, and the run's stream there.
+  void place_on(Device device, void* stream) {
+    device_ = device;
+    stream_ = stream;
+  }
   const Value* captured(const std::string& name) const override {
     if (captured_)
       for (const auto& [n, v] : *captured_)
@@ -129,6 +136,8 @@ class NodeRunContext final : public RunContext {
   void* scratch_;
   int threads_;
   const Captured* captured_;
+  Device device_;
+  void* stream_ = nullptr;
   std::vector<Value> spare_;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "runtime/contexts.hpp"
+#include "runtime/device.hpp"
 #include "runtime/run_control.hpp"
 
 namespace volt {
@@ -60,6 +61,36 @@ struct ArenaLease {
   std::shared_ptr<void> arena;
 };
 
+// The run's stream on the plan's accelerator, given back (after everything queued on it has
+// finished) when the run ends, normally or by an exception.
+struct StreamLease {
+  explicit StreamLease(const Plan& plan) {
+    if (!plan.uses_accelerator) return;
+    device = plan.graph->accelerator;
+    backend = &require_device(device);
+    stream = backend->acquire_stream(device.index);
+  }
+  ~StreamLease() {
+    if (backend) backend->release_stream(device.index, stream);
+  }
+  void finish() {
+    if (backend) backend->synchronize(device.index, stream);
+  }
+  Device device;
+  DeviceBackend* backend = nullptr;
+  void* stream = nullptr;
+};
+
+// An input on another device than its reader's: a value fed on the accelerator that a host node
+// reads, or one the placement did not route through a copy node. Copied here rather than read
+// from the wrong memory.
+const Value* on_device_of(const Value* v, Device device, Value& holder) {
+  if (!v->is_tensor() || v->tensor().device() == device || !v->tensor().defined()) return v;
+  const Tensor& t = v->tensor();
+  holder = device.is_cpu() || t.device().is_cpu() ? t.to(device) : t.to(Device{}).to(device);
+  return &holder;
+}
+
 std::string where(const Plan& plan, const PlanStep& st) {
   return plan.graph->source + ": " + plan.graph->graph->nodes[st.node].describe() + ": ";
 }
@@ -97,6 +128,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   }
   ArenaLease lease(plan);
   char* arena = static_cast<char*>(lease.arena.get());
+  StreamLease stream(plan);
+  std::vector<Value> moved;  // inputs copied to their reader's device, for the current step
 
   const Graph& g = *cg.graph;
   const RunControl* control = current_run_control();
@@ -106,9 +139,14 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   std::vector<char> out_fresh;
   for (const PlanStep& st : plan.steps) {
     const Node& node = g.nodes[st.node];
+    const bool on_accelerator = cg.on_accelerator(node);
+    const Device step_device = on_accelerator ? cg.accelerator : Device{};
     check_run_interrupted();
     try {
       ins.assign(st.inputs.size(), nullptr);
+      if (moved.size() < st.inputs.size()) moved.resize(st.inputs.size());
+      const bool keep_device = (st.def && st.def->reads_metadata_only) ||
+                               (node.domain == kVoltDomain && node.op_type.rfind("CopyTo", 0) == 0);
       for (size_t i = 0; i < st.inputs.size(); ++i) {
         const int id = st.inputs[i];
         if (id < 0) continue;
@@ -116,6 +154,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           fail(ErrorCode::Runtime,
                "input '" + cg.names[id] + "' has no value (internal planning error)");
         ins[i] = slot[id];
+        if (!keep_device) ins[i] = on_device_of(ins[i], step_device, moved[i]);
       }
       const Kernel* kernel = st.kernel.get();
       const void* state = st.state.get();
@@ -132,8 +171,10 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
             in_types[i] = TypeShape::of(*ins[i]);
             in_type_ptrs[i] = &in_types[i];
           }
+        check_input_type_groups(node, in_type_ptrs);
         std::string reasons;
-        for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
+        for (const KernelDef* def :
+             KernelRegistry::instance().candidates(node, cg.kernel_device(node))) {
           if (!def->accepts(in_type_ptrs)) continue;
           auto k = def->create(node);
           auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
@@ -165,13 +206,22 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           vals[id] = Tensor::view(t.dtype, t.shape, arena + plan.arena_offset[id], lease.arena);
         } else if (p != Placement::View && t.kind == ValueInfo::Kind::Tensor && t.shape_known &&
                    t.dtype != DType::Undefined) {
-          vals[id] = allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
+          vals[id] = on_accelerator
+                         ? allocate_on_device(step_device, t.dtype, t.shape, stream.stream)
+                         : allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
           out_fresh[j] = 1;
         }
       }
       std::unique_ptr<char[]> run_scratch;
+      Tensor device_scratch;
       void* scratch = st.scratch_offset >= 0 ? arena + st.scratch_offset : nullptr;
-      if (run_infer && run_infer->scratch_bytes) {
+      const size_t device_scratch_bytes =
+          run_infer ? run_infer->scratch_bytes : (on_accelerator ? st.scratch_bytes : 0);
+      if (on_accelerator && device_scratch_bytes) {
+        device_scratch = allocate_on_device(
+            step_device, DType::UInt8, {static_cast<int64_t>(device_scratch_bytes)}, stream.stream);
+        scratch = device_scratch.raw();
+      } else if (run_infer && run_infer->scratch_bytes) {
         run_scratch.reset(new char[run_infer->scratch_bytes + 64]);
         scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(run_scratch.get()) + 63) &
                                           ~uintptr_t{63});
@@ -181,6 +231,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       for (size_t i = node.inputs.size(); i < all_inputs.size(); ++i)
         captured.emplace_back(&cg.names[all_inputs[i]], slot[all_inputs[i]]);
       NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads, &captured);
+      if (on_accelerator) ctx.place_on(step_device, stream.stream);
       if (profile) {
         const double start = control->elapsed_us();
         kernel->run(ctx);
@@ -198,12 +249,15 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
     } catch (const std::exception& e) {
       rethrow_at(plan, st, e);
     }
+    for (Value& m : moved)
+      if (!m.is_none()) m = Value();
     for (int id : st.release) {
       vals[id] = Value();
       slot[id] = nullptr;
     }
   }
 
+  stream.finish();
   std::vector<Value> result;
   result.reserve(cg.graph_outputs.size());
   for (int id : cg.graph_outputs) {

@@ -54,6 +54,13 @@ struct Node {
   std::vector<std::string> inputs;   // "" marks an omitted optional input
   std::vector<std::string> outputs;  // "" marks an omitted optional output
   std::map<std::string, Attribute> attributes;
+  // Per input, the index of its type variable in the op's ONNX schema (T of Conv's X, W and B):
+  // inputs with the same index must have the same dtype, which the planner checks before any
+  // kernel sees them. -1: no constraint shared with other inputs. Empty for ops with no schema.
+  std::vector<int8_t> input_type_group;
+  // The kernels' device: "" for the host, "cuda" for nodes the place_on_device pass put on the
+  // session's accelerator.
+  std::string device;
 
   // "node 'conv1' (Conv)": the prefix of every message about this node.
   std::string describe() const;

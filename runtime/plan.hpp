@@ -39,6 +39,7 @@ struct Plan {
   std::vector<int64_t> arena_offset;  // by value id; -1 when not in the arena
   size_t arena_bytes = 0;
   int threads = 1;
+  bool uses_accelerator = false;  // some step runs on cg.accelerator: runs take a stream there
 
   // Arenas of finished runs, reused by the next (one per concurrent run).
   mutable std::mutex arena_mutex;
@@ -53,6 +54,10 @@ struct PlanInputs {
   std::vector<char>
       fed;  // by value id: graph inputs (and overridden initializers) given by the caller
 };
+
+// Inputs that the op's schema gives one type variable have one dtype (Node::input_type_group);
+// ErrorCode::InvalidModel otherwise, before a kernel reads one as the other's type.
+void check_input_type_groups(const Node& node, const std::vector<const TypeShape*>& in_types);
 
 std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& inputs, int threads);
 

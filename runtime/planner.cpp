@@ -30,6 +30,26 @@ TypeShape TypeShape::of(const Value& v) {
   return t;
 }
 
+void check_input_type_groups(const Node& node, const std::vector<const TypeShape*>& in_types) {
+  const auto& groups = node.input_type_group;
+  DType seen[128] = {};
+  int first[128] = {};
+  for (size_t i = 0; i < in_types.size() && i < groups.size(); ++i) {
+    const int group = groups[i];
+    if (group < 0 || !in_types[i] || in_types[i]->dtype == DType::Undefined) continue;
+    const DType t = in_types[i]->dtype;
+    if (seen[group] == DType::Undefined) {
+      seen[group] = t;
+      first[group] = static_cast<int>(i);
+    } else if (seen[group] != t) {
+      fail(ErrorCode::InvalidModel, node.describe() + ": inputs " + std::to_string(first[group]) +
+                                        " and " + std::to_string(i) +
+                                        " must have the same type (the op's schema says so), got " +
+                                        dtype_name(seen[group]) + " and " + dtype_name(t));
+    }
+  }
+}
+
 namespace {
 
 // Plan-time evaluation is for small shape arithmetic; large constant subgraphs are folded once
@@ -46,6 +66,7 @@ struct Choice {
 Choice choose_kernel(const CompiledGraph& cg, const Node& node,
                      const std::vector<const TypeShape*>& in_types,
                      const std::vector<const Value*>& in_values, int threads) {
+  check_input_type_groups(node, in_types);
   Choice c;
   // An input known only at run time (its shape, and maybe its dtype): choose then.
   for (const TypeShape* t : in_types)
@@ -55,7 +76,7 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
       return c;
     }
   std::string reasons;
-  for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.device)) {
+  for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.kernel_device(node))) {
     if (!def->accepts(in_types)) continue;
     auto kernel = def->create(node);
     auto ctx = std::make_unique<NodeInferContext>(node, in_types, in_values, threads);
@@ -80,7 +101,8 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
              (in_types[i] && in_types[i]->kind == ValueInfo::Kind::SparseTensor ? "sparse " : "") +
              (in_types[i] ? dtype_name(in_types[i]->dtype) : "-");
   fail(ErrorCode::NotImplemented, cg.source + ": " + node.describe() + ": no kernel on " +
-                                      cg.device + " for inputs (" + types + ")" + reasons);
+                                      cg.kernel_device(node) + " for inputs (" + types + ")" +
+                                      reasons);
 }
 
 bool all_known(const NodeInferContext& ctx) {
@@ -97,21 +119,28 @@ int64_t total_elements(const NodeInferContext& ctx) {
 }
 
 // Runs a kernel now, on heap buffers, to turn its outputs into constants.
-std::vector<Value> evaluate_now(const Node& node, const Kernel& kernel,
+std::vector<Value> evaluate_now(const CompiledGraph& cg, const Node& node, const Kernel& kernel,
                                 const NodeInferContext& ictx,
                                 const std::vector<const Value*>& in_values, int threads) {
   std::vector<Value> outs(ictx.outputs.size());
   std::vector<Value*> slots;
+  const bool on_accelerator = cg.on_accelerator(node);
   for (size_t i = 0; i < outs.size(); ++i) {
     const TypeShape& t = ictx.outputs[i];
     if (t.kind == ValueInfo::Kind::Tensor && t.shape_known && t.dtype != DType::Undefined)
-      outs[i] = allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
+      outs[i] = on_accelerator ? Tensor::empty_on(cg.accelerator, t.dtype, t.shape)
+                               : allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
     slots.push_back(node.has_output(i) ? &outs[i] : nullptr);
   }
   std::vector<char> scratch_mem(ictx.scratch_bytes + 64);
   void* scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch_mem.data()) + 63) &
                                           ~uintptr_t{63});
   NodeRunContext rctx(node, in_values, slots, nullptr, ictx.state.get(), scratch, threads);
+  if (on_accelerator) {
+    VOLT_CHECK(ictx.scratch_bytes == 0, Runtime,
+               node.describe() + ": device kernels with scratch are not evaluated at plan time");
+    rctx.place_on(cg.accelerator, nullptr);
+  }
   kernel.run(rctx);
   return outs;
 }
@@ -190,14 +219,15 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     } else {
       NodeInferContext& ictx = *c.ctx;
       // Outputs computed from shapes alone, or from constants: no step at run time.
+      // Device kernels are evaluated at plan time only to upload constants (fold_always).
       const bool values_given = ictx.has_values && all_known(ictx);
-      const bool fold =
-          c.def->foldable && all_known(ictx) &&
-          (values_given || (inputs_constant && total_elements(ictx) <= kFoldMaxElements));
+      const bool small = !cg.on_accelerator(node) && total_elements(ictx) <= kFoldMaxElements;
+      const bool fold = c.def->foldable && all_known(ictx) &&
+                        (values_given || (inputs_constant && (c.def->fold_always || small)));
       if (fold) {
         std::vector<Value> outs = values_given
                                       ? ictx.output_values
-                                      : evaluate_now(node, *c.kernel, ictx, in_values, threads);
+                                      : evaluate_now(cg, node, *c.kernel, ictx, in_values, threads);
         for (size_t i = 0; i < step.outputs.size(); ++i) {
           const int id = step.outputs[i];
           if (id < 0) continue;
@@ -255,7 +285,9 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         }
         continue;
       }
-      if (!st.shapes_static || !is_pod_tensor(t) || cg.is_graph_output[id]) {
+      // Device values come from the device's caching allocator, not the host arena.
+      const bool on_accelerator = cg.on_accelerator(g.nodes[st.node]);
+      if (!st.shapes_static || !is_pod_tensor(t) || cg.is_graph_output[id] || on_accelerator) {
         plan->placement[id] = Placement::Heap;
         continue;
       }
@@ -279,11 +311,13 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   for (size_t b = 0; b < buffers.size(); ++b)
     buffers[b].last = std::max(buffers[b].first, buffer_last(static_cast<int>(b)));
   std::vector<int> scratch_buffer(end, -1);
-  for (int s = 0; s < end; ++s)
-    if (plan->steps[s].scratch_bytes > 0) {
+  for (int s = 0; s < end; ++s) {
+    if (cg.on_accelerator(g.nodes[plan->steps[s].node])) plan->uses_accelerator = true;
+    if (plan->steps[s].scratch_bytes > 0 && !cg.on_accelerator(g.nodes[plan->steps[s].node])) {
       scratch_buffer[s] = static_cast<int>(buffers.size());
       buffers.push_back({plan->steps[s].scratch_bytes, s, s});
     }
+  }
   const ArenaLayout layout = layout_arena(buffers);
   plan->arena_bytes = layout.total_bytes;
   for (size_t id = 0; id < n; ++id)

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "loaders/loader.hpp"
+#include "runtime/device.hpp"
 #include "runtime/feeds.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/run_control.hpp"
@@ -25,18 +26,25 @@ int resolve_threads(int requested) {
 void check_options(const SessionOptions& o) {
   VOLT_CHECK(o.optimization_level >= 0 && o.optimization_level <= 2, InvalidArgument,
              "optimization_level must be 0, 1 or 2, got " + std::to_string(o.optimization_level));
-  VOLT_CHECK(o.device == "cpu", Device,
-             "device '" + o.device + "' is not available (this build runs on: cpu)");
+  const Device device = Device::parse(o.device);
+  if (!device.is_cpu()) require_device(device);
   VOLT_CHECK(o.plan_cache_size >= 1, InvalidArgument, "plan_cache_size must be at least 1");
-  VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16", NotImplemented,
-             "precision '" + o.precision + "' is not supported on cpu (use fp32 or bf16)");
+  if (device.is_cpu())
+    VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16", NotImplemented,
+               "precision '" + o.precision + "' is not supported on cpu (use fp32 or bf16)");
+  else
+    VOLT_CHECK(o.precision == "fp32", NotImplemented,
+               "precision '" + o.precision + "' is not supported on " + o.device + " (use fp32)");
 }
 
 }  // namespace
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
-  auto graph = std::make_shared<const Graph>(run_passes(model.graph, options));
+  Graph optimized = run_passes(model.graph, options);
+  const Device device = Device::parse(options.device);
+  if (!device.is_cpu()) optimized = place_on_device(optimized, device);
+  auto graph = std::make_shared<const Graph>(std::move(optimized));
   runner = std::make_unique<GraphRunner>(graph, model.source, options.device,
                                          resolve_threads(options.threads),
                                          std::vector<std::string>{}, options.plan_cache_size);

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "runtime/buffer_pool.hpp"
+#include "runtime/device.hpp"
+#include "runtime/error.hpp"
 #include "runtime/run_control.hpp"
 #include "runtime/tensor_alloc.hpp"
 #include "volt/volt.hpp"
@@ -254,26 +256,65 @@ Tensor Tensor::copy_of(DType dtype, Shape shape, const void* data) {
   return t;
 }
 
-Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner) {
+Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner,
+                    Device device) {
   Tensor t;
   t.numel_ = numel_of(shape);
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
   t.data_ = data;
   t.owner_ = std::move(owner);
+  t.device_ = device;
   return t;
+}
+
+Tensor Tensor::empty_on(Device device, DType dtype, Shape shape) {
+  if (device.is_cpu()) return allocate_tensor(dtype, std::move(shape), false);
+  return allocate_on_device(device, dtype, std::move(shape), nullptr);
+}
+
+Tensor allocate_on_device(Device device, DType dtype, Shape shape, void* stream) {
+  VOLT_CHECK(dtype != DType::String && dtype != DType::Undefined &&
+                 dtype_is_valid(static_cast<int32_t>(dtype)),
+             InvalidArgument,
+             std::string("cannot allocate a ") + dtype_name(dtype) + " tensor on " + device.str());
+  DeviceBackend& backend = require_device(device);
+  const size_t bytes = checked_bytes(dtype, numel_of(shape));
+  void* p = bytes ? backend.allocate(device.index, bytes, stream) : nullptr;
+  std::shared_ptr<void> owner(p, [&backend, device, bytes, stream](void* q) {
+    if (q) backend.deallocate(device.index, q, bytes, stream);
+  });
+  return Tensor::view(dtype, std::move(shape), p, std::move(owner), device);
 }
 
 Tensor Tensor::reshaped(Shape shape) const {
   if (numel_of(shape) != numel_)
     throw Error(ErrorCode::InvalidArgument,
                 "cannot reshape " + shape_str(shape_) + " to " + shape_str(shape));
-  return view(dtype_, std::move(shape), data_, owner_);
+  return view(dtype_, std::move(shape), data_, owner_, device_);
 }
 
 Tensor Tensor::clone() const {
   if (!defined()) return {};
-  return copy_of(dtype_, shape_, data_);
+  if (device_.is_cpu()) return copy_of(dtype_, shape_, data_);
+  Tensor t = empty_on(device_, dtype_, shape_);
+  if (nbytes())
+    require_device(device_).copy_on_device(device_.index, t.raw(), data_, nbytes(), nullptr);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (!defined() || device == device_) return *this;
+  VOLT_CHECK(device.is_cpu() || device_.is_cpu(), InvalidArgument,
+             "copies between two devices (" + device_.str() + " to " + device.str() +
+                 ") go through the host");
+  Tensor t = empty_on(device, dtype_, shape_);
+  if (!nbytes()) return t;
+  if (device.is_cpu())
+    require_device(device_).copy_to_host(device_.index, t.raw(), data_, nbytes(), nullptr);
+  else
+    require_device(device).copy_to_device(device.index, t.raw(), data_, nbytes(), nullptr);
+  return t;
 }
 
 void Tensor::check_dtype(DType requested) const {

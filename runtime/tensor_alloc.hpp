@@ -5,6 +5,8 @@
 namespace volt {
 // A fresh 64-byte aligned tensor; zero-filled when `zero`, uninitialized otherwise.
 Tensor allocate_tensor(DType dtype, Shape shape, bool zero = false);
+// An uninitialized tensor on an accelerator, its memory ordered on `stream` (see DeviceBackend).
+Tensor allocate_on_device(Device device, DType dtype, Shape shape, void* stream);
 // numel * the element size, or ErrorCode::OutOfMemory where that cannot be a real allocation.
 size_t checked_bytes(DType dtype, int64_t numel);
 }  // namespace volt

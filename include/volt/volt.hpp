@@ -157,6 +157,19 @@ constexpr DType dtype_of<std::string>() {
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);  // "[1,3,224,224]"
 
+// Where a tensor's buffer lives: host memory, or an accelerator's. `data()` of a device tensor
+// is a device pointer, for device code only.
+struct Device {
+  enum class Kind : uint8_t { Cpu = 0, Cuda = 1 };
+  Kind kind = Kind::Cpu;
+  int index = 0;
+  bool is_cpu() const { return kind == Kind::Cpu; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:0"
+  // "cpu", "cuda" (device 0) or "cuda:N"; anything else is ErrorCode::Device.
+  static Device parse(const std::string& text);
+};
+
 // ---------------------------------------------------------------------------------------------
 // A dense tensor: dtype, shape and a contiguous row-major buffer shared between copies of the
 // handle (copying a Tensor does not copy data; clone() does).
@@ -168,8 +181,13 @@ class Tensor {
   static Tensor empty(DType dtype, Shape shape);
   // A new tensor holding a copy of `data` (numel(shape) elements of dtype).
   static Tensor copy_of(DType dtype, Shape shape, const void* data);
-  // A tensor over memory someone else owns: `owner` keeps it alive, nothing is copied.
-  static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner);
+  // A tensor over memory someone else owns: `owner` keeps it alive, nothing is copied. `device`
+  // says whose memory `data` is (a CUDA device pointer for Device::Kind::Cuda).
+  static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<void> owner,
+                     Device device = {});
+  // A new, uninitialized tensor on `device` (its allocator's memory; ErrorCode::Device when this
+  // build or machine has no such device).
+  static Tensor empty_on(Device device, DType dtype, Shape shape);
 
   template <class T>
   static Tensor from(const std::vector<T>& values, Shape shape) {
@@ -210,8 +228,11 @@ class Tensor {
 
   // The same buffer seen with another shape of the same element count.
   Tensor reshaped(Shape shape) const;
-  // A deep copy that owns its buffer.
+  // A deep copy that owns its buffer, on the same device.
   Tensor clone() const;
+  // A copy on `device` (this tensor itself when it is already there). Waits for the copy.
+  Tensor to(Device device) const;
+  Device device() const { return device_; }
   // The buffer's owner (for views that must keep it alive).
   const std::shared_ptr<void>& owner() const { return owner_; }
 
@@ -224,6 +245,7 @@ class Tensor {
   int64_t numel_ = 0;
   void* data_ = nullptr;
   std::shared_ptr<void> owner_;
+  Device device_;
 };
 
 int64_t numel_of(const Shape& shape);  // throws on negative dims or overflow

@@ -185,7 +185,16 @@ class Scan final : public Kernel {
       return;
     }
     // Opset 8: axis 0 of every input is a batch; scan each batch entry and stack the results.
-    const int64_t batch = n_state ? states[0].dim(0) : scans[0].dim(0);
+    VOLT_CHECK(n_state + m > 0, InvalidModel, node.describe() + ": Scan has no inputs");
+    const Tensor& first_input = n_state ? states[0] : scans[0];
+    VOLT_CHECK(first_input.rank() >= 1, InvalidArgument,
+               node.describe() + ": opset-8 Scan inputs need a batch axis");
+    const int64_t batch = first_input.dim(0);
+    for (const auto* group : {&states, &scans})
+      for (const Tensor& t : *group)
+        VOLT_CHECK(t.rank() >= 1 && t.dim(0) == batch, InvalidArgument,
+                   node.describe() + ": every input of an opset-8 Scan has batch " +
+                       std::to_string(batch) + " on axis 0, not " + shape_str(t.shape()));
     std::vector<std::vector<Tensor>> per_output;
     for (int64_t b = 0; b < batch; ++b) {
       std::vector<Tensor> s, x;

@@ -81,6 +81,8 @@ class Recurrent final : public Kernel {
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
     VOLT_CHECK(x.size() == 3, InvalidArgument, ctx.node().describe() + ": X must be 3-D");
+    VOLT_CHECK(hidden_ || ctx.shape(2).size() == 3, InvalidArgument,
+               ctx.node().describe() + ": R must be 3-D");
     const int64_t hidden = hidden_ ? hidden_ : ctx.shape(2)[2];
     const int64_t seq = layout_ ? x[1] : x[0], batch = layout_ ? x[0] : x[1];
     ctx.set_output(0, ctx.dtype(0),
@@ -104,9 +106,17 @@ class Recurrent final : public Kernel {
     std::vector<double> b =
         ctx.has_input(3) ? to_doubles(ctx.input(3))
                          : std::vector<double>(static_cast<size_t>(dirs_ * 2 * gates * h), 0.0);
+    // Every optional input must hold what its role says, or the loops below read past it.
+    auto check_size = [&](size_t size, int64_t expected, const char* what) {
+      VOLT_CHECK(static_cast<int64_t>(size) == expected, InvalidArgument,
+                 ctx.node().describe() + ": " + what + " has " + std::to_string(size) +
+                     " elements, expected " + std::to_string(expected));
+    };
+    check_size(b.size(), dirs_ * 2 * gates * h, "B");
     std::vector<int64_t> lens(static_cast<size_t>(batch), seq);
     if (ctx.has_input(4)) {
       const auto l = to_doubles(ctx.input(4));
+      check_size(l.size(), batch, "sequence_lens");
       for (int64_t i = 0; i < batch; ++i)
         lens[i] = std::clamp<int64_t>(static_cast<int64_t>(l[i]), 0, seq);
     }
@@ -114,6 +124,7 @@ class Recurrent final : public Kernel {
       if (!ctx.has_input(i))
         return std::vector<double>(static_cast<size_t>(dirs_ * batch * h), 0.0);
       auto v = to_doubles(ctx.input(i));
+      check_size(v.size(), dirs_ * batch * h, i == 5 ? "initial_h" : "initial_c");
       return layout_ ? to_dir_major(v, batch, h) : v;
     };
     std::vector<double> H = state_in(5),
@@ -122,6 +133,7 @@ class Recurrent final : public Kernel {
         cell_ == Cell::Lstm && ctx.has_input(7)
             ? to_doubles(ctx.input(7))
             : std::vector<double>(static_cast<size_t>(dirs_ * 3 * h), 0.0);
+    if (cell_ == Cell::Lstm) check_size(P.size(), dirs_ * 3 * h, "P");
     std::vector<double> Y(static_cast<size_t>(seq * dirs_ * batch * h),
                           0.0);  // [seq, dir, batch, h]
     const size_t per_dir = acts_.size() / static_cast<size_t>(dirs_);

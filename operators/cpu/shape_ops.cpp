@@ -462,8 +462,10 @@ VOLT_REGISTER_KERNEL(squeeze, {.op = "Squeeze",
 VOLT_REGISTER_KERNEL(unsqueeze, {.op = "Unsqueeze",
                                  .output_aliases_input = true,
                                  .create = make_kernel<Unsqueeze>});
-VOLT_REGISTER_KERNEL(shape, {.op = "Shape", .create = make_kernel<ShapeOp>});
-VOLT_REGISTER_KERNEL(size, {.op = "Size", .create = make_kernel<SizeOp>});
+VOLT_REGISTER_KERNEL(shape,
+                     {.op = "Shape", .reads_metadata_only = true, .create = make_kernel<ShapeOp>});
+VOLT_REGISTER_KERNEL(size,
+                     {.op = "Size", .reads_metadata_only = true, .create = make_kernel<SizeOp>});
 VOLT_REGISTER_KERNEL(constant, {.op = "Constant", .create = make_kernel<Constant>});
 VOLT_REGISTER_KERNEL(transpose, {.op = "Transpose", .create = make_kernel<Transpose>});
 VOLT_REGISTER_KERNEL(concat, {.op = "Concat", .create = make_kernel<Concat>});

@@ -55,6 +55,9 @@ class Dft final : public Kernel {
         onesided_(n.attr_int("onesided", 0) != 0) {}
   void infer(InferContext& ctx) const override {
     Shape s = ctx.shape(0);
+    VOLT_CHECK(s.size() >= 2 && (s.back() == 1 || s.back() == 2), InvalidArgument,
+               ctx.node().describe() + ": input must be [..., n, 1] (real) or [..., n, 2] " +
+                   "(complex), got " + shape_str(s));
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()) - 1, ctx.node());
     int64_t len = s[axis];
     if (ctx.has_input(1)) {

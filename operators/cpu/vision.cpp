@@ -111,9 +111,15 @@ class RoiAlign final : public Kernel {
                     n.attr_string("coordinate_transformation_mode", "half_pixel") == "half_pixel") {
   }
   void infer(InferContext& ctx) const override {
-    VOLT_CHECK(ctx.shape(0).size() == 4 && ctx.shape(1).size() == 2, InvalidArgument,
-               ctx.node().describe() + ": X must be 4-D and rois 2-D, got " +
+    VOLT_CHECK(ctx.shape(0).size() == 4 && ctx.shape(1).size() == 2 && ctx.shape(1)[1] == 4,
+               InvalidArgument,
+               ctx.node().describe() + ": X must be 4-D and rois [num_rois, 4], got " +
                    shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(1)));
+    VOLT_CHECK(ctx.shape(2).size() == 1 && ctx.shape(2)[0] == ctx.shape(1)[0], InvalidArgument,
+               ctx.node().describe() + ": batch_indices must be [num_rois], got " +
+                   shape_str(ctx.shape(2)));
+    VOLT_CHECK(oh_ > 0 && ow_ > 0, InvalidModel,
+               ctx.node().describe() + ": output_height and output_width must be positive");
     ctx.set_output(0, ctx.dtype(0), {ctx.shape(1)[0], ctx.shape(0)[1], oh_, ow_});
   }
   void run(RunContext& ctx) const override {

@@ -2,6 +2,14 @@
 
 namespace volt {
 
+namespace {
+// Passes that rewrite for oneDNN's CPU kernels (post-op attributes, blocked layouts, Winograd)
+// are for CPU sessions; on an accelerator they would keep nodes from its kernels.
+bool on_cpu(const SessionOptions& o) {
+  return o.device == "cpu";
+}
+}  // namespace
+
 const std::vector<Pass>& optimization_passes() {
   static const std::vector<Pass> passes = {
       {"expand_gradient_ops", 0, expand_gradient_ops},
@@ -9,13 +17,13 @@ const std::vector<Pass>& optimization_passes() {
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
-      {"fuse_conv_activation", 2, fuse_conv_activation},
+      {"fuse_conv_activation", 2, fuse_conv_activation, on_cpu},
       {"fuse_gelu", 2, fuse_gelu},
       {"fuse_layer_norm", 2, fuse_layer_norm},
-      {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue},
-      {"use_channels_last", 2, use_channels_last},
+      {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue, on_cpu},
+      {"use_channels_last", 2, use_channels_last, on_cpu},
       {"prefer_winograd", 2, prefer_winograd,
-       [](const SessionOptions& o) { return o.winograd && o.precision == "fp32"; }},
+       [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
       // At every level: bf16 is what the user asked for, not an optimization.
       {"use_bf16", 0, use_bf16, [](const SessionOptions& o) { return o.precision == "bf16"; }},
       // What folding left unread (a BatchNorm's statistics, the unfolded weights).

@@ -1,0 +1,266 @@
+// Convolution, pooling and inference BatchNormalization on cuDNN, NCHW (and N-d). The
+// convolution's algorithm is chosen once per plan by cuDNN's heuristics, its workspace is the
+// step's scratch. Pads must be symmetric (cuDNN's descriptors take one pad per axis);
+// asymmetric ones are declined at plan time.
+#include "operators/cpu/conv_geometry.hpp"
+#include "operators/cuda/cuda_kernel.hpp"
+
+namespace volt::cuda {
+namespace {
+
+cudnnDataType_t dnn_type(DType t) {
+  return t == DType::Float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+// Owning wrappers of the descriptors.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType t, const Shape& shape) {
+    VOLT_CUDA_CALL(cudnnCreateTensorDescriptor(&d));
+    Shape s = shape;
+    while (s.size() < 4) s.push_back(1);  // cuDNN wants at least 4 dims
+    std::vector<int> dims(s.begin(), s.end()), strides(s.size());
+    int stride = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= dims[i];
+    }
+    VOLT_CUDA_CALL(cudnnSetTensorNdDescriptor(d, dnn_type(t), static_cast<int>(dims.size()),
+                                              dims.data(), strides.data()));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(DType t, const Shape& shape) {
+    VOLT_CUDA_CALL(cudnnCreateFilterDescriptor(&d));
+    Shape s = shape;
+    while (s.size() < 4) s.push_back(1);
+    std::vector<int> dims(s.begin(), s.end());
+    VOLT_CUDA_CALL(cudnnSetFilterNdDescriptor(d, dnn_type(t), CUDNN_TENSOR_NCHW,
+                                              static_cast<int>(dims.size()), dims.data()));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+std::vector<int> padded_ints(const std::vector<int64_t>& v, size_t n, int fill) {
+  std::vector<int> out(v.begin(), v.end());
+  while (out.size() < n) out.push_back(fill);
+  return out;
+}
+
+struct ConvState {
+  WindowGeometry geo;
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  size_t workspace = 0;
+};
+
+class Conv final : public Kernel {
+ public:
+  explicit Conv(const Node& n) : attrs_(n), group_(n.attr_int("group", 1)) {}
+  void infer(InferContext& ctx) const override {
+    const Shape &x = ctx.shape(0), &w = ctx.shape(1);
+    if (x.size() < 3 || x.size() > 5 || w.size() != x.size())
+      throw KernelUnsupported{"CUDA Conv takes 1-D to 3-D convolutions"};
+    if (group_ <= 0 || x[1] != w[1] * group_ || w[0] % group_ != 0)
+      ctx.input_error("channels do not match the weights and group");
+    auto state = std::make_shared<ConvState>();
+    state->geo = resolve_window(attrs_, Shape(x.begin() + 2, x.end()),
+                                Shape(w.begin() + 2, w.end()), ctx.node());
+    if (state->geo.pad_begin != state->geo.pad_end)
+      throw KernelUnsupported{"CUDA Conv takes symmetric pads only"};
+    if (ctx.has_input(2) && numel_of(ctx.shape(2)) != w[0])
+      ctx.input_error("bias must have one value per output channel");
+    Shape out{x[0], w[0]};
+    out.insert(out.end(), state->geo.out.begin(), state->geo.out.end());
+    // The algorithm, once per plan, from cuDNN's heuristics for these shapes.
+    int device = 0;  // plans are built on the thread that runs on the session's device
+    VOLT_CUDA_CALL(cudaGetDevice(&device));
+    const Handles& h = handles(device);
+    TensorDesc xd(ctx.dtype(0), x), yd(ctx.dtype(0), out);
+    FilterDesc wd(ctx.dtype(0), w);
+    ConvDesc cd(*state, ctx.dtype(0), group_);
+    int found = 0;
+    cudnnConvolutionFwdAlgoPerf_t perf[8];
+    VOLT_CUDA_CALL(
+        cudnnGetConvolutionForwardAlgorithm_v7(h.dnn, xd.d, wd.d, cd.d, yd.d, 8, &found, perf));
+    for (int i = 0; i < found; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+        state->algo = perf[i].algo;
+        break;
+      }
+    VOLT_CUDA_CALL(cudnnGetConvolutionForwardWorkspaceSize(h.dnn, xd.d, wd.d, cd.d, yd.d,
+                                                           state->algo, &state->workspace));
+    if (state->workspace) ctx.request_scratch(state->workspace);
+    ctx.set_state(state);
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    const ConvState& st = ctx.state<ConvState>();
+    const Tensor &x = ctx.input(0), &w = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    if (!y.numel()) return;
+    cudnnHandle_t h = dnn(ctx, y);
+    TensorDesc xd(x.dtype(), x.shape()), yd(y.dtype(), y.shape());
+    FilterDesc wd(w.dtype(), w.shape());
+    ConvDesc cd(st, x.dtype(), group_);
+    const float one = 1.f, zero = 0.f;
+    VOLT_CUDA_CALL(cudnnConvolutionForward(h, &one, xd.d, x.raw(), wd.d, w.raw(), cd.d, st.algo,
+                                           ctx.scratch(), st.workspace, &zero, yd.d, y.raw()));
+    if (ctx.has_input(2)) {
+      Shape bias_shape(y.rank(), 1);
+      bias_shape[1] = y.dim(1);
+      TensorDesc bd(y.dtype(), bias_shape);
+      VOLT_CUDA_CALL(cudnnAddTensor(h, &one, bd.d, ctx.input(2).raw(), &one, yd.d, y.raw()));
+    }
+  }
+
+ private:
+  struct ConvDesc {
+    cudnnConvolutionDescriptor_t d = nullptr;
+    ConvDesc(const ConvState& st, DType t, int64_t group) {
+      VOLT_CUDA_CALL(cudnnCreateConvolutionDescriptor(&d));
+      const size_t r = std::max<size_t>(st.geo.kernel.size(), 2);
+      const auto pads = padded_ints(st.geo.pad_begin, r, 0);
+      const auto strides = padded_ints(st.geo.strides, r, 1);
+      const auto dil = padded_ints(st.geo.dilations, r, 1);
+      // fp16 data accumulates in fp32 (tensor cores where cuDNN has them).
+      VOLT_CUDA_CALL(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(r), pads.data(),
+                                                     strides.data(), dil.data(),
+                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+      VOLT_CUDA_CALL(cudnnSetConvolutionGroupCount(d, static_cast<int>(group)));
+      VOLT_CUDA_CALL(cudnnSetConvolutionMathType(
+          d, t == DType::Float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    }
+    ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+    ConvDesc(const ConvDesc&) = delete;
+    ConvDesc& operator=(const ConvDesc&) = delete;
+  };
+  WindowAttributes attrs_;
+  int64_t group_;
+};
+
+class Pool final : public Kernel {
+ public:
+  Pool(const Node& n, cudnnPoolingMode_t mode, bool global)
+      : attrs_(n), mode_(mode), global_(global) {
+    if (mode == CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING && n.attr_int("count_include_pad", 0))
+      mode_ = CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+  }
+  void infer(InferContext& ctx) const override {
+    const Shape& x = ctx.shape(0);
+    if (x.size() < 3 || x.size() > 5) throw KernelUnsupported{"CUDA pooling takes 1-D to 3-D"};
+    if (attrs_.ceil_mode) throw KernelUnsupported{"CUDA pooling rounds output sizes down only"};
+    if (ctx.output_count() > 1 && ctx.node().has_output(1))
+      throw KernelUnsupported{"CUDA MaxPool does not output indices"};
+    const Shape spatial(x.begin() + 2, x.end());
+    WindowGeometry geo = global_ ? global_geometry(spatial)
+                                 : resolve_window(attrs_, spatial, attrs_.kernel_shape, ctx.node());
+    if (geo.pad_begin != geo.pad_end) throw KernelUnsupported{"CUDA pooling takes symmetric pads"};
+    for (int64_t d : geo.dilations)
+      if (d != 1) throw KernelUnsupported{"CUDA pooling takes no dilations"};
+    Shape out{x[0], x[1]};
+    out.insert(out.end(), geo.out.begin(), geo.out.end());
+    ctx.set_state(std::make_shared<WindowGeometry>(std::move(geo)));
+    ctx.set_output(0, ctx.dtype(0), out);
+  }
+  void run(RunContext& ctx) const override {
+    const WindowGeometry& geo = ctx.state<WindowGeometry>();
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (!y.numel()) return;
+    cudnnPoolingDescriptor_t pd;
+    VOLT_CUDA_CALL(cudnnCreatePoolingDescriptor(&pd));
+    const size_t r = std::max<size_t>(geo.kernel.size(), 2);
+    const auto window = padded_ints(geo.kernel, r, 1), pads = padded_ints(geo.pad_begin, r, 0),
+               strides = padded_ints(geo.strides, r, 1);
+    cudnnStatus_t status =
+        cudnnSetPoolingNdDescriptor(pd, mode_, CUDNN_PROPAGATE_NAN, static_cast<int>(r),
+                                    window.data(), pads.data(), strides.data());
+    if (status == CUDNN_STATUS_SUCCESS) {
+      TensorDesc xd(x.dtype(), x.shape()), yd(y.dtype(), y.shape());
+      const float one = 1.f, zero = 0.f;
+      status = cudnnPoolingForward(dnn(ctx, y), pd, &one, xd.d, x.raw(), &zero, yd.d, y.raw());
+    }
+    cudnnDestroyPoolingDescriptor(pd);
+    check(status, "cudnnPoolingForward");
+  }
+
+ private:
+  static WindowGeometry global_geometry(const Shape& spatial) {
+    WindowGeometry g;
+    g.kernel = spatial;
+    g.in = spatial;
+    g.strides.assign(spatial.size(), 1);
+    g.dilations.assign(spatial.size(), 1);
+    g.pad_begin.assign(spatial.size(), 0);
+    g.pad_end.assign(spatial.size(), 0);
+    g.out.assign(spatial.size(), 1);
+    return g;
+  }
+  WindowAttributes attrs_;
+  cudnnPoolingMode_t mode_;
+  bool global_;
+};
+
+// Inference BatchNormalization: y = scale (x - mean) / sqrt(var + eps) + bias, statistics given.
+class BatchNorm final : public Kernel {
+ public:
+  explicit BatchNorm(const Node& n) : epsilon_(n.attr_float("epsilon", 1e-5f)) {
+    training_ = n.attr_int("training_mode", 0) != 0;
+  }
+  void infer(InferContext& ctx) const override {
+    if (training_ || (ctx.output_count() > 1 && ctx.node().has_output(1)))
+      throw KernelUnsupported{"CUDA BatchNormalization runs in inference form only"};
+    const Shape& x = ctx.shape(0);
+    if (x.size() < 2 || x.size() > 5) ctx.input_error("X must be 2-D to 5-D");
+    for (size_t i = 1; i <= 4; ++i) {
+      if (numel_of(ctx.shape(i)) != x[1]) ctx.input_error("statistics must have one per channel");
+      if (ctx.dtype(i) != DType::Float)
+        throw KernelUnsupported{"CUDA BatchNormalization takes fp32 scale and statistics"};
+    }
+    ctx.set_output(0, ctx.dtype(0), x);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    if (!y.numel()) return;
+    TensorDesc xd(x.dtype(), x.shape());
+    Shape stat_shape(std::max<size_t>(x.rank(), 4), 1);
+    stat_shape[1] = x.dim(1);
+    TensorDesc sd(DType::Float, stat_shape);
+    const float one = 1.f, zero = 0.f;
+    VOLT_CUDA_CALL(cudnnBatchNormalizationForwardInference(
+        dnn(ctx, y), CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, x.raw(), xd.d, y.raw(), sd.d,
+        ctx.input(1).raw(), ctx.input(2).raw(), ctx.input(3).raw(), ctx.input(4).raw(),
+        std::max<double>(epsilon_, CUDNN_BN_MIN_EPSILON)));
+  }
+
+ private:
+  float epsilon_;
+  bool training_ = false;
+};
+
+KernelDef pool(const char* op, int since, cudnnPoolingMode_t mode, bool global) {
+  return cuda_kernel(op, since,
+                     [=](const Node& n) { return std::make_unique<Pool>(n, mode, global); });
+}
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(cuda_conv, cuda_kernel("Conv", 1, make_kernel<Conv>));
+VOLT_REGISTER_KERNEL(cuda_max_pool, pool("MaxPool", 1, CUDNN_POOLING_MAX_DETERMINISTIC, false));
+VOLT_REGISTER_KERNEL(cuda_avg_pool,
+                     pool("AveragePool", 1, CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, false));
+VOLT_REGISTER_KERNEL(cuda_global_avg_pool, pool("GlobalAveragePool", 1,
+                                                CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, true));
+VOLT_REGISTER_KERNEL(cuda_global_max_pool,
+                     pool("GlobalMaxPool", 1, CUDNN_POOLING_MAX_DETERMINISTIC, true));
+VOLT_REGISTER_KERNEL(cuda_batch_norm, cuda_kernel("BatchNormalization", 7, make_kernel<BatchNorm>));
+
+}  // namespace volt::cuda

@@ -1,0 +1,62 @@
+// Launchers of the .cu kernels, callable from ordinary C++ (the Kernel classes). Element types
+// are fp32 or fp16 (`half`: IEEE binary16 storage); arithmetic is in fp32 either way, so fp16
+// results are fp32 results rounded once.
+#pragma once
+#include <cstdint>
+
+namespace volt::cuda {
+
+enum class Elem : uint8_t { F32, F16 };
+
+// Broadcasting: up to kMaxRank dims; strides in elements, 0 along broadcast axes.
+constexpr int kMaxRank = 8;
+struct Broadcast {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t a_strides[kMaxRank] = {};
+  int64_t b_strides[kMaxRank] = {};
+};
+
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, AssignB };
+void launch_binary(BinaryOp op, Elem t, void* out, const void* a, const void* b, int64_t n,
+                   const Broadcast& shape, void* stream);
+
+enum class UnaryOp : uint8_t {
+  Relu,
+  LeakyRelu,
+  Sigmoid,
+  Tanh,
+  Exp,
+  Log,
+  Sqrt,
+  Neg,
+  Abs,
+  Erf,
+  Gelu,
+  GeluTanh,
+  Clip,
+  HardSigmoid,
+  Softplus,
+  Identity
+};
+// alpha/beta: LeakyRelu's slope, Clip's bounds, HardSigmoid's alpha and beta.
+void launch_unary(UnaryOp op, Elem t, void* out, const void* x, int64_t n, float alpha, float beta,
+                  void* stream);
+
+void launch_cast(Elem to, void* out, Elem from, const void* x, int64_t n, void* stream);
+
+// Softmax (or LogSoftmax) over the last axis of [rows, cols], accumulated in fp32.
+void launch_softmax(Elem t, void* out, const void* x, int64_t rows, int64_t cols, bool log,
+                    void* stream);
+
+// LayerNormalization over the last `cols` of [rows, cols]: statistics in fp32; scale and bias
+// (fp32 or the element type, `cols` each; bias may be null).
+void launch_layer_norm(Elem t, void* out, const void* x, const void* scale, const void* bias,
+                       int64_t rows, int64_t cols, float epsilon, void* stream);
+
+// out[i] = x[perm-strided index]: a transpose of up to kMaxRank dims. `in_strides` are the
+// input's strides permuted into output order.
+void launch_permute(int element_bytes, void* out, const void* x, int64_t n, int rank,
+                    const int64_t* out_dims, const int64_t* in_strides, void* stream);
+
+}  // namespace volt::cuda

@@ -1,0 +1,172 @@
+// Puts each node on the session's accelerator where it has a kernel there, keeps the rest on the
+// host, and makes every crossing an explicit copy node (ai.volt CopyToDevice / CopyToHost), one
+// per value and direction, so that profiles show them and weights are uploaded once per plan.
+//
+// What stays on the host although the device could run it:
+// - nodes with subgraphs (If, Loop, Scan) and the producers of the values their bodies read;
+// - nodes carrying volt.* fusion attributes (CPU epilogues the device kernels do not implement);
+// - the shape arithmetic feeding a device kernel's host inputs (Shape -> Gather -> Concat ->
+//   Reshape's shape): small int64 tensors the kernel reads on the host anyway.
+// Shape and Size read only metadata: they take device values as they are.
+#include <functional>
+#include <map>
+#include <set>
+
+#include "operators/registry.hpp"
+#include "runtime/device.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+bool reads_metadata_only(const Node& n) {
+  const auto defs = KernelRegistry::instance().candidates(n, "cpu");
+  return !defs.empty() && defs.front()->reads_metadata_only;
+}
+
+bool has_subgraph(const Node& n) {
+  for (const auto& [_, a] : n.attributes)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
+bool has_fusion_attributes(const Node& n) {
+  for (const auto& [key, _] : n.attributes)
+    if (key.rfind("volt.", 0) == 0) return true;
+  return false;
+}
+
+// Ops that compute shapes from shapes; kept on the host when they feed a host input.
+bool is_shape_arithmetic(const Node& n) {
+  static const std::set<std::string> ops = {
+      "Shape",      "Size",     "Gather", "Concat", "Unsqueeze", "Squeeze",
+      "Slice",      "Cast",     "Add",    "Sub",    "Mul",       "Div",
+      "Reshape",    "Constant", "Range",  "Equal",  "Where",     "ConstantOfShape",
+      "ReduceProd", "Max",      "Min",    "Neg",    "Floor",     "Ceil",
+      "Expand",     "Identity", "Tile",   "Flatten"};
+  return n.domain == kOnnxDomain && ops.count(n.op_type) != 0;
+}
+
+std::string unique_name(const Graph& g, const std::set<std::string>& taken, std::string base) {
+  std::string name = base;
+  for (int k = 1; taken.count(name) || g.is_initializer(name); ++k)
+    name = base + "." + std::to_string(k);
+  return name;
+}
+
+}  // namespace
+
+Graph place_on_device(const Graph& graph, Device device,
+                      const std::function<bool(const Node&)>& device_runs) {
+  const std::string kind = device_kind_name(device.kind);
+  Graph g = graph;
+  const ValueUses uses(g);
+  const size_t n = g.nodes.size();
+  std::vector<char> on_device(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Node& node = g.nodes[i];
+    on_device[i] = !has_subgraph(node) && !has_fusion_attributes(node) &&
+                   !reads_metadata_only(node) && device_runs(node);
+  }
+  // Host inputs of device kernels: walk their shape arithmetic back onto the host.
+  std::function<void(const std::string&)> keep_on_host = [&](const std::string& v) {
+    const auto p = uses.producer(v);
+    if (!p || !on_device[*p] || !is_shape_arithmetic(g.nodes[*p])) return;
+    on_device[*p] = 0;
+    for (const auto& in : g.nodes[*p].inputs)
+      if (!in.empty()) keep_on_host(in);
+  };
+  const KernelRegistry& registry = KernelRegistry::instance();
+  for (size_t i = 0; i < n; ++i) {
+    if (!on_device[i]) continue;
+    const auto defs = registry.candidates(g.nodes[i], kind);
+    if (defs.empty()) continue;
+    for (int slot : defs.front()->host_inputs)
+      if (g.nodes[i].has_input(static_cast<size_t>(slot)))
+        keep_on_host(g.nodes[i].inputs[static_cast<size_t>(slot)]);
+  }
+  // Values read inside subgraphs are made on the host (bodies run there and name them).
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& out : g.nodes[i].outputs)
+      if (!out.empty())
+        for (const auto& r : uses.readers(out))
+          if (r.slot == ValueUses::kSubgraph) on_device[i] = 0;
+
+  std::set<std::string> taken;
+  for (const Node& node : g.nodes)
+    for (const auto& o : node.outputs) taken.insert(o);
+  for (const auto& v : g.inputs) taken.insert(v.name);
+
+  auto produced_on_device = [&](const std::string& v) {
+    const auto p = uses.producer(v);
+    return p && on_device[*p];
+  };
+  std::map<std::string, std::string> device_copy;  // host value -> its copy on the device
+  std::map<std::string, std::string> device_name;  // device value -> renamed (it had host readers)
+  std::vector<Node> copies;
+  auto copy_node = [&](const char* op, const std::string& in, const std::string& out,
+                       bool to_device) {
+    Node c;
+    c.op_type = op;
+    c.domain = kVoltDomain;
+    c.opset = 1;
+    c.name = out;
+    c.inputs = {in};
+    c.outputs = {out};
+    if (to_device) c.device = kind;
+    copies.push_back(std::move(c));
+  };
+  // Device values that the host reads (or the caller receives) keep their name on the host side.
+  for (size_t i = 0; i < n; ++i) {
+    if (!on_device[i]) continue;
+    for (const auto& out : g.nodes[i].outputs) {
+      if (out.empty()) continue;
+      bool host_reader = uses.is_graph_output(out);
+      for (const auto& r : uses.readers(out))
+        host_reader |= !on_device[r.node] && !reads_metadata_only(g.nodes[r.node]);
+      if (!host_reader) continue;
+      const std::string renamed = unique_name(g, taken, out + "@" + kind);
+      taken.insert(renamed);
+      device_name[out] = renamed;
+      copy_node("CopyToHost", renamed, out, false);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Node& node = g.nodes[i];
+    if (on_device[i]) {
+      node.device = kind;
+      for (auto& out : node.outputs)
+        if (device_name.count(out)) out = device_name.at(out);
+      for (auto& in : node.inputs) {
+        if (in.empty()) continue;
+        if (produced_on_device(in)) {
+          if (device_name.count(in)) in = device_name.at(in);
+          continue;
+        }
+        auto it = device_copy.find(in);
+        if (it == device_copy.end()) {
+          const std::string copy = unique_name(g, taken, in + "@" + kind);
+          taken.insert(copy);
+          it = device_copy.emplace(in, copy).first;
+          copy_node("CopyToDevice", in, copy, true);
+        }
+        in = it->second;
+      }
+    } else if (reads_metadata_only(node) && node.has_input(0) &&
+               device_name.count(node.inputs[0])) {
+      node.inputs[0] = device_name.at(node.inputs[0]);  // the shape of the device tensor
+    }
+  }
+  for (auto& c : copies) g.nodes.push_back(std::move(c));
+  return g;
+}
+
+Graph place_on_device(const Graph& graph, Device device) {
+  const std::string kind = device_kind_name(device.kind);
+  const KernelRegistry& registry = KernelRegistry::instance();
+  return place_on_device(graph, device, [&](const Node& node) {
+    return registry.has_op(node.domain, node.op_type, node.opset, kind);
+  });
+}
+
+}  // namespace volt

@@ -1,0 +1,210 @@
+// The CUDA kernels against the CPU kernels: the same small models run in a CPU session and in a
+// cuda:0 session on awkward shapes (odd sizes, broadcasting, batches), outputs compared.
+// Without a CUDA device (or in a build without the backend) every test skips and says why.
+//
+// Tolerances: fp32 kernels accumulate in a different order than the CPU's (cuBLAS/cuDNN tile
+// their sums), so results agree to a few fp32 ulps of the sums' magnitude: relative 1e-4 of the
+// output's largest value. fp16 storage rounds each value to 11 significant bits (relative
+// 2^-11 ~ 4.9e-4) and products of K terms accumulate that rounding about sqrt(K) times: the fp16
+// comparisons allow 1e-2 of the output's largest value for K up to a few hundred.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "model_builder.hpp"
+#include "runtime/device.hpp"
+#include "volt/volt.hpp"
+
+namespace volt {
+namespace {
+
+using testing::ModelBuilder;
+
+// Why CUDA tests cannot run here, or "" when they can.
+std::string cuda_unavailable() {
+  try {
+    require_device(Device{Device::Kind::Cuda, 0});
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+#define SKIP_WITHOUT_CUDA()                                      \
+  do {                                                           \
+    const std::string why = cuda_unavailable();                  \
+    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+Tensor random_tensor(Shape shape, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  Tensor t = Tensor::empty(DType::Float, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+  return t;
+}
+
+Tensor to_half(const Tensor& t) {
+  Tensor h = Tensor::empty(DType::Float16, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) h.data<Float16>()[i] = Float16(t.data<float>()[i]);
+  return h;
+}
+
+float value_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::Float16 ? static_cast<float>(t.data<Float16>()[i])
+                                     : t.data<float>()[i];
+}
+
+using Inputs = std::vector<std::pair<std::string, Tensor>>;
+
+// Runs `cpu_model` on the CPU with fp32 inputs and `gpu_model` on cuda:0 with the same inputs
+// (rounded to fp16 when `half`: then gpu_model is the fp16 twin), compares output 0.
+void expect_same_on_cuda(const std::string& cpu_model, const std::string& gpu_model,
+                         const Inputs& inputs, bool half, float relative) {
+  Session cpu = Session::from_bytes(cpu_model.data(), cpu_model.size());
+  Session gpu = Session::from_bytes(gpu_model.data(), gpu_model.size(), {.device = "cuda:0"});
+  NamedValues cpu_in, gpu_in;
+  for (const auto& [name, t] : inputs) {
+    cpu_in.push_back({name, t});
+    gpu_in.push_back({name, half ? to_half(t) : t});
+  }
+  const Tensor want = cpu.run(cpu_in)[0].tensor();
+  const Tensor got = gpu.run(gpu_in)[0].tensor();
+  ASSERT_TRUE(got.device().is_cpu());
+  ASSERT_EQ(got.shape(), want.shape());
+  float scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(value_at(want, i)));
+  const float tol = relative * std::max(scale, 1e-6f);
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(value_at(got, i), value_at(want, i), tol) << "element " << i;
+}
+
+void expect_same_on_cuda(const std::string& model, const Inputs& inputs, float relative) {
+  expect_same_on_cuda(model, model, inputs, false, relative);
+}
+
+TEST(Cuda, BinaryOpsBroadcastLikeTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    ModelBuilder m(17);
+    m.input("a", 1, {3, 1, 7}).input("b", 1, {5, 1}).output_any("y", 1).node(op, {"a", "b"}, {"y"});
+    expect_same_on_cuda(
+        m.bytes(), {{"a", random_tensor({3, 1, 7}, 1)}, {"b", random_tensor({5, 1}, 2, 0.5f, 2.f)}},
+        1e-6f);
+  }
+}
+
+TEST(Cuda, ActivationsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Erf", "Softplus"}) {
+    ModelBuilder m(17);
+    m.input("x", 1, {2, 33, 5}).output_any("y", 1).node(op, {"x"}, {"y"});
+    expect_same_on_cuda(m.bytes(), {{"x", random_tensor({2, 33, 5}, 3)}}, 1e-5f);
+  }
+}
+
+TEST(Cuda, SoftmaxAndLayerNormOverOddRows) {
+  SKIP_WITHOUT_CUDA();
+  for (int64_t cols : {1, 7, 1000, 3000}) {
+    ModelBuilder m(17);
+    m.input("x", 1, {3, cols}).output_any("y", 1).node("Softmax", {"x"}, {"y"});
+    expect_same_on_cuda(m.bytes(), {{"x", random_tensor({3, cols}, 4, -5, 5)}}, 1e-5f);
+    ModelBuilder ln(17);
+    std::vector<float> ones(static_cast<size_t>(cols), 1.5f),
+        zeros(static_cast<size_t>(cols), 0.25f);
+    ln.input("x", 1, {3, cols})
+        .initializer("s", {cols}, ones)
+        .initializer("b", {cols}, zeros)
+        .output_any("y", 1)
+        .node("LayerNormalization", {"x", "s", "b"}, {"y"});
+    expect_same_on_cuda(ln.bytes(), {{"x", random_tensor({3, cols}, 5)}}, 1e-4f);
+  }
+}
+
+TEST(Cuda, MatMulAndGemmMatchTheCpuInFp32AndFp16) {
+  SKIP_WITHOUT_CUDA();
+  auto matmul = [](int elem) {
+    ModelBuilder m(17);
+    m.input("a", elem, {4, 17, 65})
+        .input("b", elem, {65, 33})
+        .output_any("y", elem)
+        .node("MatMul", {"a", "b"}, {"y"});
+    return m.bytes();
+  };
+  const Inputs in = {{"a", random_tensor({4, 17, 65}, 6)}, {"b", random_tensor({65, 33}, 7)}};
+  expect_same_on_cuda(matmul(1), in, 1e-4f);
+  expect_same_on_cuda(matmul(1), matmul(10), in, true, 1e-2f);
+  ModelBuilder g(17);
+  g.input("a", 1, {31, 9})
+      .input("b", 1, {13, 31})
+      .input("c", 1, {13})
+      .output_any("y", 1)
+      .node("Gemm", {"a", "b", "c"}, {"y"}, [](onnx::NodeProto& n) {
+        ModelBuilder::set_int(n, "transA", 1);
+        ModelBuilder::set_int(n, "transB", 1);
+        ModelBuilder::set_float(n, "alpha", 0.5f);
+        ModelBuilder::set_float(n, "beta", 2.f);
+      });
+  expect_same_on_cuda(g.bytes(),
+                      {{"a", random_tensor({31, 9}, 8)},
+                       {"b", random_tensor({13, 31}, 9)},
+                       {"c", random_tensor({13}, 10)}},
+                      1e-4f);
+}
+
+TEST(Cuda, ConvolutionAndPoolingMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  m.input("x", 1, {2, 6, 13, 11})
+      .input("w", 1, {8, 3, 3, 3})
+      .input("bias", 1, {8})
+      .output_any("y", 1)
+      .node("Conv", {"x", "w", "bias"}, {"c"},
+            [](onnx::NodeProto& n) {
+              ModelBuilder::set_int(n, "group", 2);
+              ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+              ModelBuilder::set_ints(n, "strides", {2, 1});
+            })
+      .node("Relu", {"c"}, {"r"})
+      .node("MaxPool", {"r"}, {"p"},
+            [](onnx::NodeProto& n) {
+              ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+            })
+      .node("GlobalAveragePool", {"p"}, {"y"});
+  expect_same_on_cuda(m.bytes(),
+                      {{"x", random_tensor({2, 6, 13, 11}, 11)},
+                       {"w", random_tensor({8, 3, 3, 3}, 12)},
+                       {"bias", random_tensor({8}, 13)}},
+                      1e-4f);
+}
+
+TEST(Cuda, ShapeOpsStayViewsAndTransposeConcatMove) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  m.input("x", 1, {2, 3, 4})
+      .initializer_i64("shape", {2}, {6, 4})
+      .output_any("y", 1)
+      .node("Transpose", {"x"}, {"t"},
+            [](onnx::NodeProto& n) {
+              ModelBuilder::set_ints(n, "perm", {2, 0, 1});
+            })
+      .node("Reshape", {"t", "shape"}, {"r"})
+      .node("Concat", {"r", "r"}, {"y"},
+            [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  expect_same_on_cuda(m.bytes(), {{"x", random_tensor({2, 3, 4}, 14)}}, 0.f);
+}
+
+TEST(Cuda, OpsWithoutCudaKernelsFallBackToTheHost) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  m.input("x", 1, {5, 6})
+      .output_any("y", 1)
+      .node("Relu", {"x"}, {"r"})
+      .node("Round", {"r"}, {"q"})  // no CUDA kernel: host, with copies either side
+      .node("Sigmoid", {"q"}, {"y"});
+  expect_same_on_cuda(m.bytes(), {{"x", random_tensor({5, 6}, 15, -3, 3)}}, 1e-6f);
+}
+
+}  // namespace
+}  // namespace volt

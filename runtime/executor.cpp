@@ -139,8 +139,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   std::vector<char> out_fresh;
   for (const PlanStep& st : plan.steps) {
     const Node& node = g.nodes[st.node];
-    const bool on_accelerator = cg.on_accelerator(node);
-    const Device step_device = on_accelerator ? cg.accelerator : Device{};
+    bool on_accelerator = st.on_accelerator;
+    Device step_device = on_accelerator ? cg.accelerator : Device{};
     check_run_interrupted();
     try {
       ins.assign(st.inputs.size(), nullptr);
@@ -173,21 +173,30 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
         check_input_type_groups(node, in_type_ptrs);
         std::string reasons;
-        for (const KernelDef* def :
-             KernelRegistry::instance().candidates(node, cg.kernel_device(node))) {
-          if (!def->accepts(in_type_ptrs)) continue;
-          auto k = def->create(node);
-          auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
-          try {
-            k->infer(*ictx);
-          } catch (const KernelUnsupported& u) {
-            reasons += "; " + u.reason;
-            continue;
+        for (const std::string& device : kernel_devices(cg, node)) {
+          if (run_kernel) break;
+          if (device == cg.device && on_accelerator) {  // the host's kernels read host inputs
+            on_accelerator = false;
+            step_device = Device{};
+            if (!keep_device)
+              for (size_t i = 0; i < ins.size(); ++i)
+                if (ins[i]) ins[i] = on_device_of(ins[i], step_device, moved[i]);
           }
-          run_kernel = std::move(k);
-          run_infer = std::move(ictx);
-          kernel_name = def->name;
-          break;
+          for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
+            if (!def->accepts(in_type_ptrs)) continue;
+            auto k = def->create(node);
+            auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
+            try {
+              k->infer(*ictx);
+            } catch (const KernelUnsupported& u) {
+              reasons += "; " + u.reason;
+              continue;
+            }
+            run_kernel = std::move(k);
+            run_infer = std::move(ictx);
+            kernel_name = def->name;
+            break;
+          }
         }
         if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
         kernel = run_kernel.get();

@@ -22,6 +22,9 @@ struct PlanStep {
   std::vector<int> outputs;  // value ids (-1 = omitted)
   std::vector<TypeShape> output_types;
   bool shapes_static = true;  // false: infer() runs again at run time with the real inputs
+  // Runs on the compiled graph's accelerator: the node was placed there and a device kernel
+  // took it (else its host kernel runs, inputs copied over by the executor).
+  bool on_accelerator = false;
   int64_t scratch_offset = -1;
   size_t scratch_bytes = 0;
   std::vector<int> release;  // heap values to drop after this step (last use)
@@ -54,6 +57,10 @@ struct PlanInputs {
   std::vector<char>
       fed;  // by value id: graph inputs (and overridden initializers) given by the caller
 };
+
+// Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an
+// accelerator, the host (a shape or attribute the device kernel declines).
+std::vector<std::string> kernel_devices(const CompiledGraph& cg, const Node& node);
 
 // Inputs that the op's schema gives one type variable have one dtype (Node::input_type_group);
 // ErrorCode::InvalidModel otherwise, before a kernel reads one as the other's type.

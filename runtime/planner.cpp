@@ -50,6 +50,11 @@ void check_input_type_groups(const Node& node, const std::vector<const TypeShape
   }
 }
 
+std::vector<std::string> kernel_devices(const CompiledGraph& cg, const Node& node) {
+  if (!cg.on_accelerator(node)) return {cg.device};
+  return {node.device, cg.device};
+}
+
 namespace {
 
 // Plan-time evaluation is for small shape arithmetic; large constant subgraphs are folded once
@@ -61,6 +66,10 @@ struct Choice {
   std::unique_ptr<Kernel> kernel;
   std::unique_ptr<NodeInferContext> ctx;
   bool deferred = false;  // an input shape is only known at run time
+  bool on_accelerator = false;
+  // The constant inputs the kernel sees: host copies of device constants for host kernels.
+  std::vector<Value> host_copies;
+  std::vector<const Value*> values;
 };
 
 Choice choose_kernel(const CompiledGraph& cg, const Node& node,
@@ -76,24 +85,36 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
       return c;
     }
   std::string reasons;
-  for (const KernelDef* def : KernelRegistry::instance().candidates(node, cg.kernel_device(node))) {
-    if (!def->accepts(in_types)) continue;
-    auto kernel = def->create(node);
-    auto ctx = std::make_unique<NodeInferContext>(node, in_types, in_values, threads);
-    try {
-      kernel->infer(*ctx);
-    } catch (const KernelUnsupported& u) {
-      reasons += "; " + u.reason;
-      continue;
-    } catch (const ShapeUnknown&) {
-      c.deferred = true;
+  c.values = in_values;
+  for (const std::string& device : kernel_devices(cg, node)) {
+    c.on_accelerator = device != cg.device;
+    if (!c.on_accelerator && cg.on_accelerator(node)) {
+      c.host_copies.resize(c.values.size());
+      for (size_t i = 0; i < c.values.size(); ++i)
+        if (c.values[i] && c.values[i]->is_tensor() && !c.values[i]->tensor().device().is_cpu()) {
+          c.host_copies[i] = c.values[i]->tensor().to(Device{});
+          c.values[i] = &c.host_copies[i];
+        }
+    }
+    for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
+      if (!def->accepts(in_types)) continue;
+      auto kernel = def->create(node);
+      auto ctx = std::make_unique<NodeInferContext>(node, in_types, c.values, threads);
+      try {
+        kernel->infer(*ctx);
+      } catch (const KernelUnsupported& u) {
+        reasons += "; " + u.reason;
+        continue;
+      } catch (const ShapeUnknown&) {
+        c.deferred = true;
+        c.def = def;
+        return c;
+      }
       c.def = def;
+      c.kernel = std::move(kernel);
+      c.ctx = std::move(ctx);
       return c;
     }
-    c.def = def;
-    c.kernel = std::move(kernel);
-    c.ctx = std::move(ctx);
-    return c;
   }
   std::string types;
   for (size_t i = 0; i < in_types.size(); ++i)
@@ -119,12 +140,11 @@ int64_t total_elements(const NodeInferContext& ctx) {
 }
 
 // Runs a kernel now, on heap buffers, to turn its outputs into constants.
-std::vector<Value> evaluate_now(const CompiledGraph& cg, const Node& node, const Kernel& kernel,
-                                const NodeInferContext& ictx,
+std::vector<Value> evaluate_now(const CompiledGraph& cg, const Node& node, bool on_accelerator,
+                                const Kernel& kernel, const NodeInferContext& ictx,
                                 const std::vector<const Value*>& in_values, int threads) {
   std::vector<Value> outs(ictx.outputs.size());
   std::vector<Value*> slots;
-  const bool on_accelerator = cg.on_accelerator(node);
   for (size_t i = 0; i < outs.size(); ++i) {
     const TypeShape& t = ictx.outputs[i];
     if (t.kind == ValueInfo::Kind::Tensor && t.shape_known && t.dtype != DType::Undefined)
@@ -212,6 +232,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     step.def = c.def;
     step.inputs.assign(ids.begin(), ids.begin() + static_cast<long>(node.inputs.size()));
     step.outputs = cg.node_outputs[node_index];
+    step.on_accelerator = c.deferred ? cg.on_accelerator(node) : c.on_accelerator;
     if (c.deferred) {
       step.shapes_static = false;
       step.output_types.assign(node.outputs.size(),
@@ -221,13 +242,13 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       // Outputs computed from shapes alone, or from constants: no step at run time.
       // Device kernels are evaluated at plan time only to upload constants (fold_always).
       const bool values_given = ictx.has_values && all_known(ictx);
-      const bool small = !cg.on_accelerator(node) && total_elements(ictx) <= kFoldMaxElements;
+      const bool small = !c.on_accelerator && total_elements(ictx) <= kFoldMaxElements;
       const bool fold = c.def->foldable && all_known(ictx) &&
                         (values_given || (inputs_constant && (c.def->fold_always || small)));
       if (fold) {
-        std::vector<Value> outs = values_given
-                                      ? ictx.output_values
-                                      : evaluate_now(cg, node, *c.kernel, ictx, in_values, threads);
+        std::vector<Value> outs = values_given ? ictx.output_values
+                                               : evaluate_now(cg, node, c.on_accelerator, *c.kernel,
+                                                              ictx, c.values, threads);
         for (size_t i = 0; i < step.outputs.size(); ++i) {
           const int id = step.outputs[i];
           if (id < 0) continue;
@@ -286,8 +307,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         continue;
       }
       // Device values come from the device's caching allocator, not the host arena.
-      const bool on_accelerator = cg.on_accelerator(g.nodes[st.node]);
-      if (!st.shapes_static || !is_pod_tensor(t) || cg.is_graph_output[id] || on_accelerator) {
+      if (!st.shapes_static || !is_pod_tensor(t) || cg.is_graph_output[id] || st.on_accelerator) {
         plan->placement[id] = Placement::Heap;
         continue;
       }
@@ -312,8 +332,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     buffers[b].last = std::max(buffers[b].first, buffer_last(static_cast<int>(b)));
   std::vector<int> scratch_buffer(end, -1);
   for (int s = 0; s < end; ++s) {
-    if (cg.on_accelerator(g.nodes[plan->steps[s].node])) plan->uses_accelerator = true;
-    if (plan->steps[s].scratch_bytes > 0 && !cg.on_accelerator(g.nodes[plan->steps[s].node])) {
+    if (plan->steps[s].on_accelerator) plan->uses_accelerator = true;
+    if (plan->steps[s].scratch_bytes > 0 && !plan->steps[s].on_accelerator) {
       scratch_buffer[s] = static_cast<int>(buffers.size());
       buffers.push_back({plan->steps[s].scratch_bytes, s, s});
     }

@@ -33,8 +33,9 @@ void check_options(const SessionOptions& o) {
     VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16", NotImplemented,
                "precision '" + o.precision + "' is not supported on cpu (use fp32 or bf16)");
   else
-    VOLT_CHECK(o.precision == "fp32", NotImplemented,
-               "precision '" + o.precision + "' is not supported on " + o.device + " (use fp32)");
+    VOLT_CHECK(o.precision == "fp32" || o.precision == "fp16", NotImplemented,
+               "precision '" + o.precision + "' is not supported on " + o.device +
+                   " (use fp32 or fp16)");
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ SessionOptions session_options_from(const Args& args) {
   SessionOptions opts;
   opts.threads = args.get_int("threads", 0);
   opts.precision = args.get("precision", "fp32");
+  opts.device = args.get("device", "cpu");
   const std::string winograd = args.get("winograd", "on");
   if (winograd != "on" && winograd != "off")
     throw Error(ErrorCode::InvalidArgument, "--winograd: '" + winograd + "' is not on or off");

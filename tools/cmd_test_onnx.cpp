@@ -132,9 +132,9 @@ Value as_declared(Value v, const ValueInfo& info) {
 }
 
 // Empty string on success; else why the case failed.
-std::string run_case(const fs::path& dir) {
+std::string run_case(const fs::path& dir, const std::string& device) {
   try {
-    Session session((dir / "model.onnx").string(), SessionOptions{.threads = 0});
+    Session session((dir / "model.onnx").string(), SessionOptions{.threads = 0, .device = device});
     std::vector<fs::path> sets;
     for (const auto& e : fs::directory_iterator(dir))
       if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0)
@@ -204,7 +204,7 @@ int cmd_test_onnx(int argc, char** argv) {
   int passed = 0, failed = 0, expected_failed = 0;
   for (const auto& c : cases) {
     const std::string name = c.parent_path().filename().string() + "/" + c.filename().string();
-    const std::string why = run_case(c);
+    const std::string why = run_case(c, args.get("device", "cpu"));
     if (why.empty()) {
       ++passed;
       std::printf("PASS %s\n", name.c_str());

@@ -15,20 +15,22 @@ void usage() {
       "  volt info MODEL\n"
       "  volt run MODEL [--input NAME=FILE.npy|random]... [--shape NAME=D1xD2...]... "
       "[--output-dir DIR] [--threads T]\n"
-      "                   [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off]\n"
+      "                   [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off] "
+      "[--device cpu|cuda:N]\n"
       "  volt bench MODEL [--batch N] [--shape NAME=D1xD2...]... [--range NAME=LO:HI]... "
       "[--threads T]\n"
       "                   [--warmup W] [--iterations N | --seconds S] [--json] "
       "[--profile FILE]\n"
-      "                   [--precision fp32|bf16] [--timeout-ms MS] [--memory-limit BYTES] "
+      "                   [--precision fp32|bf16|fp16] [--timeout-ms MS] [--memory-limit BYTES] "
       "[--winograd on|off]\n"
+      "                   [--device cpu|cuda:N]\n"
       "  volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss "
       "cross_entropy|mse|model_output]\n"
       "                   [--optimizer sgd|adam|adamw] [--learning-rate LR] [--batch N] "
       "[--epochs E]\n"
       "                   [--validation-split F] [--checkpoint FILE] [--export OUT.onnx] "
       "[--option KEY=VALUE]...\n"
-      "  volt test-onnx DIR... [--expect FILE] [--verbose]\n",
+      "  volt test-onnx DIR... [--expect FILE] [--verbose] [--device cpu|cuda:N]\n",
       volt::version());
 }
 }  // namespace

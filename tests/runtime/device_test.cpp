@@ -81,8 +81,13 @@ const std::string kDomain = "test.device";
 // y = 2x on either side; checks that x lives where the kernel runs.
 class Twice final : public Kernel {
  public:
-  Twice(const Node&, bool on_device) : on_device_(on_device) {}
-  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.input(0)); }
+  Twice(const Node& n, bool on_device)
+      : on_device_(on_device), decline_(n.attr_int("decline", 0) != 0) {}
+  void infer(InferContext& ctx) const override {
+    // A configuration the device kernel does not take: the host kernel runs it instead.
+    if (on_device_ && decline_) throw KernelUnsupported{"declined on the device"};
+    ctx.set_output(0, ctx.input(0));
+  }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     const bool device_memory = g_device && g_device->owns(x.raw());
@@ -96,6 +101,7 @@ class Twice final : public Kernel {
 
  private:
   bool on_device_;
+  bool decline_;
 };
 
 // y = x + 1, host only.
@@ -289,6 +295,26 @@ TEST_F(DeviceTest, TensorsMoveAndCloneOnTheDevice) {
   const Tensor back = copy.to(Device{});
   EXPECT_FLOAT_EQ(back.data<float>()[2], 3.f);
   EXPECT_EQ(dev.reshaped({1, 3}).device(), dev.device());
+}
+
+TEST_F(DeviceTest, NodesTheDeviceKernelDeclinesRunOnTheHost) {
+  testing::ModelBuilder b;
+  auto* op = b.proto().add_opset_import();
+  op->set_domain(kDomain);
+  op->set_version(1);
+  b.input("x", 1, {2, 3}).initializer("w", {2, 3}, {1, 1, 1, 1, 1, 1}).output("y", 1, {2, 3});
+  b.node("Twice", {"x"}, {"a"}, [](onnx::NodeProto& n) {
+    n.set_domain(kDomain);
+    testing::ModelBuilder::set_int(n, "decline", 1);
+  });
+  b.node("AddW", {"a", "w"}, {"y"}, [](onnx::NodeProto& n) { n.set_domain(kDomain); });
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.device = "cuda:0"});
+  for (int run = 0; run < 2; ++run) {
+    auto out = s.run({{"x", Tensor::from<float>({1, 2, 3, 4, 5, 6}, {2, 3})}});
+    for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(out[0].tensor().data<float>()[i], 2 * (i + 1) + 1);
+  }
+  EXPECT_EQ(g_wrong_side.load(), 0);
 }
 
 TEST(Device, ParsesNamesAndRefusesOthers) {

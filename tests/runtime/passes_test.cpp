@@ -421,3 +421,50 @@ TEST(Passes, ModelsMayNotSetVoltAttributes) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// precision=fp16: weights and constants in half, float inputs cast on entry and outputs cast
+// back, so the caller sees the declared float types.
+TEST(UseFp16, ConvertsWeightsAndCastsAtTheBoundary) {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 3})
+      .initializer("w", {3, 4}, std::vector<float>(12, 0.1f))
+      .output("y", 1, {2, 4})
+      .node("MatMul", {"x", "w"}, {"m"})
+      .node("Cast", {"m"}, {"c"}, [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "to", 1); })
+      .node("Relu", {"c"}, {"y"});
+  const Graph g = use_fp16(load(b.bytes()));
+  EXPECT_EQ(g.initializers.at("w").dtype(), DType::Float16);
+  EXPECT_FLOAT_EQ(static_cast<float>(g.initializers.at("w").data<Float16>()[0]),
+                  static_cast<float>(Float16(0.1f)));
+  int casts_to_half = 0, casts_to_float = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "MatMul") {
+      EXPECT_EQ(n.inputs[0], "x@fp16");
+    }
+    if (n.op_type == "Relu") {
+      EXPECT_EQ(n.outputs[0], "y@fp16");
+    }
+    if (n.op_type != "Cast") continue;
+    const auto to = static_cast<DType>(n.attr_int("to"));
+    casts_to_half += to == DType::Float16;
+    casts_to_float += to == DType::Float;
+    if (to == DType::Float) {
+      EXPECT_EQ(n.outputs[0], "y");
+    }
+  }
+  EXPECT_EQ(casts_to_half, 2);   // the input's, and the model's own Cast retargeted
+  EXPECT_EQ(casts_to_float, 1);  // the output's
+}
+
+TEST(UseFp16, IsRefusedOnTheCpu) {
+  ModelBuilder b(17);
+  b.input("x", 1, {3}).output("y", 1, {3}).node("Relu", {"x"}, {"y"});
+  const std::string bytes = b.bytes();
+  EXPECT_THROW(Session::from_bytes(bytes.data(), bytes.size(), {.precision = "fp16"}), Error);
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,0 +1,79 @@
+// precision = fp16 (on an accelerator): the graph computes in IEEE half. Float initializers and
+// Constant values become fp16 once, at session creation; float graph inputs are cast to fp16 on
+// entry and float outputs back to fp32 on exit, so callers see the model's declared types; casts
+// to float inside the graph cast to fp16 instead, keeping the graph in one float type. The
+// kernels keep accumulations, Softmax and normalization statistics in fp32 (device_kernels.hpp,
+// cuBLAS with CUBLAS_COMPUTE_32F).
+#include <map>
+
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+Tensor to_fp16(const Tensor& t) {
+  Tensor h = Tensor::empty(DType::Float16, t.shape());
+  const float* src = t.data<float>();
+  Float16* dst = h.data<Float16>();
+  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = Float16(src[i]);
+  return h;
+}
+
+Node cast_node(const std::string& in, const std::string& out, DType to) {
+  Node c = make_node(out, "Cast", {in}, {out}, 13);
+  Attribute a;
+  a.type = Attribute::Type::Int;
+  a.i = static_cast<int64_t>(to);
+  c.attributes["to"] = a;
+  return c;
+}
+
+}  // namespace
+
+Graph use_fp16(const Graph& graph) {
+  Graph g = graph;
+  for (auto& [name, t] : g.initializers)
+    if (t.dtype() == DType::Float) t = to_fp16(t);
+  for (Node& n : g.nodes) {
+    if (is_onnx_op(n, "Cast") && n.attr_int("to", 0) == static_cast<int64_t>(DType::Float))
+      n.attributes["to"].i = static_cast<int64_t>(DType::Float16);
+    for (const char* key : {"value"})
+      if ((is_onnx_op(n, "Constant") || is_onnx_op(n, "ConstantOfShape")) && n.has_attr(key) &&
+          n.attributes.at(key).type == Attribute::Type::Tensor &&
+          n.attributes.at(key).t.dtype() == DType::Float)
+        n.attributes[key].t = to_fp16(n.attributes.at(key).t);
+  }
+  // Float inputs (not initializer-backed) enter through a cast; readers read the cast.
+  std::map<std::string, std::string> renamed;
+  std::vector<Node> casts;
+  for (const auto& in : g.inputs)
+    if (in.dtype == DType::Float && in.kind == ValueInfo::Kind::Tensor &&
+        !g.is_initializer(in.name)) {
+      renamed[in.name] = in.name + "@fp16";
+      casts.push_back(cast_node(in.name, in.name + "@fp16", DType::Float16));
+    }
+  for (Node& n : g.nodes)
+    for (auto& in : n.inputs)
+      if (renamed.count(in)) in = renamed.at(in);
+  // Float outputs leave through a cast back to float: the producer writes name@fp16.
+  for (const auto& out : g.outputs) {
+    if (out.dtype != DType::Float || out.kind != ValueInfo::Kind::Tensor) continue;
+    const std::string half = out.name + "@fp16";
+    bool produced = false;
+    for (Node& n : g.nodes)
+      for (auto& o : n.outputs)
+        if (o == out.name) {
+          o = half;
+          produced = true;
+        }
+    if (!produced) continue;  // an input passed straight through keeps its type
+    for (Node& n : g.nodes)
+      for (auto& in : n.inputs)
+        if (in == out.name) in = half;
+    casts.push_back(cast_node(half, out.name, DType::Float));
+  }
+  for (auto& c : casts) g.nodes.push_back(std::move(c));
+  return g;
+}
+
+}  // namespace volt

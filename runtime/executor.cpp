@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "runtime/contexts.hpp"
@@ -145,8 +146,6 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
     try {
       ins.assign(st.inputs.size(), nullptr);
       if (moved.size() < st.inputs.size()) moved.resize(st.inputs.size());
-      const bool keep_device = (st.def && st.def->reads_metadata_only) ||
-                               (node.domain == kVoltDomain && node.op_type.rfind("CopyTo", 0) == 0);
       for (size_t i = 0; i < st.inputs.size(); ++i) {
         const int id = st.inputs[i];
         if (id < 0) continue;
@@ -154,8 +153,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           fail(ErrorCode::Runtime,
                "input '" + cg.names[id] + "' has no value (internal planning error)");
         ins[i] = slot[id];
-        if (!keep_device) ins[i] = on_device_of(ins[i], step_device, moved[i]);
       }
+      const KernelDef* chosen = st.def;
       const Kernel* kernel = st.kernel.get();
       const void* state = st.state.get();
       const std::vector<TypeShape>* types = &st.output_types;
@@ -178,9 +177,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           if (device == cg.device && on_accelerator) {  // the host's kernels read host inputs
             on_accelerator = false;
             step_device = Device{};
-            if (!keep_device)
-              for (size_t i = 0; i < ins.size(); ++i)
-                if (ins[i]) ins[i] = on_device_of(ins[i], step_device, moved[i]);
+            for (size_t i = 0; i < ins.size(); ++i)
+              if (ins[i]) ins[i] = on_device_of(ins[i], step_device, moved[i]);
           }
           for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
             if (!def->accepts(in_type_ptrs)) continue;
@@ -195,6 +193,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
             run_kernel = std::move(k);
             run_infer = std::move(ictx);
             kernel_name = def->name;
+            chosen = def;
             break;
           }
         }
@@ -203,6 +202,18 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         state = run_infer->state.get();
         types = &run_infer->outputs;
       }
+      // Each input where the kernel reads it: its step's device, except the host inputs of a
+      // device kernel; Shape/Size and the copy nodes take values wherever they are.
+      const bool keep_device = (chosen && chosen->reads_metadata_only) ||
+                               (node.domain == kVoltDomain && node.op_type.rfind("CopyTo", 0) == 0);
+      if (!keep_device)
+        for (size_t i = 0; i < ins.size(); ++i) {
+          if (!ins[i]) continue;
+          const bool host_slot = on_accelerator && chosen &&
+                                 std::find(chosen->host_inputs.begin(), chosen->host_inputs.end(),
+                                           static_cast<int>(i)) != chosen->host_inputs.end();
+          ins[i] = on_device_of(ins[i], host_slot ? Device{} : step_device, moved[i]);
+        }
       outs.assign(st.outputs.size(), nullptr);
       out_fresh.assign(st.outputs.size(), 0);
       for (size_t j = 0; j < st.outputs.size(); ++j) {

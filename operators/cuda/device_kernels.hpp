@@ -59,4 +59,9 @@ void launch_layer_norm(Elem t, void* out, const void* x, const void* scale, cons
 void launch_permute(int element_bytes, void* out, const void* x, int64_t n, int rank,
                     const int64_t* out_dims, const int64_t* in_strides, void* stream);
 
+// Gather along an axis: out[o, j, i] = data[o, index[j], i] for o < outer, j < count, i < inner
+// (`index` already checked and made non-negative, on the device).
+void launch_gather(int element_bytes, void* out, const void* data, const int64_t* index,
+                   int64_t outer, int64_t axis_size, int64_t count, int64_t inner, void* stream);
+
 }  // namespace volt::cuda

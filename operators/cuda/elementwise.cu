@@ -190,6 +190,17 @@ __global__ void permute_kernel(T* out, const T* x, int64_t n, int rank, Broadcas
   }
 }
 
+template <class T>
+__global__ void gather_kernel(T* out, const T* data, const int64_t* index, int64_t outer,
+                              int64_t axis_size, int64_t count, int64_t inner) {
+  const int64_t n = outer * count * inner;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = i % inner, j = (i / inner) % count, o = i / (inner * count);
+    out[i] = data[(o * axis_size + index[j]) * inner + k];
+  }
+}
+
 int row_threads(int64_t cols) {
   int t = 32;
   while (t < 1024 && t < cols) t *= 2;
@@ -294,6 +305,35 @@ void launch_permute(int element_bytes, void* out, const void* x, int64_t n, int 
     default:
       permute_kernel<<<blocks_for(n), kThreads, 0, st>>>(
           static_cast<uint64_t*>(out), static_cast<const uint64_t*>(x), n, rank, s);
+      break;
+  }
+}
+
+void launch_gather(int element_bytes, void* out, const void* data, const int64_t* index,
+                   int64_t outer, int64_t axis_size, int64_t count, int64_t inner, void* stream) {
+  const int64_t n = outer * count * inner;
+  if (n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (element_bytes) {
+    case 1:
+      gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<uint8_t*>(out),
+                                                       static_cast<const uint8_t*>(data), index,
+                                                       outer, axis_size, count, inner);
+      break;
+    case 2:
+      gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<uint16_t*>(out),
+                                                       static_cast<const uint16_t*>(data), index,
+                                                       outer, axis_size, count, inner);
+      break;
+    case 4:
+      gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<uint32_t*>(out),
+                                                       static_cast<const uint32_t*>(data), index,
+                                                       outer, axis_size, count, inner);
+      break;
+    default:
+      gather_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<uint64_t*>(out),
+                                                       static_cast<const uint64_t*>(data), index,
+                                                       outer, axis_size, count, inner);
       break;
   }
 }

@@ -8,6 +8,7 @@
 // - the shape arithmetic feeding a device kernel's host inputs (Shape -> Gather -> Concat ->
 //   Reshape's shape): small int64 tensors the kernel reads on the host anyway.
 // Shape and Size read only metadata: they take device values as they are.
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -76,15 +77,22 @@ Graph place_on_device(const Graph& graph, Device device,
     for (const auto& in : g.nodes[*p].inputs)
       if (!in.empty()) keep_on_host(in);
   };
+  // Per node, the input slots its device kernel reads on the host.
   const KernelRegistry& registry = KernelRegistry::instance();
+  std::vector<std::vector<int>> host_slots(n);
   for (size_t i = 0; i < n; ++i) {
     if (!on_device[i]) continue;
     const auto defs = registry.candidates(g.nodes[i], kind);
-    if (defs.empty()) continue;
-    for (int slot : defs.front()->host_inputs)
+    if (!defs.empty()) host_slots[i] = defs.front()->host_inputs;
+  }
+  auto is_host_slot = [&](size_t node, size_t slot) {
+    return on_device[node] && std::find(host_slots[node].begin(), host_slots[node].end(),
+                                        static_cast<int>(slot)) != host_slots[node].end();
+  };
+  for (size_t i = 0; i < n; ++i)
+    for (int slot : host_slots[i])
       if (g.nodes[i].has_input(static_cast<size_t>(slot)))
         keep_on_host(g.nodes[i].inputs[static_cast<size_t>(slot)]);
-  }
   // Values read inside subgraphs are made on the host (bodies run there and name them).
   for (size_t i = 0; i < n; ++i)
     for (const auto& out : g.nodes[i].outputs)
@@ -123,7 +131,8 @@ Graph place_on_device(const Graph& graph, Device device,
       if (out.empty()) continue;
       bool host_reader = uses.is_graph_output(out);
       for (const auto& r : uses.readers(out))
-        host_reader |= !on_device[r.node] && !reads_metadata_only(g.nodes[r.node]);
+        host_reader |= (!on_device[r.node] && !reads_metadata_only(g.nodes[r.node])) ||
+                       (r.slot != ValueUses::kSubgraph && is_host_slot(r.node, r.slot));
       if (!host_reader) continue;
       const std::string renamed = unique_name(g, taken, out + "@" + kind);
       taken.insert(renamed);
@@ -137,8 +146,9 @@ Graph place_on_device(const Graph& graph, Device device,
       node.device = kind;
       for (auto& out : node.outputs)
         if (device_name.count(out)) out = device_name.at(out);
-      for (auto& in : node.inputs) {
-        if (in.empty()) continue;
+      for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+        std::string& in = node.inputs[slot];
+        if (in.empty() || is_host_slot(i, slot)) continue;  // read on the host, by its own name
         if (produced_on_device(in)) {
           if (device_name.count(in)) in = device_name.at(in);
           continue;

@@ -195,6 +195,28 @@ TEST(Cuda, ShapeOpsStayViewsAndTransposeConcatMove) {
   expect_same_on_cuda(m.bytes(), {{"x", random_tensor({2, 3, 4}, 14)}}, 0.f);
 }
 
+TEST(Cuda, GatherLooksUpRowsAndRefusesIndicesOutOfRange) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  m.input("ids", 7, {2, 5})
+      .initializer("table", {11, 3}, std::vector<float>(33, 0.f))
+      .output_any("y", 1)
+      .node("Gather", {"table", "ids"}, {"y"});
+  auto& table = *m.proto().mutable_graph()->mutable_initializer(0);
+  for (int i = 0; i < 33; ++i) table.set_float_data(i, static_cast<float>(i));
+  const std::string bytes = m.bytes();
+  const Tensor ids = Tensor::from<int64_t>({0, 10, -1, 3, 3, 7, 2, 1, -11, 5}, {2, 5});
+  Session cpu = Session::from_bytes(bytes.data(), bytes.size());
+  Session gpu = Session::from_bytes(bytes.data(), bytes.size(), {.device = "cuda:0"});
+  const Tensor want = cpu.run({{"ids", ids}})[0].tensor();
+  const Tensor got = gpu.run({{"ids", ids}})[0].tensor();
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i)
+    EXPECT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+  EXPECT_THROW(gpu.run({{"ids", Tensor::from<int64_t>({0, 11, 0, 0, 0, 0, 0, 0, 0, 0}, {2, 5})}}),
+               Error);
+}
+
 TEST(Cuda, OpsWithoutCudaKernelsFallBackToTheHost) {
   SKIP_WITHOUT_CUDA();
   ModelBuilder m(17);

@@ -134,6 +134,26 @@ class AddOnDevice final : public Kernel {
   }
 };
 
+// y = x * s, on the device, with s read on the host (as Reshape reads its shape).
+class ScaleByHostScalar final : public Kernel {
+ public:
+  explicit ScaleByHostScalar(const Node&) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.input(0)); }
+  void run(RunContext& ctx) const override {
+    const Tensor &x = ctx.input(0), &s = ctx.input(1);
+    if (!g_device || !g_device->owns(x.raw()) || g_device->owns(s.raw()) || !s.device().is_cpu())
+      ++g_wrong_side;
+    const float k = s.data<float>()[0];
+    float* out = static_cast<float*>(ctx.output(0).raw());
+    for (int64_t i = 0; i < x.numel(); ++i) out[i] = k * static_cast<const float*>(x.raw())[i];
+  }
+};
+
+VOLT_REGISTER_KERNEL(test_scale_cuda, {.domain = kDomain,
+                                       .op = "Scale",
+                                       .device = "cuda",
+                                       .host_inputs = {1},
+                                       .create = make_kernel<ScaleByHostScalar>});
 VOLT_REGISTER_KERNEL(test_twice_cpu,
                      {.domain = kDomain, .op = "Twice", .create = [](const Node& n) {
                         return std::make_unique<Twice>(n, false);
@@ -314,6 +334,24 @@ TEST_F(DeviceTest, NodesTheDeviceKernelDeclinesRunOnTheHost) {
     auto out = s.run({{"x", Tensor::from<float>({1, 2, 3, 4, 5, 6}, {2, 3})}});
     for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(out[0].tensor().data<float>()[i], 2 * (i + 1) + 1);
   }
+  EXPECT_EQ(g_wrong_side.load(), 0);
+}
+
+TEST_F(DeviceTest, HostInputsOfDeviceKernelsStayOnTheHost) {
+  testing::ModelBuilder b;
+  auto* op = b.proto().add_opset_import();
+  op->set_domain(kDomain);
+  op->set_version(1);
+  b.input("x", 1, {3}).initializer("k", {1}, {3}).output("y", 1, {3}).output("z", 1, {3});
+  auto in_domain = [](onnx::NodeProto& n) { n.set_domain(kDomain); };
+  b.node("Scale", {"x", "k"}, {"y"}, in_domain);   // k: an initializer, never uploaded
+  b.node("Twice", {"k"}, {"k2"}, in_domain);       // made on the device ...
+  b.node("Scale", {"x", "k2"}, {"z"}, in_domain);  // ... and read back on the host
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.device = "cuda:0"});
+  auto out = s.run({{"x", Tensor::from<float>({1, 2, 3}, {3})}});
+  EXPECT_FLOAT_EQ(out[0].tensor().data<float>()[2], 9.f);
+  EXPECT_FLOAT_EQ(out[1].tensor().data<float>()[2], 18.f);
   EXPECT_EQ(g_wrong_side.load(), 0);
 }
 

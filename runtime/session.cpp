@@ -33,9 +33,9 @@ void check_options(const SessionOptions& o) {
     VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16", NotImplemented,
                "precision '" + o.precision + "' is not supported on cpu (use fp32 or bf16)");
   else
-    VOLT_CHECK(o.precision == "fp32" || o.precision == "fp16", NotImplemented,
-               "precision '" + o.precision + "' is not supported on " + o.device +
-                   " (use fp32 or fp16)");
+    VOLT_CHECK(
+        o.precision == "fp32" || o.precision == "fp16", NotImplemented,
+        "precision '" + o.precision + "' is not supported on " + o.device + " (use fp32 or fp16)");
 }
 
 }  // namespace
@@ -78,10 +78,13 @@ std::vector<Value> Session::Impl::run(const NamedValues& feeds,
 // --- public API
 // ----------------------------------------------------------------------------------------
 Session::Session(const std::string& model_path, SessionOptions options)
-    : impl_(std::make_shared<Impl>(load_model(model_path), std::move(options))) {}
+    : impl_(as_volt_error(
+          [&] { return std::make_shared<Impl>(load_model(model_path), std::move(options)); })) {}
 Session::Session(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session Session::from_bytes(const void* data, size_t size, SessionOptions options) {
-  return Session(std::make_shared<Impl>(load_model_from_bytes(data, size), std::move(options)));
+  return Session(as_volt_error([&] {
+    return std::make_shared<Impl>(load_model_from_bytes(data, size), std::move(options));
+  }));
 }
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
@@ -95,7 +98,7 @@ const std::vector<ValueInfo>& Session::outputs() const {
 std::vector<Value> Session::run(const NamedValues& inputs,
                                 const std::vector<std::string>& output_names,
                                 const RunOptions& run_options) const {
-  return impl_->run(inputs, output_names, run_options);
+  return as_volt_error([&] { return impl_->run(inputs, output_names, run_options); });
 }
 
 size_t Session::cached_plans() const {

@@ -241,6 +241,11 @@ class Binary final : public Kernel {
     const int64_t axis = legacy_axis_ == INT64_MIN
                              ? static_cast<int64_t>(a.size() - b.size())
                              : normalize_axis(legacy_axis_, static_cast<int64_t>(a.size()), node);
+    // B's shape is a run of A's dims from `axis` on (opset < 7 broadcasting).
+    VOLT_CHECK(axis >= 0 && axis + static_cast<int64_t>(b.size()) <= static_cast<int64_t>(a.size()),
+               InvalidArgument,
+               node.describe() + ": B " + shape_str(b) + " does not fit in A " + shape_str(a) +
+                   " from axis " + std::to_string(axis));
     Shape s(static_cast<size_t>(axis), 1);
     s.insert(s.end(), b.begin(), b.end());
     while (s.size() < a.size()) s.push_back(1);

@@ -3,6 +3,8 @@
 // Never evaluated at plan time (foldable = false). Values cannot match other runtimes'
 // generators, only their distributions.
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <random>
 
 #include "operators/common/dispatch.hpp"
@@ -14,7 +16,14 @@ namespace {
 
 std::mt19937_64 generator(const Node& n) {
   static std::atomic<uint64_t> counter{0x9e3779b97f4a7c15ull};
-  if (n.has_attr("seed")) return std::mt19937_64(static_cast<uint64_t>(n.attr_float("seed", 0)));
+  if (n.has_attr("seed")) {
+    // Any float is a seed: whole numbers in range by value, the rest (NaN, huge) by bit pattern
+    // (a float-to-integer conversion out of range is undefined).
+    const float s = n.attr_float("seed", 0);
+    const bool in_range = std::isfinite(s) && std::fabs(s) < 9.2e18f;
+    return std::mt19937_64(in_range ? static_cast<uint64_t>(static_cast<int64_t>(s))
+                                    : std::bit_cast<uint32_t>(s));
+  }
   return std::mt19937_64(counter.fetch_add(0x9e3779b97f4a7c15ull) ^
                          static_cast<uint64_t>(std::random_device{}()));
 }

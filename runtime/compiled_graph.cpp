@@ -34,21 +34,6 @@ void collect_free(const Graph& g, std::set<std::string>& out) {
   }
   for (const auto& o : g.outputs) use(o.name);
 }
-// Every op, in subgraphs too, must have a kernel on this device (dtypes are checked when a plan
-// is built), so that an unsupported op fails at session creation rather than at some run.
-void check_ops_supported(const Graph& g, const std::string& source, const std::string& device) {
-  for (const Node& node : g.nodes) {
-    VOLT_CHECK(KernelRegistry::instance().has_op(node.domain, node.op_type, node.opset, device),
-               NotImplemented,
-               source + ": " + node.describe() + ": op '" + node.op_type + "' (domain " +
-                   node.domain + ", opset " + std::to_string(node.opset) +
-                   ") is not supported on " + device);
-    for (const auto& [_, a] : node.attributes) {
-      if (a.g) check_ops_supported(*a.g, source, device);
-      for (const auto& sg : a.graphs) check_ops_supported(*sg, source, device);
-    }
-  }
-}
 }  // namespace
 
 std::vector<std::string> free_values(const Graph& graph) {

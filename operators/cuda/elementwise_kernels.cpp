@@ -28,7 +28,10 @@ class Binary final : public Kernel {
   Binary(const Node&, BinaryOp op) : op_(op) {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) ctx.input_error("inputs differ in dtype");
-    ctx.set_output(0, ctx.dtype(0), broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node()));
+    Shape out = broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node());
+    if (out.size() > static_cast<size_t>(kMaxRank))
+      throw KernelUnsupported{"CUDA elementwise kernels take up to 8 dims"};
+    ctx.set_output(0, ctx.dtype(0), std::move(out));
   }
   void run(RunContext& ctx) const override {
     const Tensor &a = ctx.input(0), &b = ctx.input(1);
@@ -163,6 +166,8 @@ class Transpose final : public Kernel {
   explicit Transpose(const Node& n) : perm_(n.attr_ints("perm")) {}
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
+    if (x.size() > static_cast<size_t>(kMaxRank))
+      throw KernelUnsupported{"CUDA Transpose takes up to 8 dims"};
     const auto perm = permutation(x.size(), ctx.node());
     Shape out(x.size());
     for (size_t d = 0; d < x.size(); ++d) out[d] = x[static_cast<size_t>(perm[d])];

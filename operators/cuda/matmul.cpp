@@ -79,7 +79,9 @@ class Gemm final : public Kernel {
     const int64_t m = trans_a_ ? a[1] : a[0], k = trans_a_ ? a[0] : a[1];
     const int64_t kb = trans_b_ ? b[1] : b[0], n = trans_b_ ? b[0] : b[1];
     if (k != kb) ctx.input_error("inner dimensions differ");
-    if (ctx.has_input(2)) broadcast_shapes({ctx.shape(2), Shape{m, n}}, ctx.node());
+    if (ctx.has_input(2) &&
+        broadcast_shapes({ctx.shape(2), Shape{m, n}}, ctx.node()) != Shape{m, n})
+      ctx.input_error("C " + shape_str(ctx.shape(2)) + " does not broadcast to [M, N]");
     ctx.set_output(0, ctx.dtype(0), {m, n});
   }
   void run(RunContext& ctx) const override {

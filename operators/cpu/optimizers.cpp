@@ -22,6 +22,15 @@ class Optimizer final : public Kernel {
   }
   void infer(InferContext& ctx) const override {
     const size_t k = tensors(ctx.input_count());
+    // Each tensor's gradient and states are read element for element with it.
+    for (size_t i = 0; i < k; ++i)
+      for (size_t j = 1; j <= static_cast<size_t>(states_) + 1; ++j) {
+        const size_t other = 2 + j * k + i;
+        if (ctx.shape(other) != ctx.shape(2 + i) || ctx.dtype(other) != ctx.dtype(2 + i))
+          ctx.input_error("input " + std::to_string(other) + " " + dtype_name(ctx.dtype(other)) +
+                          shape_str(ctx.shape(other)) + " differs from its tensor's " +
+                          dtype_name(ctx.dtype(2 + i)) + shape_str(ctx.shape(2 + i)));
+      }
     for (size_t o = 0; o < ctx.output_count(); ++o) {
       const size_t in = 2 + (o < k ? o : 2 * k + (o - k));  // X_new, then the new states
       ctx.set_output(o, ctx.dtype(in), ctx.shape(in));

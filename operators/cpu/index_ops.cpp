@@ -357,6 +357,12 @@ class TopK final : public Kernel {
         largest_(n.attr_int("largest", 1) != 0),
         sorted_(n.attr_int("sorted", 1) != 0),
         legacy_k_(n.opset < 10 ? n.attr_int("k") : -1) {}
+  static int64_t k_of(const Tensor& t, const Node& node) {
+    const auto v = to_int64_vector(t, node, "K");
+    VOLT_CHECK(v.size() == 1, InvalidArgument,
+               node.describe() + ": K must hold one value, not " + std::to_string(v.size()));
+    return v[0];
+  }
   void infer(InferContext& ctx) const override {
     int64_t k = legacy_k_;
     if (k < 0) {
@@ -366,7 +372,7 @@ class TopK final : public Kernel {
         ctx.set_output_unknown(1, DType::Int64);
         return;
       }
-      k = to_int64_vector(*t, ctx.node(), "K")[0];
+      k = k_of(*t, ctx.node());
     }
     Shape s = ctx.shape(0);
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(s.size()), ctx.node());
@@ -380,8 +386,7 @@ class TopK final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node());
-    const int64_t k =
-        legacy_k_ >= 0 ? legacy_k_ : to_int64_vector(ctx.input(1), ctx.node(), "K")[0];
+    const int64_t k = legacy_k_ >= 0 ? legacy_k_ : k_of(ctx.input(1), ctx.node());
     const int64_t n = x.dim(axis);
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);

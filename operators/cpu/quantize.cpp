@@ -238,8 +238,31 @@ class IntegerConv final : public Kernel {
       : attrs_(n), group_(n.attr_int("group", 1)), qlinear_(qlinear) {}
   void infer(InferContext& ctx) const override {
     const size_t wi = qlinear_ ? 3 : 1;
-    ctx.set_output(0, qlinear_ ? ctx.dtype(7) : DType::Int32,
-                   conv_shapes(attrs_, group_, ctx.shape(0), ctx.shape(wi), ctx.node()).out);
+    const ConvShapes shapes = conv_shapes(attrs_, group_, ctx.shape(0), ctx.shape(wi), ctx.node());
+    // Scales and zero points are read per tensor (one value) or, for the weights, per output
+    // channel (M values); the bias has M. Anything else would be read past.
+    const int64_t m = ctx.shape(wi)[0];
+    auto expect = [&](size_t i, bool per_channel_ok, const char* what) {
+      if (!ctx.has_input(i)) return;
+      const int64_t n = numel_of(ctx.shape(i));
+      if (n == 1 || (per_channel_ok && n == m)) return;
+      ctx.input_error(std::string(what) + " has " + std::to_string(n) + " values, expected 1" +
+                      (per_channel_ok ? " or " + std::to_string(m) : std::string()));
+    };
+    if (qlinear_) {
+      expect(1, false, "x_scale");
+      expect(2, false, "x_zero_point");
+      expect(4, true, "w_scale");
+      expect(5, true, "w_zero_point");
+      expect(6, false, "y_scale");
+      expect(7, false, "y_zero_point");
+      if (ctx.has_input(8) && numel_of(ctx.shape(8)) != m)
+        ctx.input_error("B must have one value per output channel");
+    } else {
+      expect(2, false, "x_zero_point");
+      expect(3, true, "w_zero_point");
+    }
+    ctx.set_output(0, qlinear_ ? ctx.dtype(7) : DType::Int32, shapes.out);
   }
   void run(RunContext& ctx) const override {
     const size_t wi = qlinear_ ? 3 : 1;

@@ -1,6 +1,7 @@
 // Ops that cut, pad or repeat tensors: Slice, Split, Pad, Expand, Tile.
 #include <algorithm>
 
+#include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
@@ -282,7 +283,7 @@ class Pad final : public Kernel {
       T fill{};
       if constexpr (!std::is_same_v<T, std::string>) {
         if (legacy_)
-          fill = static_cast<T>(static_cast<typename Compute<T>::type>(value_));
+          fill = convert<float, T>(value_);
         else if (ctx.has_input(2) && ctx.input(2).numel() > 0)
           fill = static_cast<const T*>(ctx.input(2).raw())[0];
       }

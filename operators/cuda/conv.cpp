@@ -2,6 +2,8 @@
 // convolution's algorithm is chosen once per plan by cuDNN's heuristics, its workspace is the
 // step's scratch. Pads must be symmetric (cuDNN's descriptors take one pad per axis);
 // asymmetric ones are declined at plan time.
+#include <memory>
+
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/cuda/cuda_kernel.hpp"
 
@@ -54,8 +56,34 @@ std::vector<int> padded_ints(const std::vector<int64_t>& v, size_t n, int fill) 
   return out;
 }
 
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const WindowGeometry& geo, DType t, int64_t group) {
+    VOLT_CUDA_CALL(cudnnCreateConvolutionDescriptor(&d));
+    const size_t r = std::max<size_t>(geo.kernel.size(), 2);
+    const auto pads = padded_ints(geo.pad_begin, r, 0);
+    const auto strides = padded_ints(geo.strides, r, 1);
+    const auto dil = padded_ints(geo.dilations, r, 1);
+    // fp16 data accumulates in fp32 (tensor cores where cuDNN has them).
+    VOLT_CUDA_CALL(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(r), pads.data(),
+                                                   strides.data(), dil.data(),
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    VOLT_CUDA_CALL(cudnnSetConvolutionGroupCount(d, static_cast<int>(group)));
+    VOLT_CUDA_CALL(cudnnSetConvolutionMathType(
+        d, t == DType::Float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// What a plan prepares once: the geometry, the cuDNN descriptors for its shapes (shapes are fixed
+// per plan), the algorithm and its workspace size.
 struct ConvState {
   WindowGeometry geo;
+  std::unique_ptr<TensorDesc> x, y, bias;
+  std::unique_ptr<FilterDesc> w;
+  std::unique_ptr<ConvDesc> conv;
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   size_t workspace = 0;
 };
@@ -82,9 +110,18 @@ class Conv final : public Kernel {
     int device = 0;  // plans are built on the thread that runs on the session's device
     VOLT_CUDA_CALL(cudaGetDevice(&device));
     const Handles& h = handles(device);
-    TensorDesc xd(ctx.dtype(0), x), yd(ctx.dtype(0), out);
-    FilterDesc wd(ctx.dtype(0), w);
-    ConvDesc cd(*state, ctx.dtype(0), group_);
+    state->x = std::make_unique<TensorDesc>(ctx.dtype(0), x);
+    state->y = std::make_unique<TensorDesc>(ctx.dtype(0), out);
+    state->w = std::make_unique<FilterDesc>(ctx.dtype(0), w);
+    state->conv = std::make_unique<ConvDesc>(state->geo, ctx.dtype(0), group_);
+    if (ctx.has_input(2)) {
+      Shape bias_shape(out.size(), 1);
+      bias_shape[1] = out[1];
+      state->bias = std::make_unique<TensorDesc>(ctx.dtype(0), bias_shape);
+    }
+    const TensorDesc &xd = *state->x, &yd = *state->y;
+    const FilterDesc& wd = *state->w;
+    const ConvDesc& cd = *state->conv;
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     VOLT_CUDA_CALL(
@@ -106,41 +143,16 @@ class Conv final : public Kernel {
     Tensor& y = ctx.output(0);
     if (!y.numel()) return;
     cudnnHandle_t h = dnn(ctx, y);
-    TensorDesc xd(x.dtype(), x.shape()), yd(y.dtype(), y.shape());
-    FilterDesc wd(w.dtype(), w.shape());
-    ConvDesc cd(st, x.dtype(), group_);
     const float one = 1.f, zero = 0.f;
-    VOLT_CUDA_CALL(cudnnConvolutionForward(h, &one, xd.d, x.raw(), wd.d, w.raw(), cd.d, st.algo,
-                                           ctx.scratch(), st.workspace, &zero, yd.d, y.raw()));
-    if (ctx.has_input(2)) {
-      Shape bias_shape(y.rank(), 1);
-      bias_shape[1] = y.dim(1);
-      TensorDesc bd(y.dtype(), bias_shape);
-      VOLT_CUDA_CALL(cudnnAddTensor(h, &one, bd.d, ctx.input(2).raw(), &one, yd.d, y.raw()));
-    }
+    VOLT_CUDA_CALL(cudnnConvolutionForward(h, &one, st.x->d, x.raw(), st.w->d, w.raw(), st.conv->d,
+                                           st.algo, ctx.scratch(), st.workspace, &zero, st.y->d,
+                                           y.raw()));
+    if (st.bias)
+      VOLT_CUDA_CALL(
+          cudnnAddTensor(h, &one, st.bias->d, ctx.input(2).raw(), &one, st.y->d, y.raw()));
   }
 
  private:
-  struct ConvDesc {
-    cudnnConvolutionDescriptor_t d = nullptr;
-    ConvDesc(const ConvState& st, DType t, int64_t group) {
-      VOLT_CUDA_CALL(cudnnCreateConvolutionDescriptor(&d));
-      const size_t r = std::max<size_t>(st.geo.kernel.size(), 2);
-      const auto pads = padded_ints(st.geo.pad_begin, r, 0);
-      const auto strides = padded_ints(st.geo.strides, r, 1);
-      const auto dil = padded_ints(st.geo.dilations, r, 1);
-      // fp16 data accumulates in fp32 (tensor cores where cuDNN has them).
-      VOLT_CUDA_CALL(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(r), pads.data(),
-                                                     strides.data(), dil.data(),
-                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-      VOLT_CUDA_CALL(cudnnSetConvolutionGroupCount(d, static_cast<int>(group)));
-      VOLT_CUDA_CALL(cudnnSetConvolutionMathType(
-          d, t == DType::Float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    }
-    ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
-    ConvDesc(const ConvDesc&) = delete;
-    ConvDesc& operator=(const ConvDesc&) = delete;
-  };
   WindowAttributes attrs_;
   int64_t group_;
 };

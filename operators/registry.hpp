@@ -34,6 +34,8 @@ struct KernelDef {
   bool fold_always = false;
   // Reads only its inputs' dtype and shape (Shape, Size): inputs may live on any device.
   bool reads_metadata_only = false;
+  // Moves its input between devices (the copy nodes): the executor hands it inputs as they are.
+  bool moves_between_devices = false;
   // For device kernels: inputs read on the host (a Reshape's shape, a Slice's starts), which the
   // place_on_device pass leaves in host memory.
   std::vector<int> host_inputs;

@@ -204,8 +204,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       }
       // Each input where the kernel reads it: its step's device, except the host inputs of a
       // device kernel; Shape/Size and the copy nodes take values wherever they are.
-      const bool keep_device = (chosen && chosen->reads_metadata_only) ||
-                               (node.domain == kVoltDomain && node.op_type.rfind("CopyTo", 0) == 0);
+      const bool keep_device =
+          chosen && (chosen->reads_metadata_only || chosen->moves_between_devices);
       if (!keep_device)
         for (size_t i = 0; i < ins.size(); ++i) {
           if (!ins[i]) continue;

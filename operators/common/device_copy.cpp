@@ -61,9 +61,11 @@ VOLT_REGISTER_KERNEL(copy_to_device, {.domain = kVoltDomain,
                                       .op = "CopyToDevice",
                                       .device = "cuda",
                                       .fold_always = true,
+                                      .moves_between_devices = true,
                                       .create = make_kernel<CopyToDevice>});
 VOLT_REGISTER_KERNEL(copy_to_host, {.domain = kVoltDomain,
                                     .op = "CopyToHost",
+                                    .moves_between_devices = true,
                                     .create = make_kernel<CopyToHost>});
 
 }  // namespace volt

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
@@ -153,6 +154,23 @@ class Reduce final : public Kernel {
     return true;
   }
 
+  // Integer sums and products wrap, as numpy's do (signed overflow is undefined in C++).
+  template <class A>
+  static A wrapping_add(A a, A b) {
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    else
+      return a + b;
+  }
+  template <class A>
+  static A wrapping_mul(A a, A b) {
+    if constexpr (std::is_integral_v<A>)
+      return static_cast<A>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    else
+      return a * b;
+  }
+  // Logarithms and roots of integers go through convert(): -inf (an empty LogSumExp, the log of
+  // a zero sum) becomes 0 rather than an undefined conversion.
   template <class T, class Acc>
   Acc reduce_one(const T* p, const std::vector<int64_t>& inner) const {
     using C = typename Compute<T>::type;
@@ -173,16 +191,16 @@ class Reduce final : public Kernel {
       }
       case Reduction::Prod: {
         Acc m = 1;
-        for (int64_t i : inner) m *= v(i);
+        for (int64_t i : inner) m = wrapping_mul(m, v(i));
         return m;
       }
       case Reduction::LogSumExp: {
-        if (n == 0) return static_cast<Acc>(-std::numeric_limits<double>::infinity());
+        if (n == 0) return convert<double, Acc>(-std::numeric_limits<double>::infinity());
         Acc mx = v(inner[0]);
         for (int64_t i : inner) mx = std::max(mx, v(i));
         double s = 0;
-        for (int64_t i : inner) s += std::exp(static_cast<double>(v(i) - mx));
-        return static_cast<Acc>(static_cast<double>(mx) + std::log(s));
+        for (int64_t i : inner) s += std::exp(static_cast<double>(v(i)) - static_cast<double>(mx));
+        return convert<double, Acc>(static_cast<double>(mx) + std::log(s));
       }
       default:
         break;
@@ -191,19 +209,19 @@ class Reduce final : public Kernel {
     for (int64_t i : inner) {
       const Acc x = v(i);
       if (r_ == Reduction::SumSquare || r_ == Reduction::L2)
-        s += x * x;
+        s = wrapping_add(s, wrapping_mul(x, x));
       else if (r_ == Reduction::L1)
-        s += x < 0 ? static_cast<Acc>(-x) : x;
+        s = wrapping_add(s, x < 0 ? wrapping_mul(x, Acc(-1)) : x);
       else
-        s += x;
+        s = wrapping_add(s, x);
     }
     switch (r_) {
       case Reduction::Mean:
         return n ? static_cast<Acc>(s / static_cast<Acc>(n)) : s;
       case Reduction::L2:
-        return static_cast<Acc>(std::sqrt(static_cast<double>(s)));
+        return convert<double, Acc>(std::sqrt(static_cast<double>(s)));
       case Reduction::LogSum:
-        return static_cast<Acc>(std::log(static_cast<double>(s)));
+        return convert<double, Acc>(std::log(static_cast<double>(s)));
       default:
         return s;
     }

@@ -250,13 +250,18 @@ class Split final : public Kernel {
 
 class Pad final : public Kernel {
  public:
-  explicit Pad(const Node& n) : legacy_(n.opset < 11), mode_(n.attr_string("mode", "constant")) {
+  explicit Pad(const Node& n) : legacy_(n.opset < 11) {
     if (legacy_) {
       pads_ = n.attr_ints(n.opset < 2 ? "paddings" : "pads");
       value_ = n.attr_float("value", 0);
     }
-    VOLT_CHECK(mode_ == "constant" || mode_ == "reflect" || mode_ == "edge" || mode_ == "wrap",
-               InvalidModel, n.describe() + ": unknown mode '" + mode_ + "'");
+    const std::string mode = n.attr_string("mode", "constant");
+    VOLT_CHECK(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
+               InvalidModel, n.describe() + ": unknown mode '" + mode + "'");
+    mode_ = mode == "constant" ? Mode::Constant
+            : mode == "edge"   ? Mode::Edge
+            : mode == "wrap"   ? Mode::Wrap
+                               : Mode::Reflect;
   }
   void infer(InferContext& ctx) const override {
     std::vector<int64_t> pads = pads_, axes;
@@ -290,34 +295,61 @@ class Pad final : public Kernel {
       const T* src = static_cast<const T*>(in.raw());
       T* dst = static_cast<T*>(out.raw());
       const Shape& os = out.shape();
-      std::vector<int64_t> idx(r, 0);
-      for (int64_t e = 0; e < out.numel(); ++e) {
-        int64_t rem = e, off = 0;
+      if (out.numel() == 0) return;
+      if (r == 0) {
+        dst[0] = src[0];
+        return;
+      }
+      // Row by row (the last axis): the outer axes map to one source row, or none (a constant
+      // pad); the row's middle is one contiguous copy, its pads filled or mapped per element.
+      const int64_t cols = os[r - 1], n_last = in.dim(r - 1), before = pads[r - 1];
+      const int64_t rows = out.numel() / cols;
+      std::vector<int64_t> idx(r, 0);  // the output row's index over the outer axes
+      for (int64_t row = 0; row < rows; ++row) {
+        T* out_row = dst + row * cols;
+        int64_t off = 0;
         bool inside = true;
-        for (size_t d = r; d-- > 0;) {
-          int64_t i = rem % os[d] - pads[d];
-          rem /= os[d];
-          const int64_t n = in.dim(d);
-          if (i < 0 || i >= n) {
-            if (mode_ == "constant" || n == 0) {
-              inside = false;
-              continue;
-            }
-            if (mode_ == "edge")
-              i = std::clamp<int64_t>(i, 0, n - 1);
-            else if (mode_ == "wrap")
-              i = ((i % n) + n) % n;
-            else {  // reflect
-              const int64_t period = std::max<int64_t>(2 * (n - 1), 1);
-              i = ((i % period) + period) % period;
-              if (i >= n) i = period - i;
-            }
-          }
-          off += i * is[d];
+        for (size_t d = 0; d + 1 < r && inside; ++d) {
+          const int64_t i = source_index(idx[d] - pads[d], in.dim(d));
+          if (i < 0)
+            inside = false;
+          else
+            off += i * is[d];
         }
-        dst[e] = inside ? src[off] : fill;
+        if (!inside) {
+          std::fill(out_row, out_row + cols, fill);
+        } else {
+          const T* in_row = src + off;
+          const int64_t lo = std::clamp<int64_t>(before, 0, cols),
+                        hi = std::clamp<int64_t>(before + n_last, lo, cols);
+          for (int64_t j = 0; j < lo; ++j) {
+            const int64_t i = source_index(j - before, n_last);
+            out_row[j] = i < 0 ? fill : in_row[i];
+          }
+          if (hi > lo) std::copy(in_row + (lo - before), in_row + (hi - before), out_row + lo);
+          for (int64_t j = hi; j < cols; ++j) {
+            const int64_t i = source_index(j - before, n_last);
+            out_row[j] = i < 0 ? fill : in_row[i];
+          }
+        }
+        for (size_t d = r - 1; d-- > 0;) {  // the next row
+          if (++idx[d] < os[d]) break;
+          idx[d] = 0;
+        }
       }
     });
+  }
+
+  // The source index along an axis of `n` elements for padded position `i` (i may fall outside
+  // [0, n)), or -1 where the pad takes the constant: constant mode, or an empty axis.
+  int64_t source_index(int64_t i, int64_t n) const {
+    if (i >= 0 && i < n) return i;
+    if (mode_ == Mode::Constant || n == 0) return -1;
+    if (mode_ == Mode::Edge) return std::clamp<int64_t>(i, 0, n - 1);
+    if (mode_ == Mode::Wrap) return ((i % n) + n) % n;
+    const int64_t period = std::max<int64_t>(2 * (n - 1), 1);  // reflect
+    i = ((i % period) + period) % period;
+    return i >= n ? period - i : i;
   }
 
  private:
@@ -349,7 +381,7 @@ class Pad final : public Kernel {
     return out;
   }
   bool legacy_;
-  std::string mode_;
+  enum class Mode { Constant, Edge, Wrap, Reflect } mode_;
   std::vector<int64_t> pads_;
   float value_ = 0;
 };

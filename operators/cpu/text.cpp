@@ -84,10 +84,19 @@ class TfIdfVectorizer final : public Kernel {
           key.push_back(strs.empty() ? std::to_string(ints[p + k]) : strs[p + k]);
         VOLT_CHECK(entry < static_cast<int64_t>(indexes.size()), InvalidModel,
                    n.describe() + ": ngram_indexes is too short");
+        VOLT_CHECK(indexes[entry] >= 0, InvalidModel,
+                   n.describe() + ": ngram_indexes must not be negative");
         table_[key] = indexes[entry];
         out_size_ = std::max(out_size_, indexes[entry] + 1);
       }
     }
+    VOLT_CHECK(min_n_ >= 1 && min_n_ <= max_n_ && max_skip_ >= 0, InvalidModel,
+               n.describe() + ": needs 1 <= min_gram_length <= max_gram_length and " +
+                   "max_skip_count >= 0");
+    VOLT_CHECK(mode_ == 0 || weights_.empty() || static_cast<int64_t>(weights_.size()) >= out_size_,
+               InvalidModel, n.describe() + ": weights has fewer entries than the output");
+    // No n-gram longer than the pool's longest can match.
+    longest_ = static_cast<int64_t>(counts.size());
   }
   void infer(InferContext& ctx) const override {
     const Shape& s = ctx.shape(0);
@@ -116,8 +125,10 @@ class TfIdfVectorizer final : public Kernel {
     std::fill(y, y + ctx.output(0).numel(), 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<double> counts(static_cast<size_t>(out_size_), 0.0);
-      for (int64_t n = min_n_; n <= max_n_; ++n)
-        for (int64_t skip = 0; skip <= (n == 1 ? 0 : max_skip_); ++skip)
+      for (int64_t n = min_n_; n <= std::min(max_n_, std::min(longest_, cols)); ++n) {
+        // An n-gram with `skip` spans (n - 1)(skip + 1) + 1 tokens: larger skips fit no row.
+        const int64_t skips = n == 1 ? 0 : std::min(max_skip_, (cols - 1) / (n - 1) - 1);
+        for (int64_t skip = 0; skip <= skips; ++skip)
           for (int64_t start = 0; start + (n - 1) * (skip + 1) < cols; ++start) {
             std::vector<std::string> key;
             for (int64_t k = 0; k < n; ++k)
@@ -125,6 +136,7 @@ class TfIdfVectorizer final : public Kernel {
             auto it = table_.find(key);
             if (it != table_.end()) counts[it->second] += 1;
           }
+      }
       for (int64_t i = 0; i < out_size_; ++i) {
         const double w = weights_.empty() ? 1.0 : weights_[i];
         const double c = counts[i];
@@ -136,7 +148,7 @@ class TfIdfVectorizer final : public Kernel {
   }
 
  private:
-  int64_t min_n_, max_n_, max_skip_;
+  int64_t min_n_, max_n_, max_skip_, longest_ = 0;
   std::vector<float> weights_;
   int mode_ = 0;
   std::map<std::vector<std::string>, int64_t> table_;

@@ -3,6 +3,7 @@
 // and may prepare state (a oneDNN primitive, reordered weights); at run time it computes.
 #pragma once
 #include <any>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,11 @@ class InferContext {
   virtual void set_state(std::shared_ptr<void> state) = 0;
   virtual void request_scratch(size_t bytes) = 0;
   virtual int threads() const = 0;
+  // The kernel copied constant input i into its state (weights reordered for its primitive) and
+  // its run() reads that input's shape only, never its data. `restore` rebuilds the input,
+  // exactly, from the kernel's copy: the planner may then drop the original, so that a model's
+  // weights are held once rather than twice. Only for copies that lose nothing (not fp32 -> bf16).
+  virtual void keeps_copy_of_input(size_t i, std::function<Tensor()> restore) = 0;
 
   // Helpers.
   const Tensor* input_tensor(size_t i) const {

@@ -45,6 +45,10 @@ class NodeInferContext final : public InferContext {
   void set_state(std::shared_ptr<void> s) override { state = std::move(s); }
   void request_scratch(size_t bytes) override { scratch_bytes = std::max(scratch_bytes, bytes); }
   int threads() const override { return threads_; }
+  void keeps_copy_of_input(size_t i, std::function<Tensor()> restore) override {
+    if (i >= restorers.size()) restorers.resize(i + 1);
+    restorers[i] = std::move(restore);
+  }
 
   std::vector<TypeShape> outputs;
   std::vector<Value> output_values;
@@ -52,6 +56,7 @@ class NodeInferContext final : public InferContext {
   bool has_values = false;
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
+  std::vector<std::function<Tensor()>> restorers;  // by input: see keeps_copy_of_input
 
  private:
   const Node& node_;

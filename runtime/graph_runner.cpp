@@ -65,6 +65,21 @@ GraphRunner::GraphRunner(std::shared_ptr<const Graph> graph, const std::string& 
       threads_(threads),
       plans_(plan_cache_capacity) {}
 
+std::unique_ptr<GraphRunner> GraphRunner::owning(std::shared_ptr<Graph> graph,
+                                                 const std::string& source,
+                                                 const std::string& device, int threads,
+                                                 size_t plan_cache_capacity) {
+  auto runner = std::make_unique<GraphRunner>(graph, source, device, threads,
+                                              std::vector<std::string>{}, plan_cache_capacity);
+  runner->owned_graph_ = std::move(graph);
+  return runner;
+}
+
+void GraphRunner::restore_released() const {
+  for (auto& [name, restore] : released_) owned_graph_->initializers[name] = restore();
+  released_.clear();
+}
+
 const CompiledGraph& GraphRunner::compiled_for(const std::vector<const Value*>& fed) const {
   std::vector<std::string> sparse, spmm_ok;
   std::string key;
@@ -94,6 +109,9 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   for (size_t id = 0; id < fed.size(); ++id)
     if (fed[id]) append_signature(key, id, *fed[id]);
   if (auto p = plans_.find(key)) return p;
+  std::lock_guard<std::mutex> building(build_mutex_);
+  if (auto p = plans_.find(key)) return p;  // built by another thread meanwhile
+  restore_released();
   const CompiledGraph& cg = compiled_for(fed);
   PlanInputs in;
   in.types.resize(cg.names.size());
@@ -103,6 +121,14 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
       in.types[id] = TypeShape::of(*fed[id]);
       in.fed[id] = 1;
     }
+  // The graph drops each weight the plan keeps a copy of as soon as it is copied; released_
+  // keeps the way back, even if this build fails later.
+  if (owned_graph_ && &cg == &compiled_)  // CSR variants keep their own graphs
+    in.release = [this](int id, const std::function<Tensor()>& restore) {
+      const std::string& name = compiled_.names[id];
+      released_[name] = restore;
+      owned_graph_->initializers.erase(name);
+    };
   const RunControlSuspended not_this_runs_memory;
   return plans_.insert(key, build_plan(cg, in, threads_));
 }

@@ -1,6 +1,7 @@
 // A graph ready to run: compiled once, with plans cached by input signature. The Session runs
 // its main graph through one; If, Loop, Scan and SequenceMap run their bodies through others.
 #pragma once
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -36,6 +37,13 @@ class GraphRunner {
               const std::string& device, int threads,
               const std::vector<std::string>& outer_scope = {}, size_t plan_cache_capacity = 64);
 
+  // A session's main graph, which the runner owns: weights that a plan's kernels keep their own
+  // copies of (Plan::released) leave the graph too, and come back, rebuilt from those copies,
+  // only while the runner builds another plan.
+  static std::unique_ptr<GraphRunner> owning(std::shared_ptr<Graph> graph,
+                                             const std::string& source, const std::string& device,
+                                             int threads, size_t plan_cache_capacity);
+
   const CompiledGraph& compiled() const { return compiled_; }
   int threads() const { return threads_; }
 
@@ -50,9 +58,16 @@ class GraphRunner {
   // same value ids as compiled_ for everything compiled_ has.
   const CompiledGraph& compiled_for(const std::vector<const Value*>& fed) const;
 
+  // Puts the released weights back into the graph (before a plan is built).
+  void restore_released() const;
+
   CompiledGraph compiled_;
   int threads_;
   mutable PlanCache plans_;
+  // Plans are built one at a time: building one may restore released weights into the graph.
+  mutable std::mutex build_mutex_;
+  std::shared_ptr<Graph> owned_graph_;  // set for owning runners: the graph compiled_ reads
+  mutable std::map<std::string, std::function<Tensor()>> released_;
   mutable std::mutex variants_mutex_;
   mutable std::map<std::string, std::unique_ptr<CompiledGraph>> sparse_variants_;
 };

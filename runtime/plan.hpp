@@ -2,6 +2,7 @@
 // with its kernel, prepared state and output types; constants computed at plan time; every
 // intermediate's offset in one arena. Immutable once built, so runs may share it.
 #pragma once
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +44,10 @@ struct Plan {
   size_t arena_bytes = 0;
   int threads = 1;
   bool uses_accelerator = false;  // some step runs on cg.accelerator: runs take a stream there
+  // Initializers whose data this plan dropped because every step that reads them keeps its own
+  // copy (InferContext::keeps_copy_of_input): their constants carry dtype and shape only. Each
+  // comes with what rebuilds it, so that the graph's owner can drop its copy too.
+  std::vector<std::pair<int, std::function<Tensor()>>> released;
 
   // Arenas of finished runs, reused by the next (one per concurrent run).
   mutable std::mutex arena_mutex;
@@ -56,6 +61,9 @@ struct PlanInputs {
   std::vector<TypeShape> types;  // by value id; kind Undefined dtype = not fed
   std::vector<char>
       fed;  // by value id: graph inputs (and overridden initializers) given by the caller
+  // Called as soon as the plan drops an initializer's data (Plan::released), with what rebuilds
+  // it: the caller, when it owns the graph, may then drop the graph's copy at once.
+  std::function<void(int id, const std::function<Tensor()>& restore)> release;
 };
 
 // Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an

@@ -172,6 +172,62 @@ bool is_pod_tensor(const TypeShape& t) {
 
 }  // namespace
 
+// Drops the data of initializers that every step reading them keeps its own copy of (weights
+// reordered into a primitive's layout), leaving dtype and shape, as soon as the last node reading
+// them is planned: the plan then holds each such weight once, and (with PlanInputs::release) the
+// graph's owner may drop its copy before the next weight is packed, so that planning never holds
+// all weights twice. Any other reader (a step whose kernel is chosen at run time, a subgraph's
+// capture, the graph's outputs) keeps the initializer whole. Reads by nodes folded at plan time
+// do not count: the run does not need them.
+class CopiedInitializers {
+ public:
+  CopiedInitializers(const CompiledGraph& cg, const PlanInputs& in, Plan& plan)
+      : cg_(cg), in_(in), plan_(plan), readers_(cg.names.size(), 0), state_(cg.names.size(), 0) {
+    for (const int node : cg.order)
+      for (const int id : cg.node_inputs[node])
+        if (id >= 0) ++readers_[id];
+    for (const int id : cg.graph_outputs) state_[id] = kReadWhole;
+  }
+
+  // After a node is planned: `restorers` from its kernel (empty for folded or deferred nodes),
+  // `step` whether it runs at run time.
+  void planned(int node, bool step, std::vector<std::function<Tensor()>>& restorers) {
+    const auto& ids = cg_.node_inputs[node];
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int id = ids[i];
+      if (id < 0) continue;
+      if (step && i < restorers.size() && restorers[i]) {
+        if (!(state_[id] & kCopied)) restore_.emplace(id, std::move(restorers[i]));
+        state_[id] |= kCopied;
+      } else if (step) {
+        state_[id] |= kReadWhole;
+      }
+      if (--readers_[id] == 0 && state_[id] == kCopied) release(id);
+    }
+  }
+
+ private:
+  static constexpr char kCopied = 1, kReadWhole = 2;
+
+  void release(int id) {
+    if (plan_.placement[id] != Placement::Constant || !plan_.constants[id].is_tensor() ||
+        !cg_.graph->initializers.count(cg_.names[id]))
+      return;
+    const Tensor& t = plan_.constants[id].tensor();
+    plan_.constants[id] = Tensor::view(t.dtype(), t.shape(), nullptr, nullptr, t.device());
+    auto restore = std::move(restore_.at(id));
+    if (in_.release) in_.release(id, restore);
+    plan_.released.emplace_back(id, std::move(restore));
+  }
+
+  const CompiledGraph& cg_;
+  const PlanInputs& in_;
+  Plan& plan_;
+  std::vector<int> readers_;  // by value id: nodes (input slots) not planned yet that read it
+  std::vector<char> state_;   // by value id: kCopied | kReadWhole
+  std::unordered_map<int, std::function<Tensor()>> restore_;
+};
+
 std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, int threads) {
   const ScopedOmpThreads scoped(threads);  // primitives are created for the session's threads
   auto plan = std::make_unique<Plan>();
@@ -208,6 +264,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     known[id] = 1;
   }
 
+  CopiedInitializers copied(cg, in, *plan);
+  std::vector<std::function<Tensor()>> no_restorers;
   for (int node_index : cg.order) {
     const Node& node = g.nodes[node_index];
     const auto& ids = cg.node_inputs[node_index];
@@ -256,6 +314,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           plan->types[id] = TypeShape::of(plan->constants[id]);
           plan->placement[id] = Placement::Constant;
         }
+        copied.planned(node_index, false, no_restorers);
         continue;
       }
       step.kernel = std::move(c.kernel);
@@ -266,6 +325,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     }
     for (size_t i = 0; i < step.outputs.size(); ++i)
       if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];
+    copied.planned(node_index, true, c.deferred ? no_restorers : c.ctx->restorers);
     plan->steps.push_back(std::move(step));
   }
 

@@ -45,13 +45,16 @@ Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(st
   Graph optimized = run_passes(model.graph, options);
   const Device device = Device::parse(options.device);
   if (!device.is_cpu()) optimized = place_on_device(optimized, device);
-  auto graph = std::make_shared<const Graph>(std::move(optimized));
-  runner = std::make_unique<GraphRunner>(graph, model.source, options.device,
-                                         resolve_threads(options.threads),
-                                         std::vector<std::string>{}, options.plan_cache_size);
+  runner = GraphRunner::owning(std::make_shared<Graph>(std::move(optimized)), model.source,
+                               options.device, resolve_threads(options.threads),
+                               options.plan_cache_size);
   for (const auto& v : model.graph.inputs)
     if (!model.graph.is_initializer(v.name)) inputs.push_back(v);
   outputs = model.graph.outputs;
+  // The runner's graph has every weight the session needs (and may drop those its plans keep
+  // copies of): the loaded model's own references would hold them all a second time.
+  model.graph.initializers.clear();
+  model.graph.sparse_initializers.clear();
 }
 
 std::vector<Value> Session::Impl::run(const NamedValues& feeds,

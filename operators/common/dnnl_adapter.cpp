@@ -1,6 +1,7 @@
 #include "operators/common/dnnl_adapter.hpp"
 
 #include "operators/common/shape_util.hpp"
+#include "runtime/tensor_alloc.hpp"
 
 namespace volt::dnnl_adapter {
 
@@ -54,6 +55,26 @@ dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& st
 
 dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
   return dnnl::memory(md, engine(), const_cast<void*>(data));
+}
+
+Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
+                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed) {
+  Tensor copy = allocate_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
+  dnnl::memory src = wrap(plain, value.raw()), dst = wrap(packed, copy.raw());
+  dnnl::reorder(src, dst).execute(stream(), src, dst);
+  stream().wait();
+  // The reverse reorder must rebuild every byte of the original: same element type, and `plain`
+  // covering the whole tensor (a strided view of part of it would leave the rest unset).
+  if (plain.data_type() == packed.data_type() && plain.get_size() == value.nbytes())
+    ctx.keeps_copy_of_input(
+        input, [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
+          Tensor original = allocate_tensor(dtype, shape);
+          dnnl::memory from = wrap(packed, copy.raw()), to = wrap(plain, original.raw());
+          dnnl::reorder(from, to).execute(stream(), from, to);
+          stream().wait();
+          return original;
+        });
+  return copy;
 }
 
 dnnl::primitive_attr scratch_attr() {

@@ -228,14 +228,8 @@ class Conv final : public Kernel {
         st->dst_offset = total;
         total += align64(st->dst.get_size());
       }
-      if (const Tensor* w = ctx.input_tensor(1)) {
-        st->packed_weights =
-            allocate_tensor(DType::UInt8, {static_cast<int64_t>(st->weights.get_size())});
-        dnnl::memory src = dnnl_adapter::wrap(st->user_weights, w->raw());
-        dnnl::memory dst = dnnl_adapter::wrap(st->weights, st->packed_weights.raw());
-        dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
-        dnnl_adapter::stream().wait();
-      }
+      if (const Tensor* w = ctx.input_tensor(1))
+        st->packed_weights = dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights);
       ctx.request_scratch(total);
       return st;
     });

@@ -121,7 +121,8 @@ struct MatMulState {
   size_t a_offset = 0;
 };
 
-// Builds the primitive; `b_const` (may be null) is reordered into the primitive's layout.
+// Builds the primitive; `b_const` (may be null; input 1 of the node) is reordered into the
+// primitive's layout.
 std::shared_ptr<MatMulState> make_matmul(
     const Node& node, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
     const dnnl::memory::desc& out, const dnnl::memory::desc* bias, const Tensor* b_const,
@@ -150,11 +151,7 @@ std::shared_ptr<MatMulState> make_matmul(
     st->b = pd.weights_desc();
     st->scratch = pd.scratchpad_desc();
     if (b_const) {
-      st->packed_b = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st->b.get_size())});
-      dnnl::memory src = dnnl_adapter::wrap(b, b_const->raw());
-      dnnl::memory dst = dnnl_adapter::wrap(st->b, st->packed_b.raw());
-      dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
-      dnnl_adapter::stream().wait();
+      st->packed_b = dnnl_adapter::pack_constant(ctx, 1, *b_const, b, st->b);
     } else {
       st->b = b;
     }

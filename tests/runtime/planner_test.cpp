@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <set>
 
 #include "loaders/loader.hpp"
 #include "model_builder.hpp"
 #include "runtime/compiled_graph.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/graph_runner.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/plan.hpp"
 
@@ -128,6 +131,118 @@ TEST(Passes, ConvAddReluFuseIntoOneConvWithTheSameResult) {
     for (int64_t i = 0; i < a[k].tensor().numel(); ++i)
       ASSERT_NEAR(a[k].tensor().data<float>()[i], c[k].tensor().data<float>()[i], 1e-5f)
           << "output " << k << " element " << i;
+}
+
+// Weights that oneDNN kernels reorder into their own layouts are held once: the plan keeps the
+// kernels' copies and drops the model's, unless another step reads the weight itself.
+TEST(Planner, WeightsThatKernelsKeepCopiesOfAreReleased) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = u(rng);
+    return v;
+  };
+  ModelBuilder b;
+  b.input("x", 1, {-1, 16})
+      .input("img", 1, {-1, 2, 5, 5})
+      .output("y", 1, {-1, 8})
+      .output("g", 1, {-1, 4})
+      .output("c", 1, {-1, 3, 5, 5})
+      .output("shared", 1, {-1, 8})
+      .input("z", 1, {16, 8})
+      .output("zs", 1, {16, 8})
+      .initializer("W", {16, 8}, random(128))
+      .initializer("Wt", {4, 16}, random(64))  // Gemm's B, transposed
+      .initializer("K", {3, 2, 3, 3}, random(54))
+      .initializer("S", {16, 8}, random(128));
+  b.node("MatMul", {"x", "W"}, {"y"});
+  b.node("Gemm", {"x", "Wt"}, {"g"}, [](auto& n) { ModelBuilder::set_int(n, "transB", 1); });
+  b.node("Conv", {"img", "K"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  // S is also read whole by an Add at run time: it stays. (A node of constants only would be
+  // folded at plan time, and not count.)
+  b.node("MatMul", {"x", "S"}, {"shared"}).node("Add", {"z", "S"}, {"zs"});
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  const Graph original = m.graph;
+  CompiledGraph cg = compile_graph(std::make_shared<const Graph>(m.graph), "test", "cpu");
+  PlanInputs in;
+  in.types.resize(cg.names.size());
+  in.fed.assign(cg.names.size(), 0);
+  in.types[cg.id("x")] = TypeShape{ValueInfo::Kind::Tensor, DType::Float, {3, 16}, true};
+  in.types[cg.id("img")] = TypeShape{ValueInfo::Kind::Tensor, DType::Float, {2, 2, 5, 5}, true};
+  in.types[cg.id("z")] = TypeShape{ValueInfo::Kind::Tensor, DType::Float, {16, 8}, true};
+  in.fed[cg.id("x")] = in.fed[cg.id("img")] = in.fed[cg.id("z")] = 1;
+  auto plan = build_plan(cg, in, 1);
+
+  std::set<std::string> released;
+  for (const auto& [id, restore] : plan->released) {
+    released.insert(cg.names[id]);
+    const Tensor& held = plan->constants[id].tensor();
+    EXPECT_EQ(held.raw(), nullptr) << cg.names[id] << ": the plan still holds its data";
+    EXPECT_EQ(held.shape(), original.initializers.at(cg.names[id]).shape());
+    // The way back rebuilds the weight bit for bit.
+    const Tensor back = restore();
+    const Tensor& want = original.initializers.at(cg.names[id]);
+    ASSERT_EQ(back.shape(), want.shape());
+    EXPECT_EQ(std::memcmp(back.raw(), want.raw(), want.nbytes()), 0) << cg.names[id];
+  }
+  EXPECT_EQ(released, (std::set<std::string>{"W", "Wt", "K"}));
+
+  // The plan runs without the dropped data (a kernel reading it would fault on its null
+  // pointer) and computes what an unoptimized session computes.
+  Tensor x = Tensor::empty(DType::Float, {3, 16}), img = Tensor::empty(DType::Float, {2, 2, 5, 5}),
+         z = Tensor::empty(DType::Float, {16, 8});
+  for (Tensor* t : {&x, &img, &z})
+    for (int64_t i = 0; i < t->numel(); ++i) t->data<float>()[i] = u(rng);
+  Value xv = x, iv = img, zv = z;
+  std::vector<const Value*> fed(cg.names.size(), nullptr);
+  fed[cg.id("x")] = &xv;
+  fed[cg.id("img")] = &iv;
+  fed[cg.id("z")] = &zv;
+  const auto got = execute_plan(*plan, fed);
+  Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  const auto want = reference.run({{"x", x}, {"img", img}, {"z", z}});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size(); ++k)
+    for (int64_t i = 0; i < want[k].tensor().numel(); ++i)
+      ASSERT_NEAR(got[k].tensor().data<float>()[i], want[k].tensor().data<float>()[i], 1e-4f)
+          << "output " << k << " element " << i;
+}
+
+// A session's runner drops released weights from its graph too, and rebuilds them when a new
+// input shape needs another plan; every plan computes the same as before.
+TEST(GraphRunner, ReleasedWeightsLeaveTheGraphAndComeBackForTheNextPlan) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(64 * 32);
+  for (auto& e : w) e = u(rng);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 64}).output("y", 1, {-1, 32}).initializer("W", {64, 32}, w);
+  b.node("MatMul", {"x", "W"}, {"y"});
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  auto graph = std::make_shared<Graph>(m.graph);
+  auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 4);
+  for (int64_t batch : {2, 5, 2, 7}) {
+    Tensor x = Tensor::empty(DType::Float, {batch, 64});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    Value xv = x;
+    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
+    fed[runner->compiled().id("x")] = &xv;
+    const Tensor y = runner->run(fed)[0].tensor();
+    EXPECT_EQ(graph->initializers.count("W"), 0u) << "batch " << batch;
+    for (int64_t r = 0; r < batch; ++r)
+      for (int64_t c = 0; c < 32; ++c) {
+        double want = 0;
+        for (int64_t k = 0; k < 64; ++k)
+          want += double(x.data<float>()[r * 64 + k]) * w[static_cast<size_t>(k * 32 + c)];
+        ASSERT_NEAR(y.data<float>()[r * 32 + c], want, 1e-4) << "batch " << batch;
+      }
+  }
+  EXPECT_EQ(runner->cached_plans(), 3u);
 }
 
 }  // namespace

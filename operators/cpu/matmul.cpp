@@ -7,6 +7,7 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
+#include "operators/common/matmul_shapes.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -14,56 +15,14 @@
 namespace volt {
 namespace {
 
-// The shapes of one batched product, after numpy's 1-D promotion and batch broadcasting.
-struct MatMulShapes {
-  Shape a, b, out;  // rank-equalized operand shapes [..., M, K], [..., K, N], [..., M, N]
-  Shape result;     // the ONNX output shape (1-D operands' axes dropped)
-  int64_t m = 0, k = 0, n = 0;
-};
-
-MatMulShapes matmul_shapes(Shape a, Shape b, const Node& node) {
-  VOLT_CHECK(!a.empty() && !b.empty(), InvalidArgument,
-             node.describe() + ": MatMul operands must have rank >= 1");
-  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
-  if (a_vec) a.insert(a.begin(), 1);
-  if (b_vec) b.push_back(1);
-  VOLT_CHECK(a.back() == b[b.size() - 2], InvalidArgument,
-             node.describe() + ": shapes " + shape_str(a) + " and " + shape_str(b) +
-                 " do not multiply (K differs)");
-  MatMulShapes s;
-  s.m = a[a.size() - 2];
-  s.k = a.back();
-  s.n = b.back();
-  const Shape batch =
-      broadcast_shapes({Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)}, node);
-  while (a.size() < batch.size() + 2) a.insert(a.begin(), 1);
-  while (b.size() < batch.size() + 2) b.insert(b.begin(), 1);
-  s.a = a;
-  s.b = b;
-  s.out = batch;
-  s.out.push_back(s.m);
-  s.out.push_back(s.n);
-  s.result = batch;
-  if (!a_vec) s.result.push_back(s.m);
-  if (!b_vec) s.result.push_back(s.n);
-  return s;
-}
-
 template <class T>
 void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
   using C = typename Compute<T>::type;
-  const Shape batch(s.out.begin(), s.out.end() - 2);
-  const int64_t batches = numel_of(batch);
-  const auto sa = broadcast_strides(Shape(s.a.begin(), s.a.end() - 2), batch);
-  const auto sb = broadcast_strides(Shape(s.b.begin(), s.b.end() - 2), batch);
-#pragma omp parallel for if (batches * s.m * s.n * s.k > 1 << 20)
-  for (int64_t bi = 0; bi < batches; ++bi) {
-    int64_t rem = bi, oa = 0, ob = 0;
-    for (size_t d = batch.size(); d-- > 0;) {
-      oa += (rem % batch[d]) * sa[d];
-      ob += (rem % batch[d]) * sb[d];
-      rem /= batch[d];
-    }
+  const MatMulBatches batches(s);
+#pragma omp parallel for if (batches.count() * s.m * s.n * s.k > 1 << 20)
+  for (int64_t bi = 0; bi < batches.count(); ++bi) {
+    int64_t oa, ob;
+    batches.operands(bi, oa, ob);
     const T* pa = a + oa * s.m * s.k;
     const T* pb = b + ob * s.k * s.n;
     T* po = out + bi * s.m * s.n;

@@ -142,6 +142,7 @@ class LayerNorm final : public Kernel {
 // y = x_hat (MeanVarianceNormalization).
 void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced, double epsilon,
                     const Tensor* scale, const Tensor* bias, const RunContext& ctx) {
+  if (x.numel() == 0) return;  // nothing to write (and no slice to divide by)
   const Shape& s = x.shape();
   const auto st = strides_of(s);
   std::vector<int64_t> base{0}, inner{0};

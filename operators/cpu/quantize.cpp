@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/matmul_shapes.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/cpu/conv_reference.hpp"
@@ -153,32 +154,37 @@ class DynamicQuantizeLinear final : public Kernel {
   }
 };
 
-// (A - a_zp) x (B - b_zp) in int64, 2-D or batched; a_zp per row or scalar, b_zp per column or
-// scalar.
+// A quantization parameter read per tensor (one value) or per row / column (`n` values): any
+// other size would be read past.
+void check_per_tensor_or(const InferContext& ctx, size_t input, int64_t n, const char* what) {
+  if (!ctx.has_input(input)) return;
+  const int64_t got = numel_of(ctx.shape(input));
+  if (got != 1 && got != n)
+    ctx.input_error(std::string(what) + " has " + std::to_string(got) + " values, expected 1" +
+                    (n != 1 ? " or " + std::to_string(n) : std::string()));
+}
+
+// (A - a_zp) x (B - b_zp) in int64 over numpy matmul's shapes (1-D operands, broadcast batch
+// axes); a_zp per row or scalar, b_zp per column or scalar (sizes checked at plan time).
 std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tensor* azp,
-                                    const Tensor* bzp, Shape& out, const Node& node) {
-  VOLT_CHECK(a.rank() >= 2 && b.rank() >= 2, InvalidArgument,
-             node.describe() + ": operands must be at least 2-D");
-  const int64_t m = a.dim(a.rank() - 2), k = a.dim(a.rank() - 1), n = b.dim(b.rank() - 1);
-  VOLT_CHECK(b.dim(b.rank() - 2) == k, InvalidArgument,
-             node.describe() + ": shapes " + shape_str(a.shape()) + " and " + shape_str(b.shape()) +
-                 " do not multiply");
-  const int64_t ba = a.numel() / (m * k), bb = b.numel() / (k * n), batches = std::max(ba, bb);
-  out = a.rank() >= b.rank() ? a.shape() : b.shape();
-  out[out.size() - 2] = m;
-  out[out.size() - 1] = n;
-  std::vector<int64_t> y(static_cast<size_t>(batches * m * n), 0);
-  for (int64_t bi = 0; bi < batches; ++bi)
+                                    const Tensor* bzp, const MatMulShapes& s) {
+  const MatMulBatches batches(s);
+  const int64_t m = s.m, k = s.k, n = s.n;
+  std::vector<int64_t> y(static_cast<size_t>(batches.count() * m * n), 0);
+  for (int64_t bi = 0; bi < batches.count(); ++bi) {
+    int64_t ia, ib;
+    batches.operands(bi, ia, ib);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
         int64_t acc = 0;
         const double za = azp ? value_at(*azp, azp->numel() > 1 ? i : 0) : 0,
                      zb = bzp ? value_at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += static_cast<int64_t>(value_at(a, (bi % ba) * m * k + i * k + p) - za) *
-                 static_cast<int64_t>(value_at(b, (bi % bb) * k * n + p * n + j) - zb);
-        y[(bi * m + i) * n + j] = acc;
+          acc += static_cast<int64_t>(value_at(a, (ia * m + i) * k + p) - za) *
+                 static_cast<int64_t>(value_at(b, (ib * k + p) * n + j) - zb);
+        y[static_cast<size_t>((bi * m + i) * n + j)] = acc;
       }
+  }
   return y;
 }
 
@@ -186,17 +192,15 @@ class MatMulInteger final : public Kernel {
  public:
   explicit MatMulInteger(const Node&) {}
   void infer(InferContext& ctx) const override {
-    VOLT_CHECK(ctx.shape(0).size() >= 2 && ctx.shape(1).size() >= 2, InvalidArgument,
-               ctx.node().describe() + ": operands must be at least 2-D");
-    Shape out = ctx.shape(0).size() >= ctx.shape(1).size() ? ctx.shape(0) : ctx.shape(1);
-    out[out.size() - 2] = ctx.shape(0)[ctx.shape(0).size() - 2];
-    out.back() = ctx.shape(1).back();
-    ctx.set_output(0, DType::Int32, out);
+    const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node());
+    check_per_tensor_or(ctx, 2, s.m, "a_zero_point");
+    check_per_tensor_or(ctx, 3, s.n, "b_zero_point");
+    ctx.set_output(0, DType::Int32, s.result);
   }
   void run(RunContext& ctx) const override {
-    Shape out;
+    const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
     auto y = integer_matmul(ctx.input(0), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr,
-                            ctx.has_input(3) ? &ctx.input(3) : nullptr, out, ctx.node());
+                            ctx.has_input(3) ? &ctx.input(3) : nullptr, s);
     int32_t* p = ctx.output(0).data<int32_t>();
     for (size_t i = 0; i < y.size(); ++i) p[i] = static_cast<int32_t>(y[i]);
   }
@@ -206,27 +210,26 @@ class QLinearMatMul final : public Kernel {
  public:
   explicit QLinearMatMul(const Node&) {}
   void infer(InferContext& ctx) const override {
-    if (ctx.shape(0).size() < 2 || ctx.shape(3).size() < 2)
-      fail(ErrorCode::NotImplemented,
-           ctx.node().describe() + ": inputs of rank < 2 are not supported, got " +
-               shape_str(ctx.shape(0)) + " and " + shape_str(ctx.shape(3)));
-    Shape out = ctx.shape(0).size() >= ctx.shape(3).size() ? ctx.shape(0) : ctx.shape(3);
-    out[out.size() - 2] = ctx.shape(0)[ctx.shape(0).size() - 2];
-    out.back() = ctx.shape(3).back();
-    ctx.set_output(0, ctx.dtype(7), out);
+    const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(3), ctx.node());
+    check_per_tensor_or(ctx, 1, s.m, "a_scale");
+    check_per_tensor_or(ctx, 2, s.m, "a_zero_point");
+    check_per_tensor_or(ctx, 4, s.n, "b_scale");
+    check_per_tensor_or(ctx, 5, s.n, "b_zero_point");
+    check_per_tensor_or(ctx, 6, 1, "y_scale");
+    check_per_tensor_or(ctx, 7, 1, "y_zero_point");
+    ctx.set_output(0, ctx.dtype(7), s.result);
   }
   void run(RunContext& ctx) const override {
-    Shape out;
-    auto acc =
-        integer_matmul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), out, ctx.node());
+    const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(3).shape(), ctx.node());
+    auto acc = integer_matmul(ctx.input(0), ctx.input(3), &ctx.input(2), &ctx.input(5), s);
     const Tensor &as = ctx.input(1), &bs = ctx.input(4), &ys = ctx.input(6), &yzp = ctx.input(7);
     Tensor& y = ctx.output(0);
-    const int64_t n = out.back();
-    for (size_t i = 0; i < acc.size(); ++i) {
-      const int64_t j = static_cast<int64_t>(i) % n;
-      const double s = value_at(as, 0) * value_at(bs, bs.numel() > 1 ? j : 0) / value_at(ys, 0);
-      store(y, static_cast<int64_t>(i),
-            saturate(static_cast<double>(acc[i]) * s + value_at(yzp, 0), y.dtype()));
+    for (size_t e = 0; e < acc.size(); ++e) {
+      const int64_t j = static_cast<int64_t>(e) % s.n, i = static_cast<int64_t>(e) / s.n % s.m;
+      const double scale = value_at(as, as.numel() > 1 ? i : 0) *
+                           value_at(bs, bs.numel() > 1 ? j : 0) / value_at(ys, 0);
+      store(y, static_cast<int64_t>(e),
+            saturate(static_cast<double>(acc[e]) * scale + value_at(yzp, 0), y.dtype()));
     }
   }
 };
@@ -243,11 +246,7 @@ class IntegerConv final : public Kernel {
     // channel (M values); the bias has M. Anything else would be read past.
     const int64_t m = ctx.shape(wi)[0];
     auto expect = [&](size_t i, bool per_channel_ok, const char* what) {
-      if (!ctx.has_input(i)) return;
-      const int64_t n = numel_of(ctx.shape(i));
-      if (n == 1 || (per_channel_ok && n == m)) return;
-      ctx.input_error(std::string(what) + " has " + std::to_string(n) + " values, expected 1" +
-                      (per_channel_ok ? " or " + std::to_string(m) : std::string()));
+      check_per_tensor_or(ctx, i, per_channel_ok ? m : 1, what);
     };
     if (qlinear_) {
       expect(1, false, "x_scale");

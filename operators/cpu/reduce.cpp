@@ -8,14 +8,13 @@
 #include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/parallel.hpp"
+#include "operators/common/reduction.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
-
-enum class Reduction { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
 
 // y[i] = (Σ_r x[r * n + i]) / divisor for i in [0, n), summed in double in the order of r.
 VOLT_SIMD_CLONES void sum_rows_f32(const float* x, int64_t rows, int64_t n, double divisor,
@@ -24,33 +23,6 @@ VOLT_SIMD_CLONES void sum_rows_f32(const float* x, int64_t rows, int64_t n, doub
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(x[r * n + i]);
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(acc[i] / divisor);
-}
-
-// Which axes are reduced, and the shapes either side.
-struct ReducePlan {
-  std::vector<char> reduced;  // per input axis
-  Shape out;                  // with or without kept dims
-  bool identity = false;      // noop_with_empty_axes and no axes
-};
-
-ReducePlan plan_reduce(const Shape& in, std::vector<int64_t> axes, bool keepdims, bool noop_empty,
-                       const Node& node) {
-  ReducePlan p;
-  const int64_t rank = static_cast<int64_t>(in.size());
-  p.reduced.assign(in.size(), axes.empty() ? 1 : 0);
-  if (axes.empty() && noop_empty) {
-    p.identity = true;
-    p.out = in;
-    return p;
-  }
-  for (int64_t a : axes) p.reduced[normalize_axis(a, rank, node)] = 1;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!p.reduced[i])
-      p.out.push_back(in[i]);
-    else if (keepdims)
-      p.out.push_back(1);
-  }
-  return p;
 }
 
 // Offsets of every output element's first input element, and of every reduced position
@@ -72,27 +44,24 @@ void reduce_offsets(const Shape& in, const std::vector<char>& reduced, std::vect
 
 class Reduce final : public Kernel {
  public:
-  Reduce(const Node& n, Reduction r, int axes_input_since)
-      : r_(r),
-        keepdims_(n.attr_int("keepdims", 1) != 0),
-        noop_(n.attr_int("noop_with_empty_axes", 0) != 0),
-        axes_from_input_(n.opset >= axes_input_since),
-        attr_axes_(n.attr_ints("axes")) {}
+  Reduce(const Node& n, Reduction r, int axes_input_since) : r_(r), attrs_(n, axes_input_since) {}
 
   void infer(InferContext& ctx) const override {
     std::vector<int64_t> axes;
-    if (!axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1), ctx.node(),
-                 axes))
+    if (!attrs_.axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1),
+                        ctx.node(), axes))
       return ctx.set_output_unknown(0, ctx.dtype(0));
-    const ReducePlan p = plan_reduce(ctx.shape(0), axes, keepdims_, noop_, ctx.node());
+    const ReducePlan p =
+        plan_reduce(ctx.shape(0), axes, attrs_.keepdims, attrs_.noop_with_empty_axes, ctx.node());
     ctx.set_output(0, ctx.dtype(0), p.out);
   }
 
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     std::vector<int64_t> axes;
-    axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(), axes);
-    const ReducePlan p = plan_reduce(x.shape(), axes, keepdims_, noop_, ctx.node());
+    attrs_.axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(), axes);
+    const ReducePlan p =
+        plan_reduce(x.shape(), axes, attrs_.keepdims, attrs_.noop_with_empty_axes, ctx.node());
     Tensor& y = ctx.output(0);
     if (p.identity) {
       std::memcpy(y.raw(), x.raw(), x.nbytes());
@@ -227,20 +196,8 @@ class Reduce final : public Kernel {
     }
   }
 
-  bool axes_of(const Tensor* t, bool given, const Node& node, std::vector<int64_t>& axes) const {
-    if (!axes_from_input_) {
-      axes = attr_axes_;
-      return true;
-    }
-    if (!given) return true;
-    if (!t) return false;
-    axes = to_int64_vector(*t, node, "axes");
-    return true;
-  }
-
   Reduction r_;
-  bool keepdims_, noop_, axes_from_input_;
-  std::vector<int64_t> attr_axes_;
+  ReduceAttributes attrs_;
 };
 
 class ArgReduce final : public Kernel {
@@ -291,24 +248,19 @@ class ArgReduce final : public Kernel {
   bool keepdims_, last_;
 };
 
-KernelDef reduce(const char* op, Reduction r, int axes_input_since = 18) {
-  return {.op = op, .types = kNumericTypes, .create = [=](const Node& n) {
-            return std::make_unique<Reduce>(n, r, axes_input_since);
-          }};
-}
+// One kernel per entry of kReduceOps, named after its op.
+struct RegisterReductions {
+  RegisterReductions() {
+    for (const ReduceOpInfo& r : kReduceOps)
+      KernelRegistry::instance().add(
+          {.name = r.op, .op = r.op, .types = kNumericTypes, .create = [r](const Node& n) {
+             return std::make_unique<Reduce>(n, r.reduction, r.axes_input_since);
+           }});
+  }
+} g_register_reductions;
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(reduce_sum, reduce("ReduceSum", Reduction::Sum, 13));
-VOLT_REGISTER_KERNEL(reduce_mean, reduce("ReduceMean", Reduction::Mean));
-VOLT_REGISTER_KERNEL(reduce_max, reduce("ReduceMax", Reduction::Max));
-VOLT_REGISTER_KERNEL(reduce_min, reduce("ReduceMin", Reduction::Min));
-VOLT_REGISTER_KERNEL(reduce_prod, reduce("ReduceProd", Reduction::Prod));
-VOLT_REGISTER_KERNEL(reduce_sum_square, reduce("ReduceSumSquare", Reduction::SumSquare));
-VOLT_REGISTER_KERNEL(reduce_l1, reduce("ReduceL1", Reduction::L1));
-VOLT_REGISTER_KERNEL(reduce_l2, reduce("ReduceL2", Reduction::L2));
-VOLT_REGISTER_KERNEL(reduce_log_sum, reduce("ReduceLogSum", Reduction::LogSum));
-VOLT_REGISTER_KERNEL(reduce_log_sum_exp, reduce("ReduceLogSumExp", Reduction::LogSumExp));
 VOLT_REGISTER_KERNEL(arg_max, {.op = "ArgMax", .types = kNumericTypes, .create = [](const Node& n) {
                                  return std::make_unique<ArgReduce>(n, true);
                                }});

@@ -4,6 +4,7 @@
 #include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/slice_window.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -50,83 +51,23 @@ void strided_copy(const Tensor& in, Tensor& out, const std::vector<int64_t>& sta
 
 class Slice final : public Kernel {
  public:
-  explicit Slice(const Node& n) : legacy_(n.opset < 10) {
-    if (legacy_) {
-      starts_ = n.attr_ints("starts");
-      ends_ = n.attr_ints("ends");
-      axes_ = n.attr_ints("axes");
-    }
-  }
-  struct Window {
-    std::vector<int64_t> start, step;
-    Shape out;
-  };
+  explicit Slice(const Node& n) : params_(n) {}
   void infer(InferContext& ctx) const override {
-    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
-    if (!legacy_) {
-      bool g1, g2, g3, g4;
-      if (!optional_ints(ctx, 1, starts, g1) || !optional_ints(ctx, 2, ends, g2) ||
-          !optional_ints(ctx, 3, axes, g3) || !optional_ints(ctx, 4, steps, g4))
-        return ctx.set_output_unknown(0, ctx.dtype(0));
-    }
-    ctx.set_output(0, ctx.dtype(0),
-                   window(ctx.shape(0), starts, ends, axes, steps, ctx.node()).out);
+    const auto w = params_.window(ctx);
+    if (!w) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), w->out);
   }
   void run(RunContext& ctx) const override {
-    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
-    if (!legacy_) {
-      starts = to_int64_vector(ctx.input(1), ctx.node(), "starts");
-      ends = to_int64_vector(ctx.input(2), ctx.node(), "ends");
-      if (ctx.has_input(3)) axes = to_int64_vector(ctx.input(3), ctx.node(), "axes");
-      if (ctx.has_input(4)) steps = to_int64_vector(ctx.input(4), ctx.node(), "steps");
-    }
     const Tensor& in = ctx.input(0);
-    const Window w = window(in.shape(), starts, ends, axes, steps, ctx.node());
+    const SliceWindow w = params_.window(ctx);
     Tensor& out = ctx.output(0);
     dispatch_any(in.dtype(), [&](auto tag) {
       strided_copy<typename decltype(tag)::type>(in, out, w.start, w.step);
     });
   }
 
- public:
-  static Window window(const Shape& in, const std::vector<int64_t>& starts,
-                       const std::vector<int64_t>& ends, std::vector<int64_t> axes,
-                       const std::vector<int64_t>& steps, const Node& node) {
-    const int64_t r = static_cast<int64_t>(in.size());
-    VOLT_CHECK(starts.size() == ends.size(), InvalidArgument,
-               node.describe() + ": starts and ends differ in length");
-    if (axes.empty())
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-    VOLT_CHECK(
-        axes.size() == starts.size() && (steps.empty() || steps.size() == starts.size()),
-        InvalidArgument,
-        node.describe() + ": starts, ends, axes and steps must have one value per sliced axis");
-    Window w{std::vector<int64_t>(in.size(), 0), std::vector<int64_t>(in.size(), 1), in};
-    for (size_t i = 0; i < axes.size(); ++i) {
-      const int64_t a = normalize_axis(axes[i], r, node);
-      const int64_t dim = in[a], step = steps.empty() ? 1 : steps[i];
-      VOLT_CHECK(step != 0, InvalidArgument, node.describe() + ": slice step cannot be 0");
-      int64_t s = starts[i], e = ends[i];
-      if (s < 0) s += dim;
-      if (e < 0) e += dim;
-      if (step > 0) {
-        s = std::clamp<int64_t>(s, 0, dim);
-        e = std::clamp<int64_t>(e, 0, dim);
-        w.out[a] = e > s ? (e - s + step - 1) / step : 0;
-      } else {
-        s = std::clamp<int64_t>(s, -1, dim - 1);
-        e = std::clamp<int64_t>(e, -1, dim - 1);
-        w.out[a] = s > e ? (s - e - step - 1) / (-step) : 0;
-      }
-      w.start[a] = s;
-      w.step[a] = step;
-    }
-    return w;
-  }
-
  private:
-  bool legacy_;
-  std::vector<int64_t> starts_, ends_, axes_;
+  SliceParameters params_;
 };
 
 // The gradient of Slice: dy scattered back into zeros shaped like the input. Inputs: dy, the
@@ -152,7 +93,7 @@ class SliceGrad final : public Kernel {
       if (ctx.has_input(4)) axes = to_int64_vector(ctx.input(4), ctx.node(), "axes");
       if (ctx.has_input(5)) steps = to_int64_vector(ctx.input(5), ctx.node(), "steps");
     }
-    const Slice::Window w = Slice::window(in, starts, ends, axes, steps, ctx.node());
+    const SliceWindow w = slice_window(in, starts, ends, axes, steps, ctx.node());
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     const auto st = strides_of(in);

@@ -15,6 +15,7 @@ struct Broadcast {
   int64_t dims[kMaxRank] = {};
   int64_t a_strides[kMaxRank] = {};
   int64_t b_strides[kMaxRank] = {};
+  int64_t c_strides[kMaxRank] = {};  // Where's condition
 };
 
 enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Pow, Max, Min, AssignB };
@@ -43,6 +44,10 @@ enum class UnaryOp : uint8_t {
 void launch_unary(UnaryOp op, Elem t, void* out, const void* x, int64_t n, float alpha, float beta,
                   void* stream);
 
+// Where: out = cond ? a : b, each read through its strides in `shape` (c_strides: cond's).
+void launch_where(Elem t, void* out, const bool* cond, const void* a, const void* b, int64_t n,
+                  const Broadcast& shape, void* stream);
+
 void launch_cast(Elem to, void* out, Elem from, const void* x, int64_t n, void* stream);
 
 // Softmax (or LogSoftmax) over the last axis of [rows, cols], accumulated in fp32.
@@ -63,5 +68,17 @@ void launch_permute(int element_bytes, void* out, const void* x, int64_t n, int 
 // (`index` already checked and made non-negative, on the device).
 void launch_gather(int element_bytes, void* out, const void* data, const int64_t* index,
                    int64_t outer, int64_t axis_size, int64_t count, int64_t inner, void* stream);
+
+// Reductions: one output per kept index, over every reduced index, accumulated in fp32. An
+// empty reduction gives what the CPU kernels give: 0 for sums and means, 1 for products, -inf
+// for Max, LogSum and LogSumExp, +inf for Min.
+enum class ReduceOp : uint8_t { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+struct ReduceGeometry {
+  int kept_rank = 0, reduced_rank = 0;
+  int64_t kept_dims[kMaxRank] = {}, kept_strides[kMaxRank] = {};  // strides of x, in elements
+  int64_t reduced_dims[kMaxRank] = {}, reduced_strides[kMaxRank] = {};
+};
+void launch_reduce(ReduceOp op, Elem t, void* out, const void* x, int64_t n_out, int64_t n_reduced,
+                   const ReduceGeometry& g, void* stream);
 
 }  // namespace volt::cuda

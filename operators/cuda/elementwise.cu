@@ -5,33 +5,10 @@
 #include <cmath>
 
 #include "operators/cuda/device_kernels.hpp"
+#include "operators/cuda/device_math.cuh"
 
 namespace volt::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-
-inline int blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<int>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
-}
-
-template <class T>
-__device__ inline float load(const T* p, int64_t i) {
-  return static_cast<float>(p[i]);
-}
-template <>
-__device__ inline float load<__half>(const __half* p, int64_t i) {
-  return __half2float(p[i]);
-}
-template <class T>
-__device__ inline void store(T* p, int64_t i, float v) {
-  p[i] = static_cast<T>(v);
-}
-template <>
-__device__ inline void store<__half>(__half* p, int64_t i, float v) {
-  p[i] = __float2half_rn(v);
-}
 
 __device__ inline float binary(BinaryOp op, float a, float b) {
   switch (op) {
@@ -67,6 +44,23 @@ __global__ void binary_kernel(BinaryOp op, T* out, const T* a, const T* b, int64
       ib += c * s.b_strides[d];
     }
     store(out, i, binary(op, load(a, ia), load(b, ib)));
+  }
+}
+
+template <class T>
+__global__ void where_kernel(T* out, const bool* c, const T* a, const T* b, int64_t n,
+                             Broadcast s) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rest = i, ia = 0, ib = 0, ic = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      const int64_t k = rest % s.dims[d];
+      rest /= s.dims[d];
+      ia += k * s.a_strides[d];
+      ib += k * s.b_strides[d];
+      ic += k * s.c_strides[d];
+    }
+    out[i] = c[ic] ? a[ia] : b[ib];
   }
 }
 
@@ -221,6 +215,20 @@ void launch_binary(BinaryOp op, Elem t, void* out, const void* a, const void* b,
     binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, static_cast<__half*>(out),
                                                      static_cast<const __half*>(a),
                                                      static_cast<const __half*>(b), n, shape);
+}
+
+void launch_where(Elem t, void* out, const bool* cond, const void* a, const void* b, int64_t n,
+                  const Broadcast& shape, void* stream) {
+  if (n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (t == Elem::F32)
+    where_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<float*>(out), cond,
+                                                    static_cast<const float*>(a),
+                                                    static_cast<const float*>(b), n, shape);
+  else
+    where_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<__half*>(out), cond,
+                                                    static_cast<const __half*>(a),
+                                                    static_cast<const __half*>(b), n, shape);
 }
 
 void launch_unary(UnaryOp op, Elem t, void* out, const void* x, int64_t n, float alpha, float beta,

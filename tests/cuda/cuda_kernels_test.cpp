@@ -217,6 +217,57 @@ TEST(Cuda, GatherLooksUpRowsAndRefusesIndicesOutOfRange) {
                Error);
 }
 
+TEST(Cuda, ReductionsOverAnyAxesMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  // Non-adjacent axes, kept or dropped dims, and all axes (no axes input). Inputs in [0.5, 1.5]
+  // keep LogSum's argument positive and Prod's 105 factors finite. fp32 sums in another order:
+  // 1e-4 of the largest output.
+  const Tensor x = random_tensor({3, 5, 7, 2}, 21, 0.5f, 1.5f);
+  for (const char* op :
+       {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
+        "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"})
+    for (int keepdims : {0, 1})
+      for (bool all_axes : {false, true}) {
+        ModelBuilder m(18, 10);
+        m.input("x", 1, {3, 5, 7, 2}).output_any("y", 1);
+        std::vector<std::string> ins = {"x"};
+        if (!all_axes) {
+          m.initializer_i64("axes", {2}, {1, -1});
+          ins.push_back("axes");
+        }
+        m.node(op, ins, {"y"}, [&](auto& n) { ModelBuilder::set_int(n, "keepdims", keepdims); });
+        SCOPED_TRACE(std::string(op) + (keepdims ? " keepdims" : "") + (all_axes ? " all" : ""));
+        expect_same_on_cuda(m.bytes(), {{"x", x}}, 1e-4f);
+      }
+}
+
+TEST(Cuda, WhereExpandAndSliceMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  Tensor cond = Tensor::empty(DType::Bool, {1, 6});
+  for (int64_t i = 0; i < 6; ++i) cond.data<bool>()[i] = i % 3 != 1;
+  ModelBuilder where(17);
+  where.input("c", 9, {1, 6}).input("a", 1, {5, 6}).input("b", 1, {5, 1}).output_any("y", 1);
+  where.node("Where", {"c", "a", "b"}, {"y"});
+  expect_same_on_cuda(
+      where.bytes(),
+      {{"c", cond}, {"a", random_tensor({5, 6}, 31)}, {"b", random_tensor({5, 1}, 32)}}, 0.f);
+
+  ModelBuilder expand(17);
+  expand.input("x", 1, {3, 1}).output_any("y", 1).initializer_i64("shape", {3}, {2, 1, 4});
+  expand.node("Expand", {"x", "shape"}, {"y"});
+  expect_same_on_cuda(expand.bytes(), {{"x", random_tensor({3, 1}, 33)}}, 0.f);
+
+  // Negative step on one axis, a clamped end on another, an untouched middle axis.
+  ModelBuilder slice(17);
+  slice.input("x", 1, {4, 5, 9}).output_any("y", 1);
+  slice.initializer_i64("starts", {2}, {-1, 1})
+      .initializer_i64("ends", {2}, {-100, 1000})
+      .initializer_i64("axes", {2}, {2, 0})
+      .initializer_i64("steps", {2}, {-2, 2});
+  slice.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"});
+  expect_same_on_cuda(slice.bytes(), {{"x", random_tensor({4, 5, 9}, 34)}}, 0.f);
+}
+
 TEST(Cuda, OpsWithoutCudaKernelsFallBackToTheHost) {
   SKIP_WITHOUT_CUDA();
   ModelBuilder m(17);

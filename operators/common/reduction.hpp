@@ -1,0 +1,46 @@
+// What the Reduce* ops share across devices: which reduction, which axes (an attribute before
+// the opset where they became input 1), and the output shape.
+#pragma once
+#include <vector>
+
+#include "operators/kernel.hpp"
+
+namespace volt {
+
+enum class Reduction { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
+
+// The Reduce ops, each with the opset from which its axes are input 1 rather than an attribute.
+struct ReduceOpInfo {
+  const char* op;
+  Reduction reduction;
+  int axes_input_since;
+};
+inline constexpr ReduceOpInfo kReduceOps[] = {
+    {"ReduceSum", Reduction::Sum, 13},       {"ReduceMean", Reduction::Mean, 18},
+    {"ReduceMax", Reduction::Max, 18},       {"ReduceMin", Reduction::Min, 18},
+    {"ReduceProd", Reduction::Prod, 18},     {"ReduceSumSquare", Reduction::SumSquare, 18},
+    {"ReduceL1", Reduction::L1, 18},         {"ReduceL2", Reduction::L2, 18},
+    {"ReduceLogSum", Reduction::LogSum, 18}, {"ReduceLogSumExp", Reduction::LogSumExp, 18}};
+
+// Which axes are reduced, and the shapes either side.
+struct ReducePlan {
+  std::vector<char> reduced;  // per input axis
+  Shape out;                  // with or without kept dims
+  bool identity = false;      // noop_with_empty_axes and no axes
+};
+
+ReducePlan plan_reduce(const Shape& in, std::vector<int64_t> axes, bool keepdims, bool noop_empty,
+                       const Node& node);
+
+// A Reduce node's attributes; axes from the attribute before `axes_input_since` (13 for
+// ReduceSum, 18 for the others), from input 1 after.
+struct ReduceAttributes {
+  ReduceAttributes(const Node& n, int axes_input_since);
+  // The axes: false when they come from input 1 and `t` (its value) is not known yet.
+  bool axes_of(const Tensor* t, bool given, const Node& node, std::vector<int64_t>& axes) const;
+
+  bool keepdims, noop_with_empty_axes, axes_from_input;
+  std::vector<int64_t> attr_axes;
+};
+
+}  // namespace volt

@@ -127,6 +127,10 @@ class ConvTranspose final : public Kernel {
                InvalidModel,
                node.describe() +
                    ": strides, dilations and output_padding need one value per spatial axis");
+    // output_shape names the spatial sizes (or the whole shape: its last r values are read).
+    VOLT_CHECK(output_shape_.empty() || output_shape_.size() >= r, InvalidModel,
+               node.describe() + ": output_shape " + shape_str(output_shape_) + " has fewer than " +
+                   std::to_string(r) + " spatial sizes");
     g.pad_begin.assign(r, 0);
     g.out.resize(r);
     for (size_t i = 0; i < r; ++i) {

@@ -244,8 +244,15 @@ class Conv final : public Kernel {
     if (s.win.kernel != std::vector<int64_t>{3, 3}) return false;
     for (size_t i = 0; i < 2; ++i)
       if (s.win.strides[i] != 1 || s.win.dilations[i] != 1) return false;
-    return true;
+    // Small feature maps: the tiles overhang the output and the weight transform (slow in oneDNN:
+    // ~200 ms for a 512x512 3x3 kernel here) costs more at plan time than it saves. Measured on
+    // ResNet-50: its 7x7 convolutions ran no faster by Winograd (batch 1: 22.6 ms either way,
+    // batch 8: 172 vs 171 ms) while their transforms took 140 ms (batch 1) and 400 ms (batch 8)
+    // of the first run; its 14x14 ones gained 3% (batch 1) and 10% (batch 8).
+    const int64_t pixels = numel_of(Shape(s.out.begin() + 2, s.out.end()));
+    return pixels >= kMinWinogradPixels;
   }
+  static constexpr int64_t kMinWinogradPixels = 100;  // per image: 10x10
 
   WindowAttributes attrs_;
   int64_t group_;

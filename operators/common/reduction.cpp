@@ -24,22 +24,4 @@ ReducePlan plan_reduce(const Shape& in, std::vector<int64_t> axes, bool keepdims
   return p;
 }
 
-ReduceAttributes::ReduceAttributes(const Node& n, int axes_input_since)
-    : keepdims(n.attr_int("keepdims", 1) != 0),
-      noop_with_empty_axes(n.attr_int("noop_with_empty_axes", 0) != 0),
-      axes_from_input(n.opset >= axes_input_since),
-      attr_axes(n.attr_ints("axes")) {}
-
-bool ReduceAttributes::axes_of(const Tensor* t, bool given, const Node& node,
-                               std::vector<int64_t>& axes) const {
-  if (!axes_from_input) {
-    axes = attr_axes;
-    return true;
-  }
-  if (!given) return true;
-  if (!t) return false;
-  axes = to_int64_vector(*t, node, "axes");
-  return true;
-}
-
 }  // namespace volt

@@ -3,6 +3,7 @@
 #pragma once
 #include <vector>
 
+#include "operators/common/axes_input.hpp"
 #include "operators/kernel.hpp"
 
 namespace volt {
@@ -35,12 +36,13 @@ ReducePlan plan_reduce(const Shape& in, std::vector<int64_t> axes, bool keepdims
 // A Reduce node's attributes; axes from the attribute before `axes_input_since` (13 for
 // ReduceSum, 18 for the others), from input 1 after.
 struct ReduceAttributes {
-  ReduceAttributes(const Node& n, int axes_input_since);
-  // The axes: false when they come from input 1 and `t` (its value) is not known yet.
-  bool axes_of(const Tensor* t, bool given, const Node& node, std::vector<int64_t>& axes) const;
+  ReduceAttributes(const Node& n, int axes_input_since)
+      : keepdims(n.attr_int("keepdims", 1) != 0),
+        noop_with_empty_axes(n.attr_int("noop_with_empty_axes", 0) != 0),
+        axes(n, axes_input_since) {}
 
-  bool keepdims, noop_with_empty_axes, axes_from_input;
-  std::vector<int64_t> attr_axes;
+  bool keepdims, noop_with_empty_axes;
+  AxesInput axes;
 };
 
 }  // namespace volt

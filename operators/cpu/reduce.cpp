@@ -48,8 +48,8 @@ class Reduce final : public Kernel {
 
   void infer(InferContext& ctx) const override {
     std::vector<int64_t> axes;
-    if (!attrs_.axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1),
-                        ctx.node(), axes))
+    if (!attrs_.axes.read(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1),
+                          ctx.node(), axes))
       return ctx.set_output_unknown(0, ctx.dtype(0));
     const ReducePlan p =
         plan_reduce(ctx.shape(0), axes, attrs_.keepdims, attrs_.noop_with_empty_axes, ctx.node());
@@ -59,7 +59,8 @@ class Reduce final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     std::vector<int64_t> axes;
-    attrs_.axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(), axes);
+    attrs_.axes.read(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(),
+                     axes);
     const ReducePlan p =
         plan_reduce(x.shape(), axes, attrs_.keepdims, attrs_.noop_with_empty_axes, ctx.node());
     Tensor& y = ctx.output(0);

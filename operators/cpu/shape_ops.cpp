@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "operators/common/axes_input.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/layout.hpp"
@@ -128,38 +129,25 @@ class Flatten final : public ViewKernel {
 // Squeeze and Unsqueeze take axes from an attribute before opset 13 and from input 1 after.
 class Squeeze final : public ViewKernel {
  public:
-  explicit Squeeze(const Node& n)
-      : from_input_(n.opset >= 13),
-        attr_axes_(n.attr_ints("axes")),
-        has_attr_(n.has_attr("axes")) {}
+  explicit Squeeze(const Node& n) : axes_(n, 13), has_attr_(n.has_attr("axes")) {}
   void infer(InferContext& ctx) const override {
     std::vector<int64_t> axes;
-    if (!axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1), axes,
-                 ctx.node()))
+    if (!axes_.read(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1), ctx.node(),
+                    axes))
       return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(0, ctx.dtype(0), squeeze(ctx.shape(0), axes, ctx.node()));
   }
   Shape out_shape(RunContext& ctx) const override {
     std::vector<int64_t> axes;
-    axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), axes, ctx.node());
+    axes_.read(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(), axes);
     return squeeze(ctx.input(0).shape(), axes, ctx.node());
   }
 
  private:
-  bool axes_of(const Tensor* t, bool given, std::vector<int64_t>& axes, const Node& node) const {
-    if (!from_input_) {
-      axes = attr_axes_;
-      return true;
-    }
-    if (!given) return true;
-    if (!t) return false;
-    axes = to_int64_vector(*t, node, "axes");
-    return true;
-  }
   Shape squeeze(const Shape& in, std::vector<int64_t> axes, const Node& node) const {
     const int64_t rank = static_cast<int64_t>(in.size());
     std::vector<char> drop(in.size(), 0);
-    if (axes.empty() && !(has_attr_ && !from_input_)) {
+    if (axes.empty() && !(has_attr_ && !axes_.from_input)) {
       for (size_t i = 0; i < in.size(); ++i) drop[i] = in[i] == 1;
     }
     for (int64_t a : axes) {
@@ -174,8 +162,7 @@ class Squeeze final : public ViewKernel {
       if (!drop[i]) out.push_back(in[i]);
     return out;
   }
-  bool from_input_;
-  std::vector<int64_t> attr_axes_;
+  AxesInput axes_;
   bool has_attr_;
 };
 

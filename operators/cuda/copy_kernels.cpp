@@ -1,5 +1,5 @@
-// Ops that copy elements to new places on the device: Where (a select over three broadcast
-// operands), Expand (a broadcast), Slice (a strided window). Their index inputs — Expand's shape,
+// Ops that copy elements to new places on the device: Expand (a broadcast), Slice (a strided
+// window). Their index inputs — Expand's shape,
 // Slice's starts, ends, axes and steps — are host inputs; the shapes follow the CPU kernels.
 #include "operators/common/shape_util.hpp"
 #include "operators/common/slice_window.hpp"
@@ -12,35 +12,6 @@ void check_rank(const Shape& s, const char* op) {
   if (s.size() > static_cast<size_t>(kMaxRank))
     throw KernelUnsupported{std::string("CUDA ") + op + " takes up to 8 dims"};
 }
-
-class Where final : public Kernel {
- public:
-  explicit Where(const Node&) {}
-  void infer(InferContext& ctx) const override {
-    if (ctx.dtype(0) != DType::Bool) ctx.input_error("condition must be bool");
-    Shape out = broadcast_shapes({ctx.shape(0), ctx.shape(1), ctx.shape(2)}, ctx.node());
-    check_rank(out, "Where");
-    ctx.set_output(0, ctx.dtype(1), std::move(out));
-  }
-  void run(RunContext& ctx) const override {
-    const Tensor &c = ctx.input(0), &a = ctx.input(1), &b = ctx.input(2);
-    Tensor& y = ctx.output(0);
-    Broadcast s;
-    s.rank = static_cast<int>(y.rank());
-    const auto sa = broadcast_strides(a.shape(), y.shape()),
-               sb = broadcast_strides(b.shape(), y.shape()),
-               sc = broadcast_strides(c.shape(), y.shape());
-    for (size_t d = 0; d < y.rank(); ++d) {
-      s.dims[d] = y.dim(d);
-      s.a_strides[d] = sa[d];
-      s.b_strides[d] = sb[d];
-      s.c_strides[d] = sc[d];
-    }
-    launch_where(elem_of(a.dtype(), ctx), y.raw(), c.data<bool>(), a.raw(), b.raw(), y.numel(), s,
-                 ctx.stream());
-    check_launch("where_kernel");
-  }
-};
 
 // out[i] = base[Σ idx_d · strides[d]] over out_shape's multi-index (strides may be 0 or negative).
 void strided_copy(RunContext& ctx, const Tensor& x, const void* base, const Shape& out_shape,
@@ -104,12 +75,6 @@ class Slice final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(cuda_where, {.op = "Where",
-                                  .since = 9,
-                                  .device = "cuda",
-                                  .types = kCudaFloatTypes,
-                                  .type_input = 1,
-                                  .create = make_kernel<Where>});
 VOLT_REGISTER_KERNEL(cuda_expand, cuda_kernel("Expand", 8, make_kernel<Expand>, {1}));
 VOLT_REGISTER_KERNEL(cuda_slice, cuda_kernel("Slice", 1, make_kernel<Slice>, {1, 2, 3, 4}));
 

@@ -1,6 +1,7 @@
-// CUDA kernels of the elementwise family and its neighbours: binary ops with broadcasting, unary
-// activations, Cast between fp32 and fp16, Softmax/LogSoftmax, LayerNormalization, Transpose,
-// Concat. Shapes follow the same rules as the CPU kernels (operators/common/shape_util).
+// CUDA kernels of the elementwise family and its neighbours: binary ops and Where with
+// broadcasting, unary activations, Cast between fp32 and fp16, Softmax/LogSoftmax,
+// LayerNormalization, Transpose, Concat. Shapes follow the same rules as the CPU kernels
+// (operators/common/shape_util).
 #include <cstring>
 
 #include "operators/common/shape_util.hpp"
@@ -9,16 +10,20 @@
 namespace volt::cuda {
 namespace {
 
-Broadcast broadcast_of(const Shape& a, const Shape& b, const Shape& out, const RunContext& ctx) {
+// The strides of `a`, `b` (and Where's condition `c`) broadcast to `out`.
+Broadcast broadcast_of(const Shape& a, const Shape& b, const Shape& out, const RunContext& ctx,
+                       const Shape* c = nullptr) {
   if (out.size() > static_cast<size_t>(kMaxRank))
     ctx.error("has rank " + std::to_string(out.size()) + "; the CUDA kernels take at most 8");
   Broadcast s;
   s.rank = static_cast<int>(out.size());
   const auto sa = broadcast_strides(a, out), sb = broadcast_strides(b, out);
+  const auto sc = c ? broadcast_strides(*c, out) : std::vector<int64_t>(out.size(), 0);
   for (size_t d = 0; d < out.size(); ++d) {
     s.dims[d] = out[d];
     s.a_strides[d] = sa[d];
     s.b_strides[d] = sb[d];
+    s.c_strides[d] = sc[d];
   }
   return s;
 }
@@ -43,6 +48,26 @@ class Binary final : public Kernel {
 
  private:
   BinaryOp op_;
+};
+
+// Where: the binary family's broadcast with a third operand, the condition.
+class Where final : public Kernel {
+ public:
+  explicit Where(const Node&) {}
+  void infer(InferContext& ctx) const override {
+    if (ctx.dtype(0) != DType::Bool) ctx.input_error("condition must be bool");
+    Shape out = broadcast_shapes({ctx.shape(0), ctx.shape(1), ctx.shape(2)}, ctx.node());
+    if (out.size() > static_cast<size_t>(kMaxRank))
+      throw KernelUnsupported{"CUDA elementwise kernels take up to 8 dims"};
+    ctx.set_output(0, ctx.dtype(1), std::move(out));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &c = ctx.input(0), &a = ctx.input(1), &b = ctx.input(2);
+    Tensor& y = ctx.output(0);
+    launch_where(elem_of(a.dtype(), ctx), y.raw(), c.data<bool>(), a.raw(), b.raw(), y.numel(),
+                 broadcast_of(a.shape(), b.shape(), y.shape(), ctx, &c.shape()), ctx.stream());
+    check_launch("where_kernel");
+  }
 };
 
 class Unary final : public Kernel {
@@ -258,6 +283,12 @@ VOLT_REGISTER_KERNEL(cuda_sub, cuda_kernel("Sub", 7, binary(BinaryOp::Sub)));
 VOLT_REGISTER_KERNEL(cuda_mul, cuda_kernel("Mul", 7, binary(BinaryOp::Mul)));
 VOLT_REGISTER_KERNEL(cuda_div, cuda_kernel("Div", 7, binary(BinaryOp::Div)));
 VOLT_REGISTER_KERNEL(cuda_pow, cuda_kernel("Pow", 7, binary(BinaryOp::Pow)));
+VOLT_REGISTER_KERNEL(cuda_where, {.op = "Where",
+                                  .since = 9,
+                                  .device = "cuda",
+                                  .types = kCudaFloatTypes,
+                                  .type_input = 1,
+                                  .create = make_kernel<Where>});
 VOLT_REGISTER_KERNEL(cuda_relu, cuda_kernel("Relu", 6, unary(UnaryOp::Relu)));
 VOLT_REGISTER_KERNEL(cuda_leaky_relu,
                      cuda_kernel("LeakyRelu", 6, unary(UnaryOp::LeakyRelu, 0.01f)));

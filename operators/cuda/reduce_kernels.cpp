@@ -41,8 +41,8 @@ class Reduce final : public Kernel {
     if (ctx.shape(0).size() > static_cast<size_t>(kMaxRank))
       throw KernelUnsupported{"CUDA reductions take up to 8 dims"};
     std::vector<int64_t> axes;
-    if (!attrs_.axes_of(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1),
-                        ctx.node(), axes))
+    if (!attrs_.axes.read(ctx.has_input(1) ? ctx.input_tensor(1) : nullptr, ctx.has_input(1),
+                          ctx.node(), axes))
       return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(
         0, ctx.dtype(0),
@@ -54,7 +54,8 @@ class Reduce final : public Kernel {
     Tensor& y = ctx.output(0);
     if (ctx.has_input(1) && !ctx.input(1).device().is_cpu()) ctx.error("axes must be on the host");
     std::vector<int64_t> axes;
-    attrs_.axes_of(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(), axes);
+    attrs_.axes.read(ctx.has_input(1) ? &ctx.input(1) : nullptr, ctx.has_input(1), ctx.node(),
+                     axes);
     const ReducePlan p =
         plan_reduce(x.shape(), axes, attrs_.keepdims, attrs_.noop_with_empty_axes, ctx.node());
     if (p.identity) {

@@ -34,4 +34,11 @@ D convert(S v) {
   }
 }
 
+// Every element of `src` converted into `dst` as Cast converts it: numeric and bool dtypes, the
+// same number of elements.
+void convert_elements(const Tensor& src, Tensor& dst);
+
+// A new tensor holding `src` converted to `dtype`.
+Tensor converted(const Tensor& src, DType dtype);
+
 }  // namespace volt

@@ -5,7 +5,6 @@
 
 #include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
-#include "operators/common/parallel.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -63,6 +62,7 @@ class Cast final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
+    if (x.dtype() != DType::String && y.dtype() != DType::String) return convert_elements(x, y);
     const int64_t n = x.numel();
     const Node& node = ctx.node();
     dispatch_any(x.dtype(), [&](auto st) {
@@ -77,10 +77,6 @@ class Cast final : public Kernel {
           for (int64_t i = 0; i < n; ++i) dst[i] = from_string_value<D>(src[i], node);
         } else if constexpr (std::is_same_v<D, std::string>) {
           for (int64_t i = 0; i < n; ++i) dst[i] = to_string_value<S>(src[i]);
-        } else {
-          parallel_chunks(n, 65536, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i) dst[i] = convert<S, D>(src[i]);
-          });
         }
       });
     });

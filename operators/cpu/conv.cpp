@@ -2,6 +2,7 @@
 // layout the primitive picks), and a direct N-d reference loop for every float type.
 #include <cstring>
 
+#include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
@@ -43,24 +44,28 @@ class Conv final : public Kernel {
         residual_(n.has_input(3)),
         last_(channels_last(n)),
         winograd_(n.attr_string("volt.algorithm", "direct") == "winograd"),
-        bf16_(n.attr_string("volt.compute", "") == "bf16") {}
+        bf16_(n.attr_string("volt.compute", "") == "bf16"),
+        bf16_output_(bf16_ && n.attr_string("volt.output", "") == "bf16") {}
 
   void infer(InferContext& ctx) const override {
     const Shape x = logical_shape(ctx.shape(0), last_, ctx.node());
     const ConvShapes s = conv_shapes(attrs_, group_, x, ctx.shape(1), ctx.node());
-    VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
-               ctx.node().describe() + ": X and W must share one dtype");
+    // With bf16 arithmetic, X may come in bf16 from the convolution before (use_bf16).
+    VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1) ||
+                   (bf16_ && ctx.dtype(0) == DType::BFloat16 && ctx.dtype(1) == DType::Float),
+               InvalidModel, ctx.node().describe() + ": X and W must share one dtype");
+    const DType y_type = output_type(ctx.dtype(1));
     if (ctx.has_input(2))
       VOLT_CHECK(ctx.shape(2) == Shape{s.m}, InvalidArgument,
                  ctx.node().describe() + ": bias B must have shape [" + std::to_string(s.m) +
                      "], got " + shape_str(ctx.shape(2)));
     const Shape r = residual_ ? logical_shape(ctx.shape(3), last_, ctx.node()) : Shape{};
     if (residual_) broadcast_shapes({s.out, r}, ctx.node());  // checks it broadcasts
-    ctx.set_output(0, ctx.dtype(0), last_ ? to_channels_last(s.out) : s.out);
-    if ((ctx.dtype(0) != DType::Float && ctx.dtype(0) != DType::BFloat16) || s.win.in.size() > 3 ||
+    ctx.set_output(0, y_type, last_ ? to_channels_last(s.out) : s.out);
+    if ((ctx.dtype(1) != DType::Float && ctx.dtype(1) != DType::BFloat16) || s.win.in.size() > 3 ||
         numel_of(s.out) == 0)
       return;
-    const bool sum_post_op = residual_ && r == s.out && ctx.dtype(3) == ctx.dtype(0);
+    const bool sum_post_op = residual_ && r == s.out && ctx.dtype(3) == y_type;
     if (residual_ && !sum_post_op) return;  // a broadcast residual: the reference path adds it
     try {
       ctx.set_state(prepare(ctx, s, x));
@@ -71,22 +76,40 @@ class Conv final : public Kernel {
 
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const ConvState*>(ctx.state_ptr())) return run_dnnl(*st, ctx);
+    const DType w_type = ctx.input(1).dtype();
+    if (ctx.input(0).dtype() != w_type || ctx.output(0).dtype() != w_type) {
+      // bf16 activations around fp32 weights without a primitive: the loops in W's dtype.
+      const Tensor x = converted(ctx.input(0), w_type);
+      Tensor y = allocate_tensor(w_type, ctx.output(0).shape());
+      run_reference(ctx, x, y);
+      convert_elements(y, ctx.output(0));
+      return;
+    }
+    run_reference(ctx, ctx.input(0), ctx.output(0));
+  }
+
+ private:
+  // The output's dtype for weights of dtype `w`: the weights', or bf16 where use_bf16 asked.
+  DType output_type(DType w) const {
+    return bf16_output_ && w == DType::Float ? DType::BFloat16 : w;
+  }
+
+  void run_reference(RunContext& ctx, const Tensor& x_in, Tensor& y_out) const {
     const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
     if (!last_) {
-      reference(ctx, ctx.input(0), b, residual_ ? &ctx.input(3) : nullptr, ctx.output(0));
+      reference(ctx, x_in, b, residual_ ? &ctx.input(3) : nullptr, y_out);
       return;
     }
     // Channels-last without a primitive (an odd dtype or geometry): the reference loop on
     // channels-first copies.
-    const Tensor x = permuted(ctx.input(0), channels_first_perm(ctx.input(0).rank()));
+    const Tensor x = permuted(x_in, channels_first_perm(x_in.rank()));
     Tensor r;
     if (residual_) r = permuted(ctx.input(3), channels_first_perm(ctx.input(3).rank()));
-    Tensor y = allocate_tensor(ctx.output(0).dtype(), to_channels_first(ctx.output(0).shape()));
+    Tensor y = allocate_tensor(y_out.dtype(), to_channels_first(y_out.shape()));
     reference(ctx, x, b, residual_ ? &r : nullptr, y);
-    permute_into(y, channels_last_perm(y.rank()), ctx.output(0));
+    permute_into(y, channels_last_perm(y.rank()), y_out);
   }
 
- private:
   void reference(RunContext& ctx, const Tensor& x, const Tensor* b, const Tensor* residual,
                  Tensor& y) const {
     const ConvShapes s = conv_shapes(attrs_, group_, x.shape(), ctx.input(1).shape(), ctx.node());
@@ -159,21 +182,23 @@ class Conv final : public Kernel {
       using dims = dnnl::memory::dims;
       using tag = dnnl::memory::format_tag;
       auto st = std::make_shared<ConvState>();
-      const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-      // bf16 arithmetic on fp32 tensors: the primitive reads bf16 activations and weights (the
-      // reorders into its layouts convert them) and writes fp32.
-      const auto cdt = bf16_ && ctx.dtype(0) == DType::Float ? dnnl::memory::data_type::bf16 : dt;
+      const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(1));
+      const auto x_dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+      const auto y_dt = dnnl_adapter::to_dnnl(output_type(ctx.dtype(1)));
+      // bf16 arithmetic on fp32 weights: the primitive reads bf16 activations and weights (the
+      // reorders into its layouts convert them) and writes fp32, or bf16 for a bf16 reader.
+      const auto cdt = bf16_ && ctx.dtype(1) == DType::Float ? dnnl::memory::data_type::bf16 : dt;
       const Shape& ws = ctx.shape(1);
       Shape wshape = ws;
       if (s.group > 1) {  // oneDNN wants grouped weights as [G, M/G, C/G, k...]
         wshape = {s.group, s.m / s.group};
         wshape.insert(wshape.end(), ws.begin() + 1, ws.end());
       }
-      st->plain_src = activation_md(x, dt, last_);
-      st->plain_dst = activation_md(s.out, dt, last_);
+      st->plain_src = activation_md(x, x_dt, last_);
+      st->plain_dst = activation_md(s.out, y_dt, last_);
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
       const dnnl::memory::desc src_any(dims(x.begin(), x.end()), cdt, tag::any);
-      const dnnl::memory::desc dst_any(dims(s.out.begin(), s.out.end()), dt, tag::any);
+      const dnnl::memory::desc dst_any(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
@@ -260,7 +285,8 @@ class Conv final : public Kernel {
   bool residual_;
   bool last_;  // channels-last activations
   bool winograd_;
-  bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
+  bool bf16_;         // fp32 weights, bf16 arithmetic (precision = bf16)
+  bool bf16_output_;  // and a bf16 output (its readers compute in bf16 too)
 };
 
 }  // namespace

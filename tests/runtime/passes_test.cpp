@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <random>
 
 #include "loaders/loader.hpp"
@@ -46,6 +48,17 @@ void expect_same_as_unoptimized(const std::string& bytes, const NamedValues& fee
                   tol * std::max(1.0f, std::abs(x.data<float>()[i])))
           << "output " << k << " element " << i;
   }
+}
+
+// The relative L2 distance of b from a (fp32 tensors)
+double relative_l2(const Tensor& a, const Tensor& b) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = a.data<float>()[i] - b.data<float>()[i];
+    diff += d * d;
+    norm += static_cast<double>(a.data<float>()[i]) * a.data<float>()[i];
+  }
+  return std::sqrt(diff / norm);
 }
 
 Graph load(const std::string& bytes) {
@@ -397,15 +410,82 @@ TEST(Passes, Bf16PrecisionComputesConvAndLinearLayersInBf16) {
   Session bf16 = Session::from_bytes(bytes.data(), bytes.size(), o);
   const Tensor a = fp32.run(feeds)[0].tensor(), c = bf16.run(feeds)[0].tensor();
   ASSERT_EQ(c.dtype(), DType::Float);
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double d = a.data<float>()[i] - c.data<float>()[i];
-    diff += d * d;
-    norm += static_cast<double>(a.data<float>()[i]) * a.data<float>()[i];
-  }
-  const double rel = std::sqrt(diff / norm);
+  const double rel = relative_l2(a, c);
   EXPECT_LT(rel, 2e-2);
   EXPECT_GT(rel, 1e-6);
+}
+
+namespace {
+// x -> Conv(1x1)+Relu -> Conv(3x3)+Relu -> Conv(1x1) -> y, with `spatial` spatial axes of size 5
+// (kernels of 1 past two axes). With `tap`, the first Relu's output is a graph output too.
+std::string bottleneck(size_t spatial, bool tap, std::mt19937& rng) {
+  ModelBuilder b;
+  std::vector<int64_t> x{2, 8}, k1{16, 8}, k3{16, 16}, k1b{8, 16}, pads;
+  for (size_t i = 0; i < spatial; ++i) {
+    x.push_back(5);
+    k1.push_back(1);
+    k3.push_back(i < 2 ? 3 : 1);
+    k1b.push_back(1);
+  }
+  pads.assign(2 * spatial, 0);  // 3x3 with "same" padding over the first two axes
+  pads[0] = pads[1] = pads[spatial] = pads[spatial + 1] = 1;
+  b.input("x", 1, x).output("y", 1, x);
+  if (tap) b.output("r1", 1, {});
+  b.initializer("W1", k1, random_values(numel_of(k1), rng))
+      .initializer("W2", k3, random_values(numel_of(k3), rng))
+      .initializer("W3", k1b, random_values(numel_of(k1b), rng));
+  b.node("Conv", {"x", "W1"}, {"c1"}).node("Relu", {"c1"}, {"r1"});
+  b.node("Conv", {"r1", "W2"}, {"c2"}, [&](auto& n) { ModelBuilder::set_ints(n, "pads", pads); });
+  b.node("Relu", {"c2"}, {"r2"}).node("Conv", {"r2", "W3"}, {"y"});
+  return b.bytes();
+}
+}  // namespace
+
+TEST(Passes, Bf16ConvolutionsHandTheirReadersBf16Outputs) {
+  // Between two bf16 convolutions the value goes over in bf16: the reader rounds its input to
+  // bf16 anyway, so the output must be the same bits as when the value is fp32 (here made fp32
+  // by being a graph output too), and within 2% of fp32 arithmetic.
+  std::mt19937 rng(21);
+  const std::string chained = bottleneck(2, false, rng);
+  std::mt19937 same(21);
+  const std::string tapped = bottleneck(2, true, same);
+  SessionOptions o;
+  o.precision = "bf16";
+  const Graph g = use_bf16(fuse_conv_activation(load(chained)));
+  ASSERT_EQ(g.nodes.size(), 3u);
+  EXPECT_EQ(g.nodes[0].attr_string("volt.output", ""), "bf16");
+  EXPECT_EQ(g.nodes[1].attr_string("volt.output", ""), "bf16");
+  EXPECT_FALSE(g.nodes[2].has_attr("volt.output"));  // a graph output stays fp32
+  const Graph t = use_bf16(fuse_conv_activation(load(tapped)));
+  EXPECT_FALSE(t.nodes[0].has_attr("volt.output"));  // read by the Relu that is an output
+  const NamedValues feeds = {{"x", random_tensor({2, 8, 5, 5}, rng)}};
+  Session a = Session::from_bytes(chained.data(), chained.size(), o);
+  Session b = Session::from_bytes(tapped.data(), tapped.size(), o);
+  Session fp32 = Session::from_bytes(chained.data(), chained.size());
+  const Tensor ya = a.run(feeds)[0].tensor(), yb = b.run(feeds)[0].tensor();
+  ASSERT_EQ(ya.dtype(), DType::Float);
+  ASSERT_EQ(ya.nbytes(), yb.nbytes());
+  EXPECT_EQ(std::memcmp(ya.raw(), yb.raw(), ya.nbytes()), 0);
+  const double rel = relative_l2(fp32.run(feeds)[0].tensor(), ya);
+  EXPECT_LT(rel, 2e-2);
+  EXPECT_GT(rel, 1e-6);
+}
+
+TEST(Passes, Bf16ActivationsReachTheReferenceConvolution) {
+  // Four spatial axes: no oneDNN primitive, so the reference loops get bf16 inputs with fp32
+  // weights and write bf16 for the next convolution.
+  std::mt19937 rng(22);
+  const std::string bytes = bottleneck(4, false, rng);
+  SessionOptions o;
+  o.precision = "bf16";
+  const NamedValues feeds = {{"x", random_tensor({2, 8, 5, 5, 5, 5}, rng)}};
+  Session fp32 = Session::from_bytes(bytes.data(), bytes.size());
+  Session bf16 = Session::from_bytes(bytes.data(), bytes.size(), o);
+  const Tensor y = bf16.run(feeds)[0].tensor();
+  ASSERT_EQ(y.dtype(), DType::Float);
+  const double rel = relative_l2(fp32.run(feeds)[0].tensor(), y);
+  EXPECT_LT(rel, 2e-2);
+  EXPECT_GT(rel, 1e-6);  // the values between the layers were rounded to bf16
 }
 
 TEST(Passes, ModelsMayNotSetVoltAttributes) {

@@ -24,11 +24,13 @@ namespace {
 // primitive picks, so no reorder runs around it.
 struct ConvState {
   dnnl::convolution_forward prim;
-  dnnl::memory::desc src, weights, bias, dst, scratch, user_weights, plain_src, plain_dst;
+  dnnl::memory::desc src, weights, bias, dst, scratch, user_weights, plain_src, plain_dst,
+      plain_residual;
   dnnl::reorder src_in, dst_out, residual_in;
   size_t src_offset = 0, dst_offset = 0;  // of the blocked buffers in the scratch
   Tensor packed_weights;
   bool has_bias = false, blocked_src = false, blocked_dst = false;
+  bool convert_residual = false;  // the residual needs a reorder into dst (layout or dtype)
 };
 
 size_t align64(size_t n) {
@@ -65,7 +67,10 @@ class Conv final : public Kernel {
     if ((ctx.dtype(1) != DType::Float && ctx.dtype(1) != DType::BFloat16) || s.win.in.size() > 3 ||
         numel_of(s.out) == 0)
       return;
-    const bool sum_post_op = residual_ && r == s.out && ctx.dtype(3) == y_type;
+    // The sum post-op adds a residual of either float type: it is converted into dst first.
+    const bool sum_post_op =
+        residual_ && r == s.out &&
+        (ctx.dtype(3) == y_type || (is_fp32_or_bf16(ctx.dtype(3)) && is_fp32_or_bf16(y_type)));
     if (residual_ && !sum_post_op) return;  // a broadcast residual: the reference path adds it
     try {
       ctx.set_state(prepare(ctx, s, x));
@@ -77,15 +82,17 @@ class Conv final : public Kernel {
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const ConvState*>(ctx.state_ptr())) return run_dnnl(*st, ctx);
     const DType w_type = ctx.input(1).dtype();
-    if (ctx.input(0).dtype() != w_type || ctx.output(0).dtype() != w_type) {
-      // bf16 activations around fp32 weights without a primitive: the loops in W's dtype.
-      const Tensor x = converted(ctx.input(0), w_type);
-      Tensor y = allocate_tensor(w_type, ctx.output(0).shape());
-      run_reference(ctx, x, y);
-      convert_elements(y, ctx.output(0));
-      return;
-    }
-    run_reference(ctx, ctx.input(0), ctx.output(0));
+    const Tensor* r = residual_ ? &ctx.input(3) : nullptr;
+    if (ctx.input(0).dtype() == w_type && ctx.output(0).dtype() == w_type &&
+        (!r || r->dtype() == w_type))
+      return run_reference(ctx, ctx.input(0), r, ctx.output(0));
+    // bf16 activations around fp32 weights without a primitive: the loops in W's dtype.
+    const Tensor x = converted(ctx.input(0), w_type);
+    Tensor r_converted;
+    if (r) r_converted = converted(*r, w_type);
+    Tensor y = allocate_tensor(w_type, ctx.output(0).shape());
+    run_reference(ctx, x, r ? &r_converted : nullptr, y);
+    convert_elements(y, ctx.output(0));
   }
 
  private:
@@ -94,19 +101,21 @@ class Conv final : public Kernel {
     return bf16_output_ && w == DType::Float ? DType::BFloat16 : w;
   }
 
-  void run_reference(RunContext& ctx, const Tensor& x_in, Tensor& y_out) const {
+  static bool is_fp32_or_bf16(DType t) { return t == DType::Float || t == DType::BFloat16; }
+
+  void run_reference(RunContext& ctx, const Tensor& x_in, const Tensor* r_in, Tensor& y_out) const {
     const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
     if (!last_) {
-      reference(ctx, x_in, b, residual_ ? &ctx.input(3) : nullptr, y_out);
+      reference(ctx, x_in, b, r_in, y_out);
       return;
     }
     // Channels-last without a primitive (an odd dtype or geometry): the reference loop on
     // channels-first copies.
     const Tensor x = permuted(x_in, channels_first_perm(x_in.rank()));
     Tensor r;
-    if (residual_) r = permuted(ctx.input(3), channels_first_perm(ctx.input(3).rank()));
+    if (r_in) r = permuted(*r_in, channels_first_perm(r_in->rank()));
     Tensor y = allocate_tensor(y_out.dtype(), to_channels_first(y_out.shape()));
-    reference(ctx, x, b, residual_ ? &r : nullptr, y);
+    reference(ctx, x, b, r_in ? &r : nullptr, y);
     permute_into(y, channels_last_perm(y.rank()), y_out);
   }
 
@@ -151,8 +160,8 @@ class Conv final : public Kernel {
                                       : dnnl_adapter::wrap(st.plain_dst, y);
     if (residual_) {  // the sum post-op adds the convolution to what dst already holds
       const void* r = ctx.input(3).raw();
-      if (st.blocked_dst) {
-        dnnl::memory plain = dnnl_adapter::wrap(st.plain_dst, r);
+      if (st.convert_residual) {
+        dnnl::memory plain = dnnl_adapter::wrap(st.plain_residual, r);
         st.residual_in.execute(stream, plain, dst);
       } else if (r != y)
         std::memcpy(y, r, ctx.output(0).nbytes());
@@ -244,12 +253,16 @@ class Conv final : public Kernel {
         st->src_offset = total;
         total += align64(st->src.get_size());
       }
+      if (residual_) {  // into dst's layout and dtype, unless it is already both
+        st->plain_residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(3)), last_);
+        st->convert_residual = st->plain_residual != st->dst;
+        if (st->convert_residual)
+          st->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(
+              dnnl_adapter::engine(), st->plain_residual, dnnl_adapter::engine(), st->dst));
+      }
       if (st->blocked_dst) {
         st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(
             dnnl_adapter::engine(), st->dst, dnnl_adapter::engine(), st->plain_dst));
-        if (residual_)
-          st->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(
-              dnnl_adapter::engine(), st->plain_dst, dnnl_adapter::engine(), st->dst));
         st->dst_offset = total;
         total += align64(st->dst.get_size());
       }

@@ -2,10 +2,12 @@
 // bfloat16 (AVX512_BF16 dot products, twice the fp32 rate on CPUs that have them) with fp32
 // accumulation. Marks them volt.compute = "bf16"; the kernels convert the weights once per plan
 // and fp32 activations on the way in. A convolution whose every reader is such a convolution
-// (the 1x1 -> 3x3 -> 1x1 chain of a bottleneck block) hands its output over in bf16
-// (volt.output = "bf16"): the reader would round it to bf16 first anyway, so this only saves
-// the fp32 write and the conversion pass, and the result is the same bits. Everything else stays
-// fp32: the normalizations, softmax, residual sums, graph outputs and what other ops read.
+// hands its output over in bf16 (volt.output = "bf16"). Read as X (the 1x1 -> 3x3 -> 1x1 chain
+// of a bottleneck block), the reader would round it to bf16 first anyway: the same bits, minus an
+// fp32 write and a conversion pass. Read as a fused residual (a ResNet's block outputs, read by
+// the next block's convolutions and its residual sum), the sum sees the residual rounded to bf16
+// (relative 2^-9) and adds in fp32. Everything else stays fp32: the normalizations, softmax,
+// graph outputs and what other ops read.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -28,20 +30,20 @@ Graph use_bf16(const Graph& graph) {
   }
   const ValueUses uses(g);
   for (Node& n : g.nodes) {
-    // A fused residual is added in the output's dtype: those stay fp32.
-    if (!is_onnx_op(n, "Conv") || !computes_in_bf16(n) || n.outputs.size() != 1 || n.has_input(3))
-      continue;
+    if (!is_onnx_op(n, "Conv") || !computes_in_bf16(n) || n.outputs.size() != 1) continue;
     const std::string& y = n.outputs[0];
     const auto& readers = uses.readers(y);
     bool all_bf16_convs = !readers.empty() && !uses.is_graph_output(y);
     for (const auto& r : readers)
-      all_bf16_convs = all_bf16_convs && r.slot == 0 && is_onnx_op(g.nodes[r.node], "Conv") &&
-                       computes_in_bf16(g.nodes[r.node]);
+      all_bf16_convs = all_bf16_convs && (r.slot == 0 || r.slot == 3) &&
+                       is_onnx_op(g.nodes[r.node], "Conv") && computes_in_bf16(g.nodes[r.node]);
     if (!all_bf16_convs) continue;
     n.attributes["volt.output"] = string_attribute("bf16");
-    // The readers' X is bf16 while their W stays fp32: no longer one type variable.
-    for (const auto& r : readers)
-      if (!g.nodes[r.node].input_type_group.empty()) g.nodes[r.node].input_type_group[0] = -1;
+    // The readers' X (or residual) is bf16 while their W stays fp32: no longer one type variable.
+    for (const auto& r : readers) {
+      auto& groups = g.nodes[r.node].input_type_group;
+      if (r.slot < groups.size()) groups[r.slot] = -1;
+    }
   }
   return g;
 }

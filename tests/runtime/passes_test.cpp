@@ -416,35 +416,38 @@ TEST(Passes, Bf16PrecisionComputesConvAndLinearLayersInBf16) {
 }
 
 namespace {
-// x -> Conv(1x1)+Relu -> Conv(3x3)+Relu -> Conv(1x1) -> y, with `spatial` spatial axes of size 5
-// (kernels of 1 past two axes). With `tap`, the first Relu's output is a graph output too.
+// A ResNet bottleneck block after a stem convolution: c0 = Conv(x); y = Conv(Relu(Conv(Relu(
+// Conv(c0))))) + c0, the middle one 3x3 over the first two of `spatial` spatial axes of size 5.
+// With `tap`, the first Relu's output is a graph output too.
 std::string bottleneck(size_t spatial, bool tap, std::mt19937& rng) {
   ModelBuilder b;
-  std::vector<int64_t> x{2, 8}, k1{16, 8}, k3{16, 16}, k1b{8, 16}, pads;
+  std::vector<int64_t> x{2, 8}, k0{8, 8}, k1{16, 8}, k3{16, 16}, k1b{8, 16}, pads(2 * spatial, 0);
   for (size_t i = 0; i < spatial; ++i) {
     x.push_back(5);
-    k1.push_back(1);
+    for (auto* k : {&k0, &k1, &k1b}) k->push_back(1);
     k3.push_back(i < 2 ? 3 : 1);
-    k1b.push_back(1);
   }
-  pads.assign(2 * spatial, 0);  // 3x3 with "same" padding over the first two axes
-  pads[0] = pads[1] = pads[spatial] = pads[spatial + 1] = 1;
+  pads[0] = pads[1] = pads[spatial] = pads[spatial + 1] = 1;  // "same" for the 3x3
   b.input("x", 1, x).output("y", 1, x);
   if (tap) b.output("r1", 1, {});
-  b.initializer("W1", k1, random_values(numel_of(k1), rng))
+  b.initializer("W0", k0, random_values(numel_of(k0), rng))
+      .initializer("W1", k1, random_values(numel_of(k1), rng))
       .initializer("W2", k3, random_values(numel_of(k3), rng))
       .initializer("W3", k1b, random_values(numel_of(k1b), rng));
-  b.node("Conv", {"x", "W1"}, {"c1"}).node("Relu", {"c1"}, {"r1"});
+  b.node("Conv", {"x", "W0"}, {"c0"});
+  b.node("Conv", {"c0", "W1"}, {"c1"}).node("Relu", {"c1"}, {"r1"});
   b.node("Conv", {"r1", "W2"}, {"c2"}, [&](auto& n) { ModelBuilder::set_ints(n, "pads", pads); });
-  b.node("Relu", {"c2"}, {"r2"}).node("Conv", {"r2", "W3"}, {"y"});
+  b.node("Relu", {"c2"}, {"r2"}).node("Conv", {"r2", "W3"}, {"c3"});
+  b.node("Add", {"c3", "c0"}, {"y"});
   return b.bytes();
 }
 }  // namespace
 
 TEST(Passes, Bf16ConvolutionsHandTheirReadersBf16Outputs) {
-  // Between two bf16 convolutions the value goes over in bf16: the reader rounds its input to
-  // bf16 anyway, so the output must be the same bits as when the value is fp32 (here made fp32
-  // by being a graph output too), and within 2% of fp32 arithmetic.
+  // Values only bf16 convolutions read go over in bf16. Read as X, the reader rounds them to bf16
+  // anyway: the output must be the same bits as when the value stays fp32 (here by being a graph
+  // output too). The stem's output is also the block's residual, added in fp32 after rounding:
+  // within 2% of fp32 arithmetic (the bar for --precision bf16).
   std::mt19937 rng(21);
   const std::string chained = bottleneck(2, false, rng);
   std::mt19937 same(21);
@@ -452,12 +455,13 @@ TEST(Passes, Bf16ConvolutionsHandTheirReadersBf16Outputs) {
   SessionOptions o;
   o.precision = "bf16";
   const Graph g = use_bf16(fuse_conv_activation(load(chained)));
-  ASSERT_EQ(g.nodes.size(), 3u);
-  EXPECT_EQ(g.nodes[0].attr_string("volt.output", ""), "bf16");
+  ASSERT_EQ(g.nodes.size(), 4u);
+  EXPECT_EQ(g.nodes[0].attr_string("volt.output", ""), "bf16");  // read as X and as residual
   EXPECT_EQ(g.nodes[1].attr_string("volt.output", ""), "bf16");
-  EXPECT_FALSE(g.nodes[2].has_attr("volt.output"));  // a graph output stays fp32
+  EXPECT_EQ(g.nodes[2].attr_string("volt.output", ""), "bf16");
+  EXPECT_FALSE(g.nodes[3].has_attr("volt.output"));  // a graph output stays fp32
   const Graph t = use_bf16(fuse_conv_activation(load(tapped)));
-  EXPECT_FALSE(t.nodes[0].has_attr("volt.output"));  // read by the Relu that is an output
+  EXPECT_FALSE(t.nodes[1].has_attr("volt.output"));  // read by the Relu that is an output
   const NamedValues feeds = {{"x", random_tensor({2, 8, 5, 5}, rng)}};
   Session a = Session::from_bytes(chained.data(), chained.size(), o);
   Session b = Session::from_bytes(tapped.data(), tapped.size(), o);

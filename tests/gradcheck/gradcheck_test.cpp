@@ -373,7 +373,7 @@ TEST(Gradcheck, Float32ConvolutionBackwardMatchesFloat64) {
     probe.input_any("a", 11).input_any("b", 11).output_any("y", 11).node("Conv", {"a", "b"}, {"y"},
                                                                          c.attrs);
     const std::string pb = probe.bytes();
-    Session ps = Session::from_bytes(pb.data(), pb.size(), {.threads = testing::test_threads()});
+    Session ps = Session::from_bytes(pb.data(), pb.size(), {.threads = testing::test_threads(2)});
     const Shape ys = ps.run({{"a", c.inputs[0]}, {"b", c.inputs[1]}})[0].tensor().shape();
     const Tensor seed = rnd(ys, -1, 1, 72);
     const auto a = gradients_in(DType::Float, c, seed), b = gradients_in(DType::Double, c, seed);

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "model_builder.hpp"
+#include "test_options.hpp"
 #include "volt/volt.hpp"
 
 namespace volt::testing {
@@ -29,13 +30,6 @@ inline Tensor cast_to(const Tensor& t, DType to) {
   return out;
 }
 
-// Threads for sessions in tests: 2, or VOLT_TEST_THREADS (the tsan preset sets 1, since
-// ThreadSanitizer cannot see libgomp's synchronization and reports its teams as races).
-inline int test_threads() {
-  const char* v = std::getenv("VOLT_TEST_THREADS");
-  return v ? std::atoi(v) : 2;
-}
-
 // Runs `op` on `inputs` (float64 values) computed in `dtype`; returns output 0 as float64.
 inline Tensor run_op(const std::string& op, const std::vector<Tensor>& inputs, DType dtype,
                      const AttrFn& attrs = {}, int opset = 13) {
@@ -49,7 +43,7 @@ inline Tensor run_op(const std::string& op, const std::vector<Tensor>& inputs, D
   }
   b.output_any("out", static_cast<int>(dtype)).node(op, names, {"out"}, attrs, "op_under_test");
   const std::string bytes = b.bytes();
-  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = test_threads()});
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = test_threads(2)});
   Tensor out = s.run(feeds)[0].tensor();
   Tensor d = Tensor::empty(DType::Double, out.shape());
   for (int64_t i = 0; i < out.numel(); ++i)

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "model_builder.hpp"
+#include "test_options.hpp"
 #include "volt/volt.hpp"
 
 namespace volt {
@@ -15,8 +16,7 @@ using testing::ModelBuilder;
 
 Session session_of(const ModelBuilder& b) {
   const std::string bytes = b.bytes();
-  SessionOptions o;
-  if (const char* t = std::getenv("VOLT_TEST_THREADS")) o.threads = std::atoi(t);
+  const SessionOptions o = testing::test_options();
   return Session::from_bytes(bytes.data(), bytes.size(), o);
 }
 

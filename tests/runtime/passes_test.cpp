@@ -10,11 +10,13 @@
 #include "loaders/loader.hpp"
 #include "model_builder.hpp"
 #include "runtime/passes/passes.hpp"
+#include "test_options.hpp"
 
 namespace volt {
 namespace {
 
 using testing::ModelBuilder;
+using testing::test_options;
 
 std::vector<float> random_values(size_t n, std::mt19937& rng, float lo = -1, float hi = 1) {
   std::uniform_real_distribution<float> u(lo, hi);
@@ -35,8 +37,10 @@ Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
 // a few dozen products of values in [-1, 1]).
 void expect_same_as_unoptimized(const std::string& bytes, const NamedValues& feeds,
                                 float tol = 2e-5f) {
-  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
-  Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 2});
+  Session plain =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
+  Session opt =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 2}));
   const auto a = plain.run(feeds), b = opt.run(feeds);
   ASSERT_EQ(a.size(), b.size());
   for (size_t k = 0; k < a.size(); ++k) {
@@ -129,7 +133,7 @@ TEST(Passes, AddOfTwoConvolutionsIsFusedIntoOneOfThem) {
   const NamedValues feeds = {{"x", random_tensor({2, 4, 6, 6}, rng)}};
   expect_same_as_unoptimized(bytes, feeds);
   // Profiles name a fused node after what it fused.
-  Session s = Session::from_bytes(bytes.data(), bytes.size());
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
   RunProfile profile;
   RunOptions ro;
   ro.profile = &profile;
@@ -252,7 +256,8 @@ TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
   });
   const std::string bytes = b.bytes();
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({3, 3, 5, 5}, rng)}});
-  Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 2});
+  Session opt =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 2}));
   const auto out = opt.run({{"x", Tensor::empty(DType::Float, {0, 3, 5, 5})}});
   EXPECT_EQ(out[0].tensor().shape(), (Shape{0, 2, 2, 2}));
 }
@@ -287,10 +292,11 @@ TEST(Passes, WinogradIsChosenForThreeByThreeStrideOneConvolutions) {
   // [-1, 1], transformed in 6×6 tiles; 1e-4 of the output's scale bounds its rounding.
   const NamedValues feeds = {{"x", random_tensor({2, 64, 12, 12}, rng)}};
   expect_same_as_unoptimized(bytes, feeds, 1e-4f);
-  SessionOptions off;
+  SessionOptions off = test_options();
   off.winograd = false;
   Session direct = Session::from_bytes(bytes.data(), bytes.size(), off);
-  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  Session plain =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
   const auto d = direct.run(feeds), p = plain.run(feeds);
   for (int64_t i = 0; i < d[0].tensor().numel(); ++i)
     ASSERT_NEAR(d[0].tensor().data<float>()[i], p[0].tensor().data<float>()[i], 2e-5f);
@@ -351,8 +357,9 @@ TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
   const Tensor x = random_tensor({3, 4}, rng), r = random_tensor({8}, rng);
   expect_same_as_unoptimized(bytes, {{"x", x}, {"r", r}});
   // The same x fed as CSR runs the sparse kernel, which applies the same epilogue.
-  Session opt = Session::from_bytes(bytes.data(), bytes.size());
-  Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  Session plain =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
   const auto dense = plain.run({{"x", x}, {"r", r}});
   const auto sparse = opt.run({{"x", CsrTensor::from_dense(x)}, {"r", r}});
   for (int64_t i = 0; i < 24; ++i)
@@ -404,8 +411,8 @@ TEST(Passes, Bf16PrecisionComputesConvAndLinearLayersInBf16) {
   EXPECT_EQ(g.nodes[0].attr_string("volt.compute", ""), "bf16");
   EXPECT_EQ(g.nodes[4].attr_string("volt.compute", ""), "bf16");
   const NamedValues feeds = {{"x", random_tensor({4, 8, 10, 10}, rng)}};
-  Session fp32 = Session::from_bytes(bytes.data(), bytes.size());
-  SessionOptions o;
+  Session fp32 = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  SessionOptions o = test_options();
   o.precision = "bf16";
   Session bf16 = Session::from_bytes(bytes.data(), bytes.size(), o);
   const Tensor a = fp32.run(feeds)[0].tensor(), c = bf16.run(feeds)[0].tensor();
@@ -417,13 +424,14 @@ TEST(Passes, Bf16PrecisionComputesConvAndLinearLayersInBf16) {
 
 namespace {
 // A ResNet bottleneck block after a stem convolution: c0 = Conv(x); y = Conv(Relu(Conv(Relu(
-// Conv(c0))))) + c0, the middle one 3x3 over the first two of `spatial` spatial axes of size 5.
+// Conv(c0))))) + c0, the middle one 3x3 over the first two of `spatial` spatial axes (5x5, then
+// 2s).
 // With `tap`, the first Relu's output is a graph output too.
 std::string bottleneck(size_t spatial, bool tap, std::mt19937& rng) {
   ModelBuilder b;
   std::vector<int64_t> x{2, 8}, k0{8, 8}, k1{16, 8}, k3{16, 16}, k1b{8, 16}, pads(2 * spatial, 0);
   for (size_t i = 0; i < spatial; ++i) {
-    x.push_back(5);
+    x.push_back(i < 2 ? 5 : 2);
     for (auto* k : {&k0, &k1, &k1b}) k->push_back(1);
     k3.push_back(i < 2 ? 3 : 1);
   }
@@ -452,7 +460,7 @@ TEST(Passes, Bf16ConvolutionsHandTheirReadersBf16Outputs) {
   const std::string chained = bottleneck(2, false, rng);
   std::mt19937 same(21);
   const std::string tapped = bottleneck(2, true, same);
-  SessionOptions o;
+  SessionOptions o = test_options();
   o.precision = "bf16";
   const Graph g = use_bf16(fuse_conv_activation(load(chained)));
   ASSERT_EQ(g.nodes.size(), 4u);
@@ -465,7 +473,7 @@ TEST(Passes, Bf16ConvolutionsHandTheirReadersBf16Outputs) {
   const NamedValues feeds = {{"x", random_tensor({2, 8, 5, 5}, rng)}};
   Session a = Session::from_bytes(chained.data(), chained.size(), o);
   Session b = Session::from_bytes(tapped.data(), tapped.size(), o);
-  Session fp32 = Session::from_bytes(chained.data(), chained.size());
+  Session fp32 = Session::from_bytes(chained.data(), chained.size(), test_options());
   const Tensor ya = a.run(feeds)[0].tensor(), yb = b.run(feeds)[0].tensor();
   ASSERT_EQ(ya.dtype(), DType::Float);
   ASSERT_EQ(ya.nbytes(), yb.nbytes());
@@ -480,10 +488,10 @@ TEST(Passes, Bf16ActivationsReachTheReferenceConvolution) {
   // weights and write bf16 for the next convolution.
   std::mt19937 rng(22);
   const std::string bytes = bottleneck(4, false, rng);
-  SessionOptions o;
+  SessionOptions o = test_options();
   o.precision = "bf16";
-  const NamedValues feeds = {{"x", random_tensor({2, 8, 5, 5, 5, 5}, rng)}};
-  Session fp32 = Session::from_bytes(bytes.data(), bytes.size());
+  const NamedValues feeds = {{"x", random_tensor({2, 8, 5, 5, 2, 2}, rng)}};
+  Session fp32 = Session::from_bytes(bytes.data(), bytes.size(), test_options());
   Session bf16 = Session::from_bytes(bytes.data(), bytes.size(), o);
   const Tensor y = bf16.run(feeds)[0].tensor();
   ASSERT_EQ(y.dtype(), DType::Float);

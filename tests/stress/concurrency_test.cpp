@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "resident_memory.hpp"
+#include "test_options.hpp"
 #include "volt/volt.hpp"
 
 namespace volt {
@@ -28,8 +29,7 @@ TEST(Concurrency, EightThreadsThousandRunsEachBitExactAndFlatMemory) {
   constexpr int kThreads = 8;
   const int runs = runs_per_thread();
   ASSERT_GE(runs, 200);
-  SessionOptions o;
-  if (const char* t = std::getenv("VOLT_TEST_THREADS")) o.threads = std::atoi(t);
+  const SessionOptions o = testing::test_options();
   Session s(kModels + "small_cnn.onnx", o);
   const std::vector<int64_t> batches = {1, 2, 3, 5, 8, 13};
   std::vector<Tensor> inputs, expected;

@@ -63,22 +63,29 @@ class Cast final : public Kernel {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (x.dtype() != DType::String && y.dtype() != DType::String) return convert_elements(x, y);
+    // Strings on one side (or both): parsed or printed element by element.
     const int64_t n = x.numel();
     const Node& node = ctx.node();
-    dispatch_any(x.dtype(), [&](auto st) {
-      using S = typename decltype(st)::type;
+    if (x.dtype() == DType::String) {
+      const auto* src = static_cast<const std::string*>(x.raw());
       dispatch_any(y.dtype(), [&](auto dt) {
         using D = typename decltype(dt)::type;
-        const S* src = static_cast<const S*>(x.raw());
         D* dst = static_cast<D*>(y.raw());
-        if constexpr (std::is_same_v<S, std::string> && std::is_same_v<D, std::string>) {
+        if constexpr (std::is_same_v<D, std::string>) {
           for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
-        } else if constexpr (std::is_same_v<S, std::string>) {
+        } else {
           for (int64_t i = 0; i < n; ++i) dst[i] = from_string_value<D>(src[i], node);
-        } else if constexpr (std::is_same_v<D, std::string>) {
-          for (int64_t i = 0; i < n; ++i) dst[i] = to_string_value<S>(src[i]);
         }
       });
+      return;
+    }
+    auto* dst = static_cast<std::string*>(y.raw());
+    dispatch_any(x.dtype(), [&](auto st) {
+      using S = typename decltype(st)::type;
+      if constexpr (!std::is_same_v<S, std::string>) {
+        const S* src = static_cast<const S*>(x.raw());
+        for (int64_t i = 0; i < n; ++i) dst[i] = to_string_value<S>(src[i]);
+      }
     });
   }
 

@@ -64,13 +64,9 @@ class Conv final : public Kernel {
     const Shape r = residual_ ? logical_shape(ctx.shape(3), last_, ctx.node()) : Shape{};
     if (residual_) broadcast_shapes({s.out, r}, ctx.node());  // checks it broadcasts
     ctx.set_output(0, y_type, last_ ? to_channels_last(s.out) : s.out);
-    if ((ctx.dtype(1) != DType::Float && ctx.dtype(1) != DType::BFloat16) || s.win.in.size() > 3 ||
-        numel_of(s.out) == 0)
-      return;
-    // The sum post-op adds a residual of either float type: it is converted into dst first.
-    const bool sum_post_op =
-        residual_ && r == s.out &&
-        (ctx.dtype(3) == y_type || (is_fp32_or_bf16(ctx.dtype(3)) && is_fp32_or_bf16(y_type)));
+    if (!is_fp32_or_bf16(ctx.dtype(1)) || s.win.in.size() > 3 || numel_of(s.out) == 0) return;
+    // The sum post-op adds a residual of either float type (so is Y): reordered into dst first.
+    const bool sum_post_op = residual_ && r == s.out && is_fp32_or_bf16(ctx.dtype(3));
     if (residual_ && !sum_post_op) return;  // a broadcast residual: the reference path adds it
     try {
       ctx.set_state(prepare(ctx, s, x));

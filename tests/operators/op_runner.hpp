@@ -1,7 +1,6 @@
 // Runs one op as a one-node model, in float32 (oneDNN where it applies) and float64 (the
 // reference loops), so each optimized kernel is checked against the plain one.
 #pragma once
-#include <cstdlib>
 #include <random>
 
 #include "model_builder.hpp"

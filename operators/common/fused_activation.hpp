@@ -19,9 +19,11 @@ struct FusedActivation {
   float alpha = 0;  // LeakyRelu: the negative slope; Clip: the lower bound
   float beta = 0;   // Clip: the upper bound
 
-  static FusedActivation of(const Node& n) {
+  // From the attributes <prefix>activation, <prefix>alpha and <prefix>beta (a node carrying two
+  // fused activations names the second set differently).
+  static FusedActivation of(const Node& n, const std::string& prefix = "volt.") {
     FusedActivation a;
-    const std::string k = n.attr_string("volt.activation", "");
+    const std::string k = n.attr_string(prefix + "activation", "");
     if (k.empty()) return a;
     if (k == "Relu")
       a.kind = Kind::Relu;
@@ -35,8 +37,8 @@ struct FusedActivation {
       a.kind = Kind::GeluTanh;
     else
       fail(ErrorCode::InvalidModel, n.describe() + ": unknown fused activation '" + k + "'");
-    a.alpha = n.attr_float("volt.alpha", 0.0f);
-    a.beta = n.attr_float("volt.beta", std::numeric_limits<float>::max());
+    a.alpha = n.attr_float(prefix + "alpha", 0.0f);
+    a.beta = n.attr_float(prefix + "beta", std::numeric_limits<float>::max());
     return a;
   }
 

@@ -505,6 +505,98 @@ TEST(Passes, Bf16ActivationsReachTheReferenceConvolution) {
   EXPECT_GT(rel, 1e-6);  // the values between the layers were rounded to bf16
 }
 
+// An inverted-residual block as MobileNetV2 has it: 1×1 expansion + ReLU6, depthwise 3×3 +
+// activation, 1×1 projection; after a 3×3 convolution, as in a network (the first convolution
+// reads its input channels-first and is not fused).
+struct InvertedBlock {
+  int64_t n, c, e, h, w, stride;
+  std::vector<int64_t> pads;  // top, left, bottom, right
+  bool biases;
+  const char* activation;  // after the depthwise convolution
+};
+
+std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
+  ModelBuilder b;
+  b.input("x", 1, {p.n, p.c, p.h, p.w}).output("y", 1, {});
+  b.initializer("W1", {p.e, p.c, 1, 1}, random_values(static_cast<size_t>(p.e * p.c), rng))
+      .initializer("B1", {p.e}, random_values(static_cast<size_t>(p.e), rng))
+      .initializer("W2", {p.e, 1, 3, 3}, random_values(static_cast<size_t>(p.e * 9), rng))
+      .initializer("B2", {p.e}, random_values(static_cast<size_t>(p.e), rng))
+      .initializer("W3", {8, p.e, 1, 1},
+                   random_values(static_cast<size_t>(8 * p.e), rng, -0.1f, 0.1f))
+      .initializer("Ws", {p.c, p.c, 3, 3}, random_values(static_cast<size_t>(p.c * p.c * 9), rng))
+      .initializer("lo", {}, {0.0f})
+      .initializer("hi", {}, {6.0f});
+  b.node("Conv", {"x", "Ws"}, {"s"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  const std::vector<std::string> w1 = {"s", "W1"}, w2 = {"r", "W2"};
+  auto with_bias = [&](std::vector<std::string> in, const char* bias) {
+    if (p.biases) in.push_back(bias);
+    return in;
+  };
+  b.node("Conv", with_bias(w1, "B1"), {"e"}).node("Clip", {"e", "lo", "hi"}, {"r"});
+  b.node("Conv", with_bias(w2, "B2"), {"d"}, [&](auto& n) {
+    ModelBuilder::set_int(n, "group", p.e);
+    ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
+    ModelBuilder::set_ints(n, "strides", {p.stride, p.stride});
+    ModelBuilder::set_ints(n, "pads", p.pads);
+  });
+  b.node(p.activation, {"d"}, {"a"}, [](auto& n) {
+    if (n.op_type() == "LeakyRelu") ModelBuilder::set_float(n, "alpha", 0.1f);
+  });
+  b.node("Conv", {"a", "W3"}, {"y"});
+  return b.bytes();
+}
+
+TEST(Passes, ExpansionAndDepthwiseConvolutionRunAsOneKernel) {
+  // Whole-batch (small) and strip-by-strip (the widened tensor over 8 MiB) execution; strides 1
+  // and 2, asymmetric padding, odd sizes, one image split into bands across threads and several
+  // images across them; with and without biases; any activation oneDNN takes as post-op.
+  const std::vector<InvertedBlock> blocks = {
+      {2, 8, 48, 15, 15, 1, {1, 1, 1, 1}, true, "Relu"},
+      {3, 8, 32, 13, 11, 2, {1, 0, 1, 1}, false, "LeakyRelu"},
+      {1, 16, 256, 96, 96, 2, {1, 1, 1, 1}, true, "Relu"},
+      {3, 8, 256, 64, 64, 1, {1, 1, 1, 1}, false, "LeakyRelu"},
+      {2, 8, 512, 65, 33, 2, {0, 1, 1, 0}, true, "Relu"},
+  };
+  std::mt19937 rng(21);
+  for (const InvertedBlock& p : blocks) {
+    SCOPED_TRACE("block " + std::to_string(p.n) + "x" + std::to_string(p.e) + "x" +
+                 std::to_string(p.h) + "x" + std::to_string(p.w) + " stride " +
+                 std::to_string(p.stride));
+    const std::string bytes = inverted_block(p, rng);
+    const Graph g = run_passes(load(bytes), test_options());
+    EXPECT_EQ(count_op(g, "ExpandDepthwise"), 1);
+    EXPECT_EQ(count_op(g, "Conv"), 2);  // the first and the projection
+    // Sums of 8-16 products, then of 9: the same arithmetic as unfused, blocked differently.
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({p.n, p.c, p.h, p.w}, rng)}});
+  }
+}
+
+TEST(Passes, ExpansionReadByMoreThanTheDepthwiseConvolutionIsNotFused) {
+  std::mt19937 rng(22);
+  ModelBuilder b;
+  b.input("x", 1, {1, 4, 6, 6}).output("y", 1, {}).output("e", 1, {});
+  b.initializer("Ws", {4, 4, 1, 1}, random_values(16, rng))
+      .initializer("W1", {16, 4, 1, 1}, random_values(64, rng))
+      .initializer("W2", {16, 1, 3, 3}, random_values(144, rng));
+  b.node("Conv", {"x", "Ws"}, {"s"}).node("Conv", {"s", "W1"}, {"e"});
+  b.node("Conv", {"e", "W2"}, {"y"}, [](auto& n) {
+    ModelBuilder::set_int(n, "group", 16);
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  const std::string bytes = b.bytes();
+  EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "ExpandDepthwise"), 0);
+  SessionOptions bf16 = test_options();
+  bf16.precision = "bf16";
+  EXPECT_EQ(count_op(run_passes(
+                         load(inverted_block({1, 4, 16, 6, 6, 1, {1, 1, 1, 1}, true, "Relu"}, rng)),
+                         bf16),
+                     "ExpandDepthwise"),
+            0);
+}
+
 TEST(Passes, ModelsMayNotSetVoltAttributes) {
   // Opset 21: past what the ONNX checker of Debian's libonnx knows, so volt's own check speaks.
   ModelBuilder b(21, 10);

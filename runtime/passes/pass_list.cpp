@@ -24,7 +24,7 @@ const std::vector<Pass>& optimization_passes() {
       {"use_channels_last", 2, use_channels_last, on_cpu},
       {"prefer_winograd", 2, prefer_winograd,
        [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
-      {"fuse_expand_depthwise", 2, fuse_expand_depthwise,
+      {"fuse_depthwise_block", 2, fuse_depthwise_block,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       // At every level: bf16 is what the user asked for, not an optimization.
       {"use_bf16", 0, use_bf16, [](const SessionOptions& o) { return o.precision == "bf16"; }},

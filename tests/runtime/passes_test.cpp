@@ -505,38 +505,44 @@ TEST(Passes, Bf16ActivationsReachTheReferenceConvolution) {
   EXPECT_GT(rel, 1e-6);  // the values between the layers were rounded to bf16
 }
 
-// An inverted-residual block as MobileNetV2 has it: 1×1 expansion + ReLU6, depthwise 3×3 +
-// activation, 1×1 projection; after a 3×3 convolution, as in a network (the first convolution
-// reads its input channels-first and is not fused).
+// An inverted-residual block as MobileNetV2 has it: 1×1 expansion + ReLU6 (or none, as in its
+// first block), depthwise 3×3 + activation, 1×1 projection (+ the block's input); after a 3×3
+// convolution, as in a network (the first convolution reads its input channels-first and is
+// not fused).
 struct InvertedBlock {
   int64_t n, c, e, h, w, stride;
   std::vector<int64_t> pads;  // top, left, bottom, right
   bool biases;
   const char* activation;  // after the depthwise convolution
+  bool expand, residual;
 };
 
 std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
+  const int64_t m = p.residual ? p.c : 8;
   ModelBuilder b;
   b.input("x", 1, {p.n, p.c, p.h, p.w}).output("y", 1, {});
-  b.initializer("W1", {p.e, p.c, 1, 1}, random_values(static_cast<size_t>(p.e * p.c), rng))
-      .initializer("B1", {p.e}, random_values(static_cast<size_t>(p.e), rng))
-      .initializer("W2", {p.e, 1, 3, 3}, random_values(static_cast<size_t>(p.e * 9), rng))
-      .initializer("B2", {p.e}, random_values(static_cast<size_t>(p.e), rng))
-      .initializer("W3", {8, p.e, 1, 1},
-                   random_values(static_cast<size_t>(8 * p.e), rng, -0.1f, 0.1f))
-      .initializer("Ws", {p.c, p.c, 3, 3}, random_values(static_cast<size_t>(p.c * p.c * 9), rng))
+  auto values = [&](int64_t count, float scale = 1) {
+    return random_values(static_cast<size_t>(count), rng, -scale, scale);
+  };
+  b.initializer("W1", {p.e, p.c, 1, 1}, values(p.e * p.c))
+      .initializer("B1", {p.e}, values(p.e))
+      .initializer("W2", {p.e, 1, 3, 3}, values(p.e * 9))
+      .initializer("B2", {p.e}, values(p.e))
+      .initializer("W3", {m, p.e, 1, 1}, values(m * p.e, 0.1f))
+      .initializer("B3", {m}, values(m))
+      .initializer("Ws", {p.c, p.c, 3, 3}, values(p.c * p.c * 9, 0.3f))
       .initializer("lo", {}, {0.0f})
       .initializer("hi", {}, {6.0f});
   b.node("Conv", {"x", "Ws"}, {"s"}, [](auto& n) {
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
-  const std::vector<std::string> w1 = {"s", "W1"}, w2 = {"r", "W2"};
-  auto with_bias = [&](std::vector<std::string> in, const char* bias) {
+  auto conv = [&](std::vector<std::string> in, const char* bias) {
     if (p.biases) in.push_back(bias);
     return in;
   };
-  b.node("Conv", with_bias(w1, "B1"), {"e"}).node("Clip", {"e", "lo", "hi"}, {"r"});
-  b.node("Conv", with_bias(w2, "B2"), {"d"}, [&](auto& n) {
+  if (p.expand)
+    b.node("Conv", conv({"s", "W1"}, "B1"), {"e"}).node("Clip", {"e", "lo", "hi"}, {"r"});
+  b.node("Conv", conv({p.expand ? "r" : "s", "W2"}, "B2"), {"d"}, [&](auto& n) {
     ModelBuilder::set_int(n, "group", p.e);
     ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
     ModelBuilder::set_ints(n, "strides", {p.stride, p.stride});
@@ -545,36 +551,42 @@ std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
   b.node(p.activation, {"d"}, {"a"}, [](auto& n) {
     if (n.op_type() == "LeakyRelu") ModelBuilder::set_float(n, "alpha", 0.1f);
   });
-  b.node("Conv", {"a", "W3"}, {"y"});
+  b.node("Conv", conv({"a", "W3"}, "B3"), {p.residual ? "p" : "y"});
+  if (p.residual) b.node("Add", {"p", "s"}, {"y"});
   return b.bytes();
 }
 
-TEST(Passes, ExpansionAndDepthwiseConvolutionRunAsOneKernel) {
-  // Whole-batch (small) and strip-by-strip (the widened tensor over 8 MiB) execution; strides 1
-  // and 2, asymmetric padding, odd sizes, one image split into bands across threads and several
-  // images across them; with and without biases; any activation oneDNN takes as post-op.
+TEST(Passes, DepthwiseBlockRunsAsOneKernel) {
+  // Whole-batch (small) and strip-by-strip (a wide tensor over 8 MiB) execution; strides 1 and
+  // 2, asymmetric padding, odd sizes, one image split into bands across threads and several
+  // images across them; with and without biases, expansion and residual; any activation oneDNN
+  // takes as post-op.
   const std::vector<InvertedBlock> blocks = {
-      {2, 8, 48, 15, 15, 1, {1, 1, 1, 1}, true, "Relu"},
-      {3, 8, 32, 13, 11, 2, {1, 0, 1, 1}, false, "LeakyRelu"},
-      {1, 16, 256, 96, 96, 2, {1, 1, 1, 1}, true, "Relu"},
-      {3, 8, 256, 64, 64, 1, {1, 1, 1, 1}, false, "LeakyRelu"},
-      {2, 8, 512, 65, 33, 2, {0, 1, 1, 0}, true, "Relu"},
+      {2, 8, 48, 15, 15, 1, {1, 1, 1, 1}, true, "Relu", true, true},
+      {3, 8, 32, 13, 11, 2, {1, 0, 1, 1}, false, "LeakyRelu", true, false},
+      {1, 16, 256, 96, 96, 2, {1, 1, 1, 1}, true, "Relu", true, false},
+      {3, 8, 256, 64, 64, 1, {1, 1, 1, 1}, false, "LeakyRelu", true, true},
+      {2, 8, 512, 65, 33, 2, {0, 1, 1, 0}, true, "Relu", true, false},
+      {2, 96, 96, 112, 112, 1, {1, 1, 1, 1}, true, "Relu", false, false},
+      {2, 16, 16, 9, 9, 1, {1, 1, 1, 1}, false, "Relu", false, true},
   };
   std::mt19937 rng(21);
   for (const InvertedBlock& p : blocks) {
     SCOPED_TRACE("block " + std::to_string(p.n) + "x" + std::to_string(p.e) + "x" +
                  std::to_string(p.h) + "x" + std::to_string(p.w) + " stride " +
-                 std::to_string(p.stride));
+                 std::to_string(p.stride) + (p.expand ? " expand" : "") +
+                 (p.residual ? " residual" : ""));
     const std::string bytes = inverted_block(p, rng);
     const Graph g = run_passes(load(bytes), test_options());
-    EXPECT_EQ(count_op(g, "ExpandDepthwise"), 1);
-    EXPECT_EQ(count_op(g, "Conv"), 2);  // the first and the projection
-    // Sums of 8-16 products, then of 9: the same arithmetic as unfused, blocked differently.
-    expect_same_as_unoptimized(bytes, {{"x", random_tensor({p.n, p.c, p.h, p.w}, rng)}});
+    EXPECT_EQ(count_op(g, "DepthwiseBlock"), 1);
+    EXPECT_EQ(count_op(g, "Conv"), 1);  // the first
+    // Sums of up to 256 products of values in [-1, 1]: the same arithmetic as unfused, blocked
+    // differently.
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({p.n, p.c, p.h, p.w}, rng)}}, 1e-4f);
   }
 }
 
-TEST(Passes, ExpansionReadByMoreThanTheDepthwiseConvolutionIsNotFused) {
+TEST(Passes, DepthwiseBlockTakesOnlyValuesNothingElseReads) {
   std::mt19937 rng(22);
   ModelBuilder b;
   b.input("x", 1, {1, 4, 6, 6}).output("y", 1, {}).output("e", 1, {});
@@ -586,15 +598,12 @@ TEST(Passes, ExpansionReadByMoreThanTheDepthwiseConvolutionIsNotFused) {
     ModelBuilder::set_int(n, "group", 16);
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
-  const std::string bytes = b.bytes();
-  EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "ExpandDepthwise"), 0);
+  const std::string bytes = b.bytes();  // e is a graph output, y has no projection
+  EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "DepthwiseBlock"), 0);
   SessionOptions bf16 = test_options();
   bf16.precision = "bf16";
-  EXPECT_EQ(count_op(run_passes(
-                         load(inverted_block({1, 4, 16, 6, 6, 1, {1, 1, 1, 1}, true, "Relu"}, rng)),
-                         bf16),
-                     "ExpandDepthwise"),
-            0);
+  const InvertedBlock block = {1, 4, 16, 6, 6, 1, {1, 1, 1, 1}, true, "Relu", true, true};
+  EXPECT_EQ(count_op(run_passes(load(inverted_block(block, rng)), bf16), "DepthwiseBlock"), 0);
 }
 
 TEST(Passes, ModelsMayNotSetVoltAttributes) {

@@ -1,0 +1,114 @@
+// A channels-last depthwise convolution, with the 1×1 convolution that feeds it (MobileNetV2's
+// expansion) and the one that reads it (the projection, with its fused residual sum), becomes one
+// ai.volt DepthwiseBlock node, which keeps the wide tensors between them out of memory
+// (operators/cpu/depthwise_block.cpp). Either 1×1 may be missing, not both.
+//
+// The 1×1 convolutions: stride 1, no padding, one group, constant fp32 weights (and bias), any
+// fused activation, their value read by the depthwise convolution alone (the expansion) or the
+// depthwise convolution's value read by them alone (the projection); the expansion without a
+// residual and reading a channels-last X. The depthwise convolution: one group per channel,
+// constant fp32 weights, no dilation, no residual, any fused activation. All already channels-
+// last (after use_channels_last) and left in fp32 (not for bf16 precision).
+#include "operators/registry.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+const Tensor* float_constant(const Graph& g, const Node& n, size_t slot, size_t rank) {
+  if (!n.has_input(slot)) return nullptr;
+  const Tensor* t = constant_value(g, n.inputs[slot]);
+  return t && t->dtype() == DType::Float && t->rank() == rank ? t : nullptr;
+}
+
+bool all_equal(const std::vector<int64_t>& v, int64_t want) {
+  return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == want; });
+}
+
+// A Conv in the channels-last region with constant fp32 weights (and bias, if any), reading
+// channels-last X, in fp32, with a residual (input 3) only where `residual` allows.
+bool plain_nhwc_conv(const Graph& g, const Node& n, bool residual) {
+  return is_onnx_op(n, "Conv") && n.attr_string("volt.layout", "") == "NHWC" &&
+         !n.has_attr("volt.input_layout") && !n.has_attr("volt.compute") &&
+         n.inputs.size() <= (residual ? 4u : 3u) && n.outputs.size() == 1 &&
+         float_constant(g, n, 1, 4) && (!n.has_input(2) || float_constant(g, n, 2, 1));
+}
+
+// A 1×1 convolution over `channels` input channels.
+bool pointwise(const Graph& g, const Node& n, int64_t channels, bool residual) {
+  if (!plain_nhwc_conv(g, n, residual)) return false;
+  const Shape& w = float_constant(g, n, 1, 4)->shape();
+  const std::string pad = n.attr_string("auto_pad", "NOTSET");
+  return w[1] == channels && w[2] == 1 && w[3] == 1 && n.attr_int("group", 1) == 1 &&
+         all_equal(n.attr_ints("strides"), 1) && all_equal(n.attr_ints("pads"), 0) &&
+         (pad == "NOTSET" || pad == "VALID");
+}
+
+// The channels of depthwise convolution `n`, or 0 when it is not one.
+int64_t depthwise_channels(const Graph& g, const Node& n) {
+  if (!plain_nhwc_conv(g, n, false)) return 0;
+  const Shape& w = float_constant(g, n, 1, 4)->shape();
+  const bool depthwise = w[1] == 1 && n.attr_int("group", 1) == w[0] && w[0] > 1 &&
+                         all_equal(n.attr_ints("dilations"), 1);
+  return depthwise ? w[0] : 0;
+}
+
+void copy_activation(const Node& from, const std::string& prefix, Node& to) {
+  for (const char* key : {"activation", "alpha", "beta"}) {
+    auto a = from.attributes.find(std::string("volt.") + key);
+    if (a != from.attributes.end()) to.attributes[prefix + key] = a->second;
+  }
+}
+
+}  // namespace
+
+Graph fuse_depthwise_block(const Graph& graph) {
+  PatternRewrite rw(graph);
+  Graph& g = rw.graph();
+  const ValueUses& uses = rw.uses();
+  for (const Node& dw : g.nodes) {
+    if (rw.removed(&dw)) continue;
+    const int64_t channels = depthwise_channels(g, dw);
+    if (channels == 0) continue;
+    const Node* expand = nullptr;
+    if (auto p = uses.producer(dw.inputs[0]); p && uses.sole_reader(dw.inputs[0])) {
+      const Node& e = g.nodes[*p];
+      if (!rw.removed(&e) && e.op_type == "Conv" && e.inputs.size() <= 3 &&
+          float_constant(g, e, 1, 4) && float_constant(g, e, 1, 4)->shape()[0] == channels &&
+          pointwise(g, e, float_constant(g, e, 1, 4)->shape()[1], false))
+        expand = &e;
+    }
+    const Node* project = rw.sole_reader(dw.outputs[0], "Conv");
+    if (project && (project->inputs[0] != dw.outputs[0] || !pointwise(g, *project, channels, true)))
+      project = nullptr;
+    if (!expand && !project) continue;
+    auto input = [](const Node* n, size_t i) { return n && n->has_input(i) ? n->inputs[i] : ""; };
+    std::vector<std::string> inputs = {expand ? expand->inputs[0] : dw.inputs[0],
+                                       input(expand, 1),
+                                       input(expand, 2),
+                                       dw.inputs[1],
+                                       input(&dw, 2),
+                                       input(project, 1),
+                                       input(project, 2),
+                                       input(project, 3)};
+    while (inputs.back().empty()) inputs.pop_back();
+    std::string name = dw.name;
+    if (expand) name = expand->name + "+" + name;
+    if (project) name += "+" + project->name;
+    const Node& last = project ? *project : dw;
+    Node fused = make_node(name, "DepthwiseBlock", inputs, {last.outputs[0]}, 1);
+    fused.domain = kVoltDomain;
+    for (const auto& [key, value] : dw.attributes)
+      if (key != "group" && key != "volt.layout") fused.attributes[key] = value;
+    if (expand) copy_activation(*expand, "volt.expand_", fused);
+    if (project) copy_activation(*project, "volt.project_", fused);
+    if (expand) rw.remove(expand);
+    if (project) rw.remove(&dw);
+    // At the last node's place: X exists before the first, the residual before the projection,
+    // and Y's readers come after.
+    rw.replace(&last, std::move(fused));
+  }
+  return rw.finish();
+}
+
+}  // namespace volt

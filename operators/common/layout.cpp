@@ -8,11 +8,17 @@
 
 namespace volt {
 
-bool channels_last(const Node& n) {
+StoredLayout stored_layout(const Node& n) {
   const std::string l = n.attr_string("volt.layout", "NCHW");
-  VOLT_CHECK(l == "NCHW" || l == "NHWC", InvalidModel,
-             n.describe() + ": volt.layout must be NCHW or NHWC, got '" + l + "'");
-  return l == "NHWC";
+  if (l == "NHWC") return StoredLayout::ChannelsLast;
+  if (l == "NCHW16C") return StoredLayout::Blocked16;
+  VOLT_CHECK(l == "NCHW", InvalidModel,
+             n.describe() + ": volt.layout must be NCHW, NHWC or NCHW16C, got '" + l + "'");
+  return StoredLayout::ChannelsFirst;
+}
+
+bool channels_last(const Node& n) {
+  return stored_layout(n) != StoredLayout::ChannelsFirst;
 }
 
 std::vector<int64_t> channels_last_perm(size_t rank) {
@@ -29,6 +35,12 @@ std::vector<int64_t> channels_first_perm(size_t rank) {
 }
 
 namespace {
+std::vector<int64_t> identity_perm(size_t rank) {
+  std::vector<int64_t> p(rank);
+  for (size_t d = 0; d < rank; ++d) p[d] = static_cast<int64_t>(d);
+  return p;
+}
+
 Shape apply_perm(const Shape& s, const std::vector<int64_t>& perm) {
   Shape out;
   for (int64_t p : perm) out.push_back(s[p]);
@@ -56,8 +68,16 @@ Shape logical_shape(const Shape& stored, bool last, const Node& node) {
   return to_channels_first(stored);
 }
 
-dnnl::memory::desc activation_md(const Shape& logical, dnnl::memory::data_type dt, bool last) {
-  if (!last) return dnnl_adapter::plain_md(logical, dt);
+dnnl::memory::desc activation_md(const Shape& logical, dnnl::memory::data_type dt,
+                                 StoredLayout layout) {
+  if (layout == StoredLayout::ChannelsFirst) return dnnl_adapter::plain_md(logical, dt);
+  if (layout == StoredLayout::Blocked16) {
+    VOLT_CHECK(logical.size() == 4 && logical[1] % 16 == 0, InvalidArgument,
+               "nChw16c activations must be 4-D with channels a multiple of 16, got " +
+                   shape_str(logical));
+    return dnnl::memory::desc(dnnl::memory::dims(logical.begin(), logical.end()), dt,
+                              dnnl::memory::format_tag::nChw16c);
+  }
   // Strides of the stored [N, d…, C] tensor, listed in logical order.
   const auto stored = strides_of(to_channels_last(logical));
   const size_t r = logical.size();
@@ -101,6 +121,56 @@ Tensor permuted(const Tensor& in, const std::vector<int64_t>& perm) {
   Tensor out = allocate_tensor(in.dtype(), apply_perm(in.shape(), perm));
   permute_into(in, perm, out);
   return out;
+}
+
+namespace {
+
+// Between a channels-first tensor and its nChw16c storage, by oneDNN's reorder.
+void reorder_blocked(const Tensor& from, bool from_blocked, Tensor& to) {
+  const auto dt = dnnl_adapter::to_dnnl(from.dtype());
+  VOLT_CHECK(dt != dnnl::memory::data_type::undef, InvalidArgument,
+             std::string("nChw16c activations of type ") + dtype_name(from.dtype()) +
+                 " are not supported");
+  const Shape& logical = from_blocked ? to.shape() : from.shape();
+  const auto plain = dnnl_adapter::plain_md(logical, dt);
+  const auto blocked = activation_md(logical, dt, StoredLayout::Blocked16);
+  dnnl::memory src = dnnl_adapter::wrap(from_blocked ? blocked : plain, from.raw());
+  dnnl::memory dst = dnnl_adapter::wrap(from_blocked ? plain : blocked, to.raw());
+  dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
+  dnnl_adapter::stream().wait();
+}
+
+// Between a channels-first tensor and its storage in `layout`: into the storage where `store`.
+void convert_layout(const Tensor& from, StoredLayout layout, bool store, Tensor& to) {
+  const size_t r = from.rank();
+  switch (layout) {
+    case StoredLayout::ChannelsFirst:
+      permute_into(from, identity_perm(r), to);
+      return;
+    case StoredLayout::ChannelsLast:
+      permute_into(from, store ? channels_last_perm(r) : channels_first_perm(r), to);
+      return;
+    case StoredLayout::Blocked16:
+      reorder_blocked(from, !store, to);
+      return;
+  }
+}
+
+}  // namespace
+
+void read_channels_first(const Tensor& stored, StoredLayout layout, Tensor& out) {
+  convert_layout(stored, layout, false, out);
+}
+
+Tensor channels_first_copy(const Tensor& stored, StoredLayout layout) {
+  if (layout == StoredLayout::ChannelsFirst) return stored;
+  Tensor out = allocate_tensor(stored.dtype(), to_channels_first(stored.shape()));
+  read_channels_first(stored, layout, out);
+  return out;
+}
+
+void write_stored(const Tensor& channels_first, StoredLayout layout, Tensor& stored) {
+  convert_layout(channels_first, layout, true, stored);
 }
 
 }  // namespace volt

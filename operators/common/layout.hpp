@@ -1,8 +1,10 @@
 // Channels-last activations. The channels_last pass stores the 4-D values between oneDNN
 // convolutions and pools as N×H×W×C (the layout oneDNN's AVX-512 convolutions pick for
 // themselves), so no reorder runs between them; the node attribute volt.layout = "NHWC" tells
-// a Conv or pool kernel that its activation inputs and output are stored that way. Shapes of
-// such values are the stored ones ([N, H, W, C]); kernels reason on the logical [N, C, H, W].
+// a Conv or pool kernel that its activation inputs and output are stored that way. The
+// use_blocked_layout pass may then store such a region in oneDNN's nChw16c blocks instead
+// (volt.layout = "NCHW16C"). Shapes of such values are the stored channels-last ones
+// ([N, H, W, C]); kernels reason on the logical [N, C, H, W].
 #pragma once
 #include <dnnl.hpp>
 
@@ -10,7 +12,14 @@
 
 namespace volt {
 
-// Whether node `n` reads and writes channels-last activations.
+// How a node stores its 4-D activations (volt.layout): as the graph does (NCHW), channels-last
+// (NHWC), or in oneDNN's nChw16c blocks (NCHW16C: channels in blocks of 16, each block's 16
+// innermost) held in a tensor of the channels-last shape, which has as many elements when the
+// channels are a multiple of 16 (the use_blocked_layout pass sees to it).
+enum class StoredLayout { ChannelsFirst, ChannelsLast, Blocked16 };
+StoredLayout stored_layout(const Node& n);
+
+// Whether node `n` stores its activations in a channels-last shape (NHWC or NCHW16C).
 bool channels_last(const Node& n);
 
 // [N, C, d1, …] <-> [N, d1, …, C] (rank >= 3).
@@ -26,8 +35,15 @@ Shape logical_shape(const Shape& stored, bool last, const Node& node);
 std::vector<int64_t> channels_last_perm(size_t rank);
 std::vector<int64_t> channels_first_perm(size_t rank);
 
-// oneDNN memory descriptor of a logical channels-first shape stored channels-last (or plain).
-dnnl::memory::desc activation_md(const Shape& logical, dnnl::memory::data_type dt, bool last);
+// oneDNN memory descriptor of a logical channels-first shape stored as `layout` says.
+dnnl::memory::desc activation_md(const Shape& logical, dnnl::memory::data_type dt,
+                                 StoredLayout layout);
+
+// A stored activation as a channels-first tensor, and back (for the reference loops and the
+// region's exits). `out` / `stored` are allocated with their shapes.
+void read_channels_first(const Tensor& stored, StoredLayout layout, Tensor& out);
+Tensor channels_first_copy(const Tensor& stored, StoredLayout layout);
+void write_stored(const Tensor& channels_first, StoredLayout layout, Tensor& stored);
 
 // out[i0, i1, …] = in[i_perm…]: out has the permuted shape of `in`. The one strided copy behind
 // Transpose and the channels-last fallbacks.

@@ -46,8 +46,11 @@ class Conv final : public Kernel {
         group_(n.attr_int("group", 1)),
         act_(FusedActivation::of(n)),
         residual_(n.has_input(3)),
-        last_(channels_last(n)),
-        x_last_(last_ && n.attr_string("volt.input_layout", "") != "NCHW"),
+        layout_(stored_layout(n)),
+        x_layout_(n.attr_string("volt.input_layout", "") == "NCHW" ? StoredLayout::ChannelsFirst
+                                                                   : layout_),
+        last_(layout_ != StoredLayout::ChannelsFirst),
+        x_last_(x_layout_ != StoredLayout::ChannelsFirst),
         winograd_(n.attr_string("volt.algorithm", "direct") == "winograd"),
         bf16_(n.attr_string("volt.compute", "") == "bf16"),
         bf16_output_(bf16_ && n.attr_string("volt.output", "") == "bf16") {}
@@ -110,12 +113,12 @@ class Conv final : public Kernel {
     }
     // Channels-last without a primitive (an odd dtype or geometry): the reference loop on
     // channels-first copies.
-    const Tensor x = x_last_ ? permuted(x_in, channels_first_perm(x_in.rank())) : x_in;
+    const Tensor x = channels_first_copy(x_in, x_layout_);
     Tensor r;
-    if (r_in) r = permuted(*r_in, channels_first_perm(r_in->rank()));
+    if (r_in) r = channels_first_copy(*r_in, layout_);
     Tensor y = allocate_tensor(y_out.dtype(), to_channels_first(y_out.shape()));
     reference(ctx, x, b, r_in ? &r : nullptr, y);
-    permute_into(y, channels_last_perm(y.rank()), y_out);
+    write_stored(y, layout_, y_out);
   }
 
   void reference(RunContext& ctx, const Tensor& x, const Tensor* b, const Tensor* residual,
@@ -202,11 +205,17 @@ class Conv final : public Kernel {
         wshape = {s.group, s.m / s.group};
         wshape.insert(wshape.end(), ws.begin() + 1, ws.end());
       }
-      st->plain_src = activation_md(x, x_dt, x_last_);
-      st->plain_dst = activation_md(s.out, y_dt, last_);
+      st->plain_src = activation_md(x, x_dt, x_layout_);
+      st->plain_dst = activation_md(s.out, y_dt, layout_);
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
-      const dnnl::memory::desc src_any(dims(x.begin(), x.end()), cdt, tag::any);
-      const dnnl::memory::desc dst_any(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
+      // The primitive picks its layouts, except where the region stores blocks: then those.
+      const auto blocked = StoredLayout::Blocked16;
+      const dnnl::memory::desc src_any =
+          x_layout_ == blocked ? activation_md(x, cdt, blocked)
+                               : dnnl::memory::desc(dims(x.begin(), x.end()), cdt, tag::any);
+      const dnnl::memory::desc dst_any =
+          layout_ == blocked ? activation_md(s.out, y_dt, blocked)
+                             : dnnl::memory::desc(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
@@ -253,7 +262,7 @@ class Conv final : public Kernel {
         total += align64(st->src.get_size());
       }
       if (residual_) {  // into dst's layout and dtype, unless it is already both
-        st->plain_residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(3)), last_);
+        st->plain_residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(3)), layout_);
         st->convert_residual = st->plain_residual != st->dst;
         if (st->convert_residual)
           st->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(
@@ -295,8 +304,9 @@ class Conv final : public Kernel {
   int64_t group_;
   FusedActivation act_;
   bool residual_;
-  bool last_;    // channels-last activations
-  bool x_last_;  // and X among them (the region's first convolutions read X channels-first)
+  StoredLayout layout_;    // of Y and the residual
+  StoredLayout x_layout_;  // of X (the region's first convolutions read X channels-first)
+  bool last_, x_last_;     // stored in channels-last shapes
   bool winograd_;
   bool bf16_;         // fp32 weights, bf16 arithmetic (precision = bf16)
   bool bf16_output_;  // and a bf16 output (its readers compute in bf16 too)

@@ -1,7 +1,7 @@
 // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool. f32/bf16 run on oneDNN's
 // pooling primitive; the reference loop covers other dtypes, MaxPool's Indices output and
 // ceil_mode averaging that counts padding. With volt.layout = NHWC (the channels_last pass) the
-// input and output are stored channels-last.
+// input and output are stored channels-last; with NCHW16C, in nChw16c blocks (use_blocked_layout).
 #include <cmath>
 #include <limits>
 
@@ -31,7 +31,8 @@ class Pool final : public Kernel {
         count_include_pad_(n.attr_int("count_include_pad", 0) != 0),
         storage_order_(n.attr_int("storage_order", 0)),
         p_(n.attr_int("p", 2)),
-        last_(channels_last(n)) {
+        layout_(stored_layout(n)),
+        last_(layout_ != StoredLayout::ChannelsFirst) {
     if (!global_)
       VOLT_CHECK(!attrs_.kernel_shape.empty(), InvalidModel,
                  n.describe() + ": kernel_shape is required");
@@ -68,10 +69,10 @@ class Pool final : public Kernel {
     int64_t* indices = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
     if (!last_) return run_reference(ctx, ctx.input(0), ctx.output(0), indices);
     // Channels-last without a primitive: the reference loop on channels-first copies.
-    const Tensor x = permuted(ctx.input(0), channels_first_perm(ctx.input(0).rank()));
+    const Tensor x = channels_first_copy(ctx.input(0), layout_);
     Tensor y = allocate_tensor(x.dtype(), to_channels_first(ctx.output(0).shape()));
     run_reference(ctx, x, y, nullptr);
-    permute_into(y, channels_last_perm(y.rank()), ctx.output(0));
+    write_stored(y, layout_, ctx.output(0));
   }
 
  private:
@@ -116,8 +117,8 @@ class Pool final : public Kernel {
       using dims = dnnl::memory::dims;
       auto st = std::make_shared<DnnlPool>();
       const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-      st->src = activation_md(x, dt, last_);
-      st->dst = activation_md(s.out, dt, last_);
+      st->src = activation_md(x, dt, layout_);
+      st->dst = activation_md(s.out, dt, layout_);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           kernel(s.win.kernel.begin(), s.win.kernel.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()), pr, dil;
@@ -251,7 +252,8 @@ class Pool final : public Kernel {
   bool count_include_pad_;
   int64_t storage_order_;
   int64_t p_;
-  bool last_;  // channels-last input and output
+  StoredLayout layout_;  // of the input and output
+  bool last_;            // stored in channels-last shapes
 };
 
 KernelDef pool(const char* op, PoolKind kind, bool global) {

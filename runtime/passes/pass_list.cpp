@@ -26,6 +26,8 @@ const std::vector<Pass>& optimization_passes() {
        [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
       {"fuse_depthwise_block", 2, fuse_depthwise_block,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
+      {"use_blocked_layout", 2, use_blocked_layout,
+       [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       // At every level: bf16 is what the user asked for, not an optimization.
       {"use_bf16", 0, use_bf16, [](const SessionOptions& o) { return o.precision == "bf16"; }},
       {"use_fp16", 0, use_fp16, [](const SessionOptions& o) { return o.precision == "fp16"; }},

@@ -36,6 +36,7 @@ Graph keep_sparse_weights(const Graph& graph);
 Graph use_channels_last(const Graph& graph);
 Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
+Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
 Graph use_fp16(const Graph& graph);
 // Nodes with a kernel on `device` (as `device_runs` says; by default, the registry) run there;

@@ -267,6 +267,70 @@ TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
   EXPECT_EQ(out[0].tensor().shape(), (Shape{0, 2, 2, 2}));
 }
 
+// A small ResNet: stem Conv + MaxPool, a bottleneck block whose residual is a downsampling
+// Conv, GlobalAveragePool and an AveragePool; with `mid` channels inside the block and a value
+// of the region (the MaxPool) also a graph output.
+std::string small_resnet(int64_t mid, std::mt19937& rng) {
+  ModelBuilder b;
+  b.input("x", 1, {-1, 3, 16, 16}).output("g", 1, {}).output("p", 1, {}).output("q", 1, {});
+  auto w = [&](int64_t m, int64_t c, int64_t k) {
+    return random_values(static_cast<size_t>(m * c * k * k), rng, -0.3f, 0.3f);
+  };
+  b.initializer("Ws", {32, 3, 3, 3}, w(32, 3, 3))
+      .initializer("W1", {mid, 32, 1, 1}, w(mid, 32, 1))
+      .initializer("W2", {mid, mid, 3, 3}, w(mid, mid, 3))
+      .initializer("W3", {64, mid, 1, 1}, w(64, mid, 1))
+      .initializer("Wd", {64, 32, 1, 1}, w(64, 32, 1));
+  b.node("Conv", {"x", "Ws"}, {"s"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"s"}, {"sr"}).node("MaxPool", {"sr"}, {"p"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+  });
+  b.node("Conv", {"p", "W1"}, {"c1"}).node("Relu", {"c1"}, {"r1"});
+  b.node("Conv", {"r1", "W2"}, {"c2"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c2"}, {"r2"}).node("Conv", {"r2", "W3"}, {"c3"});
+  b.node("Conv", {"p", "Wd"}, {"d"}).node("Add", {"c3", "d"}, {"a"}).node("Relu", {"a"}, {"r3"});
+  b.node("GlobalAveragePool", {"r3"}, {"g"});
+  // ceil_mode averaging that counts padding: oneDNN has no such pool, the reference loop runs.
+  b.node("AveragePool", {"r3"}, {"q"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::set_int(n, "ceil_mode", 1);
+    ModelBuilder::set_int(n, "count_include_pad", 1);
+  });
+  return b.bytes();
+}
+
+TEST(Passes, ResNetRegionIsStoredInBlocksOfSixteenChannels) {
+  std::mt19937 rng(31);
+  const std::string bytes = small_resnet(16, rng);
+  const Graph g = run_passes(load(bytes), test_options());
+  int blocked = 0;
+  for (const Node& n : g.nodes)
+    blocked += n.domain == kOnnxDomain && n.attr_string("volt.layout", "") == "NCHW16C";
+  EXPECT_EQ(blocked, 8);                       // five Convs (one with the residual) and three pools
+  EXPECT_EQ(count_op(g, "ChannelsFirst"), 3);  // p, g and q leave the region
+  EXPECT_EQ(count_op(g, "Transpose"), 0);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 16, 16}, rng)}});
+  // An empty batch: no primitive, the reference loops on channels-first copies of the blocks.
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  const auto out = opt.run({{"x", Tensor::empty(DType::Float, {0, 3, 16, 16})}});
+  EXPECT_EQ(out[0].tensor().shape(), (Shape{0, 64, 1, 1}));
+  EXPECT_EQ(out[1].tensor().shape(), (Shape{0, 32, 8, 8}));
+}
+
+TEST(Passes, RegionWithChannelsNotInBlocksOfSixteenStaysChannelsLast) {
+  std::mt19937 rng(32);
+  const Graph g = run_passes(load(small_resnet(24, rng)), test_options());
+  for (const Node& n : g.nodes) EXPECT_NE(n.attr_string("volt.layout", ""), "NCHW16C");
+  EXPECT_EQ(count_op(g, "ChannelsFirst"), 0);
+}
+
 TEST(Passes, WinogradIsChosenForThreeByThreeStrideOneConvolutions) {
   ModelBuilder b;
   std::mt19937 rng(9);

@@ -1,0 +1,37 @@
+// ChannelsFirst (ai.volt): a 4-D activation stored as volt.layout says (NHWC, or NCHW16C in a
+// tensor of the channels-last shape) as the graph's channels-first tensor. The use_blocked_layout
+// pass puts it where values leave a region of blocked convolutions (a Transpose does it for NHWC).
+#include "operators/common/layout.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+class ChannelsFirst final : public Kernel {
+ public:
+  explicit ChannelsFirst(const Node& n) : layout_(stored_layout(n)) {}
+
+  void infer(InferContext& ctx) const override {
+    if (layout_ == StoredLayout::Blocked16) {
+      const Shape& s = ctx.shape(0);
+      VOLT_CHECK(s.size() == 4 && s[3] % 16 == 0, InvalidArgument,
+                 ctx.node().describe() + ": nChw16c values must be N x H x W x C with C a " +
+                     "multiple of 16, got " + shape_str(s));
+    }
+    ctx.set_output(0, ctx.dtype(0),
+                   logical_shape(ctx.shape(0), layout_ != StoredLayout::ChannelsFirst, ctx.node()));
+  }
+
+  void run(RunContext& ctx) const override {
+    read_channels_first(ctx.input(0), layout_, ctx.output(0));
+  }
+
+ private:
+  StoredLayout layout_;
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(channels_first, volt_kernel("ChannelsFirst", make_kernel<ChannelsFirst>));
+
+}  // namespace volt

@@ -1,0 +1,90 @@
+// Stores the channels-last region's activations in oneDNN's nChw16c blocks instead (volt.layout
+// = "NCHW16C"), where every one of them has a multiple of 16 channels and the region holds only
+// convolutions and pools (a ResNet). oneDNN's convolutions take either layout, and on blocks
+// this CPU's 1×1 convolutions ran 4-13% faster (ResNet-50's shapes, batch 8, one thread) and the
+// Winograd convolutions need no reorder around them. Values leave the region through ai.volt
+// ChannelsFirst nodes instead of Transposes. For fp32 only: the bf16 kernels prefer channels-last.
+#include <map>
+
+#include "operators/registry.hpp"
+#include "runtime/passes/passes.hpp"
+
+namespace volt {
+namespace {
+
+const std::string kSuffix = "/nhwc";
+
+bool region_value(const std::string& v) {
+  return v.size() > kSuffix.size() &&
+         v.compare(v.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+bool is_exit(const Node& n) {
+  return is_onnx_op(n, "Transpose") && n.inputs.size() == 1 && region_value(n.inputs[0]) &&
+         n.attr_ints("perm") == std::vector<int64_t>{0, 3, 1, 2};
+}
+
+}  // namespace
+
+Graph use_blocked_layout(const Graph& graph) {
+  std::vector<const Node*> region;
+  for (const Node& n : graph.nodes) {
+    if (n.attr_string("volt.layout", "") == "NHWC") {
+      const bool conv = is_onnx_op(n, "Conv") && n.outputs.size() == 1;
+      const bool pool = n.domain == kOnnxDomain && n.op_type.find("Pool") != std::string::npos &&
+                        n.outputs.size() == 1;
+      if (!conv && !pool) return graph;
+      region.push_back(&n);
+      continue;
+    }
+    // Outside the region, only the exits may read its values.
+    for (const std::string& v : n.inputs)
+      if (region_value(v) && !is_exit(n)) return graph;
+  }
+  const bool any = !region.empty();
+  // The channels of each region value: a Conv's from its weights, a pool's from its input (the
+  // node list is not in execution order after the fusions: until nothing changes).
+  std::map<std::string, int64_t> channels;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Node* n : region) {
+      if (channels.count(n->outputs[0])) continue;
+      int64_t c = -1;
+      if (n->op_type == "Conv") {
+        const Tensor* w = constant_value(graph, n->inputs[1]);
+        if (!w || w->rank() != 4) return graph;
+        c = w->shape()[0];
+      } else if (auto in = channels.find(n->inputs[0]); in != channels.end()) {
+        c = in->second;
+      }
+      if (c < 0) continue;
+      channels[n->outputs[0]] = c;
+      changed = true;
+    }
+  }
+  auto blocked = [&](const std::string& v) {
+    auto c = channels.find(v);
+    return c != channels.end() && c->second % 16 == 0;
+  };
+  for (const Node* n : region) {
+    // Every value of the region in blocks, X from the region or channels-first from outside.
+    if (!blocked(n->outputs[0])) return graph;
+    if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) return graph;
+    if (n->has_input(3) && !blocked(n->inputs[3])) return graph;
+  }
+  if (!any) return graph;
+  Graph g = graph;
+  for (Node& n : g.nodes) {
+    if (n.attr_string("volt.layout", "") == "NHWC") {
+      n.attributes["volt.layout"] = string_attribute("NCHW16C");
+    } else if (is_exit(n)) {
+      Node exit = make_node(n.name, "ChannelsFirst", n.inputs, n.outputs, 1);
+      exit.domain = kVoltDomain;
+      exit.attributes["volt.layout"] = string_attribute("NCHW16C");
+      n = std::move(exit);
+    }
+  }
+  return g;
+}
+
+}  // namespace volt

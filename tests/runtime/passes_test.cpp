@@ -621,10 +621,10 @@ std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
 }
 
 TEST(Passes, DepthwiseBlockRunsAsOneKernel) {
-  // Whole-batch (small) and strip-by-strip (a wide tensor over 8 MiB) execution; strides 1 and
-  // 2, asymmetric padding, odd sizes, one image split into bands across threads and several
-  // images across them; with and without biases, expansion and residual; any activation oneDNN
-  // takes as post-op.
+  // Whole-batch (small) and strip-by-strip (a wide tensor over 8 MiB, 1 MiB with threads)
+  // execution; strides 1 and 2, asymmetric padding, odd sizes, one image split into bands across
+  // threads and several images across them; with and without biases, expansion and residual; any
+  // activation oneDNN takes as post-op.
   const std::vector<InvertedBlock> blocks = {
       {2, 8, 48, 15, 15, 1, {1, 1, 1, 1}, true, "Relu", true, true},
       {3, 8, 32, 13, 11, 2, {1, 0, 1, 1}, false, "LeakyRelu", true, false},

@@ -8,6 +8,7 @@ ONNX Runtime is installed on first use with `npm install --ignore-scripts` into 
 The node binding adds 20-30 us per call: compare small models at a batch where that is noise.
 
   /usr/bin/python3 bench/compare.py [--threads 2] [--rounds 3] [--iterations 50] [--models mlp,cnn]
+  /usr/bin/python3 bench/compare.py --floors     (every configuration issue 4 sets a floor for)
 """
 import argparse
 import json
@@ -127,6 +128,78 @@ def agree(model, feeds, module, threads, tmp, precision):
     return worst, l2
 
 
+def measure(name, batch, threads, rounds, iterations, precision, module, tmp):
+    """One row: both medians, output agreement, peak memory, load + first run."""
+    path, inputs, _ = MODELS[name]
+    feeds = {}
+    rng = np.random.default_rng(batch)
+    for input_name, shape_of, int_range in inputs:
+        shape = shape_of(batch)
+        if int_range:
+            x = rng.integers(int_range[0], int_range[1], size=shape, dtype=np.int64)
+        else:
+            x = rng.random(shape, dtype=np.float32)
+        npy = os.path.join(tmp, f"{name}_{input_name}_{batch}.npy")
+        np.save(npy, x)
+        feeds[input_name] = (npy, shape, int_range)
+    worst, l2 = agree(path, feeds, module, threads, tmp, precision)
+    v, o = [], []
+    for _ in range(rounds):
+        v.append(volt_run(path, feeds, threads, iterations, precision))
+        o.append(ort_run(module, path, feeds, threads, iterations))
+    return dict(name=name, batch=batch, threads=threads, precision=precision,
+                volt=statistics.median(r["p50_ms"] for r in v), ort=statistics.median(r["p50_ms"] for r in o),
+                worst=worst, l2=l2, rss_volt=max(r["peak_rss_mib"] for r in v),
+                rss_ort=max(r["peak_rss_mib"] for r in o),
+                first_volt=statistics.median(r["load_ms"] + r["first_run_ms"] for r in v),
+                first_ort=statistics.median(r["load_ms"] + r["first_run_ms"] for r in o))
+
+
+def print_rows(rows, floors=False):
+    print(f"{'model':<12} {'batch':>5} {'thr':>3} {'prec':>4} {'volt ms':>9} {'ort ms':>9} {'volt/ort':>9} "
+          f"{'max rel diff':>13} {'rel L2':>9} {'rss v/o MiB':>13} {'load+1st v/o ms':>17}" +
+          (f" {'floor':>6} {'ok':>3}" if floors else ""))
+    for r in rows:
+        line = (f"{r['name']:<12} {r['batch']:>5} {r['threads']:>3} {r['precision']:>4} {r['volt']:>9.3f} "
+                f"{r['ort']:>9.3f} {r['volt'] / r['ort']:>9.2f} {r['worst']:>13.1e} {r['l2']:>9.1e} "
+                f"{r['rss_volt']:>6.0f}/{r['rss_ort']:<6.0f} {r['first_volt']:>8.0f}/{r['first_ort']:<8.0f}")
+        if floors:
+            line += f" {r['floor']:>6.3f} {'yes' if floor_holds(r) else 'NO':>3}"
+        print(line)
+
+
+def print_gflops(rows, peak):
+    for r in rows:
+        # Conv and linear-layer FLOPs from ONNX shape inference: right for ResNet-50; BERT's
+        # attention products have batch axes shape inference leaves symbolic, so it is not shown.
+        if r["name"] == "resnet50" and r["batch"] > 1 and r["precision"] == "fp32" and r["threads"] == peak["threads"]:
+            g = conv_gemm_gflop(MODELS["resnet50"][0]) * r["batch"]
+            line = (f"resnet50 batch {r['batch']}, {r['threads']} threads: {g:.1f} GFLOP a run; "
+                    f"volt {g / r['volt'] * 1e3:.0f} GFLOP/s, ORT {g / r['ort'] * 1e3:.0f} GFLOP/s")
+            if peak.get("sgemm_gflops"):
+                line += (f"; oneDNN 2048^3 sgemm peak here {peak['sgemm_gflops']:.0f} GFLOP/s "
+                         f"(bf16 {peak['bf16_gemm_gflops']:.0f})")
+            print(line)
+
+
+# Issue 4's floors, as (models, batches, threads, precision, largest volt/ort latency ratio):
+# compute-bound models no slower than ONNX Runtime with one thread and two, the rest 0.85x, bf16
+# at least 1.6x faster than ONNX Runtime's fp32 (ratio 1/1.6) within 2% relative L2; peak memory
+# and load + first run no higher than ONNX Runtime's everywhere.
+FLOORS = [
+    ("resnet50,bert", None, 2, "fp32", 1.0),
+    ("resnet50,bert", None, 1, "fp32", 1.0),
+    ("mobilenetv2,dlrm", None, 2, "fp32", 0.85),
+    ("mlp,cnn", "1", 2, "fp32", 0.85),
+    ("resnet50,bert", "8", 2, "bf16", 1 / 1.6),
+]
+
+
+def floor_holds(r):
+    return (r["volt"] / r["ort"] <= r["floor"] and r["rss_volt"] <= r["rss_ort"] and
+            r["first_volt"] <= r["first_ort"] and (r["precision"] == "fp32" or r["l2"] <= 0.02))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -135,55 +208,38 @@ def main():
     ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--batches", help="comma-separated batch sizes instead of each model's own")
     ap.add_argument("--precision", default="fp32", help="volt's precision (fp32 | bf16); ONNX Runtime runs fp32")
+    ap.add_argument("--floors", action="store_true",
+                    help="every configuration of issue 4's floors in one table (--iterations then counts "
+                         "for models under 10 ms; the large ones run 10)")
     args = ap.parse_args()
     module = ensure_ort()
-    peak = sgemm_peak(args.threads)
+    plan = FLOORS if args.floors else [(args.models, args.batches, args.threads, args.precision, None)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models.split(","):
-            path, inputs, batches = MODELS[name]
-            if args.batches:
-                batches = [int(b) for b in args.batches.split(",")]
-            if not os.path.exists(path):
-                print(f"{name}: {path} missing (make it with models/zoo/make_zoo.py)", file=sys.stderr)
-                continue
-            for batch in batches:
-                feeds = {}
-                rng = np.random.default_rng(batch)
-                for input_name, shape_of, int_range in inputs:
-                    shape = shape_of(batch)
-                    if int_range:
-                        x = rng.integers(int_range[0], int_range[1], size=shape, dtype=np.int64)
-                    else:
-                        x = rng.random(shape, dtype=np.float32)
-                    npy = os.path.join(tmp, f"{name}_{input_name}_{batch}.npy")
-                    np.save(npy, x)
-                    feeds[input_name] = (npy, shape, int_range)
-                worst, l2 = agree(path, feeds, module, args.threads, tmp, args.precision)
-                v, o = [], []
-                for _ in range(args.rounds):
-                    v.append(volt_run(path, feeds, args.threads, args.iterations, args.precision))
-                    o.append(ort_run(module, path, feeds, args.threads, args.iterations))
-                vm, om = statistics.median(r["p50_ms"] for r in v), statistics.median(r["p50_ms"] for r in o)
-                rows.append((name, batch, vm, om, worst, l2, max(r["peak_rss_mib"] for r in v), max(r["peak_rss_mib"] for r in o),
-                             statistics.median(r["load_ms"] + r["first_run_ms"] for r in v), statistics.median(r["load_ms"] + r["first_run_ms"] for r in o)))
-    print(f"inference p50 latency, {args.threads} threads, volt {args.precision} vs ONNX Runtime fp32, "
-          f"median of {args.rounds} alternating rounds x {args.iterations} runs")
-    print(f"{'model':<12} {'batch':>5} {'volt ms':>9} {'ort ms':>9} {'volt/ort':>9} {'max rel diff':>13} {'rel L2':>9} "
-          f"{'rss v/o MiB':>13} {'load+1st v/o ms':>17}")
-    for name, batch, v, o, worst, l2, rv, ro, fv, fo in rows:
-        print(f"{name:<12} {batch:>5} {v:>9.3f} {o:>9.3f} {v / o:>9.2f} {worst:>13.1e} {l2:>9.1e} "
-              f"{rv:>6.0f}/{ro:<6.0f} {fv:>8.0f}/{fo:<8.0f}")
-    for name, batch, v, o, *_ in rows:
-        # Conv and linear-layer FLOPs from ONNX shape inference: right for ResNet-50; BERT's
-        # attention products have batch axes shape inference leaves symbolic, so it is not shown.
-        if name == "resnet50" and batch > 1:
-            g = conv_gemm_gflop(MODELS[name][0]) * batch
-            line = f"{name} batch {batch}: {g:.1f} GFLOP a run; volt {g / v * 1e3:.0f} GFLOP/s, ORT {g / o * 1e3:.0f} GFLOP/s"
-            if peak:
-                line += (f"; oneDNN 2048^3 sgemm peak here {peak['sgemm_gflops']:.0f} GFLOP/s "
-                         f"(bf16 {peak['bf16_gemm_gflops']:.0f})")
-            print(line)
+        for models, batches, threads, precision, floor in plan:
+            for name in models.split(","):
+                path, _, own = MODELS[name]
+                if not os.path.exists(path):
+                    print(f"{name}: {path} missing (make it with models/zoo/make_zoo.py)", file=sys.stderr)
+                    continue
+                iterations = min(args.iterations, 10) if args.floors and name in ("resnet50", "bert") else args.iterations
+                for batch in ([int(b) for b in batches.split(",")] if batches else own):
+                    row = measure(name, batch, threads, args.rounds, iterations, precision, module, tmp)
+                    row["floor"] = floor
+                    rows.append(row)
+    if args.floors:
+        print(f"issue 4's floors: median of {args.rounds} alternating rounds; volt/ort must be <= floor, "
+              "peak RSS and load + first run no higher than ONNX Runtime's, bf16 within 2% relative L2")
+    else:
+        print(f"inference p50 latency, {args.threads} threads, volt {args.precision} vs ONNX Runtime fp32, "
+              f"median of {args.rounds} alternating rounds x {args.iterations} runs")
+    print_rows(rows, args.floors)
+    peak = sgemm_peak(2 if args.floors else args.threads)
+    if peak:
+        peak["threads"] = 2 if args.floors else args.threads
+        print_gflops(rows, peak)
+    if args.floors and not all(floor_holds(r) for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -365,7 +365,7 @@ class DepthwiseBlock final : public Kernel {
       p.src = pd.src_desc();
       p.dst = pd.dst_desc();
       p.scratch = pd.scratchpad_desc();
-      p.weights = pack(st, w_input, *ctx.input_tensor(w_input),
+      p.weights = pack(ctx, st, w_input, *ctx.input_tensor(w_input),
                        dnnl::memory::desc(w_dims, dt::f32, w_tag), pd.weights_desc());
       return p;
     };
@@ -394,16 +394,28 @@ class DepthwiseBlock final : public Kernel {
   }
 
   // The index in st.packed of input `input` (`weights`) reordered from `plain` into `md`,
-  // reordering once per layout (the strips' primitives mostly agree on one).
-  static size_t pack(DepthwiseBlockState& st, size_t input, const Tensor& weights,
-                     const dnnl::memory::desc& plain, const dnnl::memory::desc& md) {
-    for (size_t i = 0; i < st.packed.size(); ++i)
-      if (st.packed[i].input == input && st.packed[i].md == md) return i;
-    Tensor packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(md.get_size())});
-    dnnl::memory from = dnnl_adapter::wrap(plain, weights.raw());
-    dnnl::memory to = dnnl_adapter::wrap(md, packed.raw());
-    dnnl::reorder(from, to).execute(dnnl_adapter::stream(), from, to);
-    dnnl_adapter::stream().wait();
+  // reordering once per layout (the strips' primitives mostly agree on one). The first copy of
+  // each input is the one the planner may drop the model's copy for (InferContext::
+  // keeps_copy_of_input): run() never reads the weights themselves.
+  static size_t pack(InferContext& ctx, DepthwiseBlockState& st, size_t input,
+                     const Tensor& weights, const dnnl::memory::desc& plain,
+                     const dnnl::memory::desc& md) {
+    bool first = true;
+    for (size_t i = 0; i < st.packed.size(); ++i) {
+      if (st.packed[i].input != input) continue;
+      if (st.packed[i].md == md) return i;
+      first = false;
+    }
+    Tensor packed;
+    if (first) {
+      packed = dnnl_adapter::pack_constant(ctx, input, weights, plain, md);
+    } else {
+      packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(md.get_size())});
+      dnnl::memory from = dnnl_adapter::wrap(plain, weights.raw());
+      dnnl::memory to = dnnl_adapter::wrap(md, packed.raw());
+      dnnl::reorder(from, to).execute(dnnl_adapter::stream(), from, to);
+      dnnl_adapter::stream().wait();
+    }
     st.packed.push_back({input, md, std::move(packed)});
     return st.packed.size() - 1;
   }

@@ -584,7 +584,7 @@ struct InvertedBlock {
 std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
   const int64_t m = p.residual ? p.c : 8;
   ModelBuilder b;
-  b.input("x", 1, {p.n, p.c, p.h, p.w}).output("y", 1, {});
+  b.input("x", 1, {-1, p.c, p.h, p.w}).output("y", 1, {});
   auto values = [&](int64_t count, float scale = 1) {
     return random_values(static_cast<size_t>(count), rng, -scale, scale);
   };
@@ -647,6 +647,21 @@ TEST(Passes, DepthwiseBlockRunsAsOneKernel) {
     // Sums of up to 256 products of values in [-1, 1]: the same arithmetic as unfused, blocked
     // differently.
     expect_same_as_unoptimized(bytes, {{"x", random_tensor({p.n, p.c, p.h, p.w}, rng)}}, 1e-4f);
+  }
+  // A second batch size, a second plan: the weights the first plan's kernel kept packed copies of
+  // (the model's own were dropped) are rebuilt from them.
+  const InvertedBlock p = blocks[0];
+  const std::string bytes = inverted_block(p, rng);
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  Session plain =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
+  for (int64_t n : {p.n, p.n + 1}) {
+    const NamedValues feeds = {{"x", random_tensor({n, p.c, p.h, p.w}, rng)}};
+    const Tensor a = plain.run(feeds)[0].tensor(), b = opt.run(feeds)[0].tensor();
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i],
+                  1e-4f * std::max(1.0f, std::abs(a.data<float>()[i])));
   }
 }
 

@@ -50,6 +50,7 @@ constexpr int64_t kStripBytes = 512 * 1024;
 // primitives (each thread walks its own image or band): MobileNetV2 on two threads ran 3-4%
 // faster at batch 1 and 1-3% at batch 8 with strips from 1 MiB up than from 8 MiB up.
 constexpr int64_t kStripAbove = 8 << 20, kStripAboveThreaded = 1 << 20;
+constexpr int64_t kMaxStrips = 4096;
 
 enum Input : size_t { kX, kW1, kB1, kW2, kB2, kW3, kB3, kR };
 
@@ -289,10 +290,13 @@ class DepthwiseBlock final : public Kernel {
       // the projection) within kStripBytes. Threads: whole images where the batch gives each
       // thread one; otherwise images split into bands of rows, each band expanding again the
       // rows its windows share with the band above.
-      const int64_t strip =
+      // (At most kMaxStrips strips a band, whatever the height a model asks for: the walk's
+      // length stays bounded before the planner weighs the output's size.)
+      const int64_t fit =
           st->expand
               ? std::max<int64_t>(1, (std::max(st->kh, kStripBytes / in_row) - st->kh) / st->sh + 1)
               : std::max<int64_t>(1, kStripBytes / out_row);
+      const int64_t strip = std::max(fit, (st->oh + kMaxStrips - 1) / kMaxStrips);
       const int64_t bands = std::clamp<int64_t>((threads + st->n - 1) / st->n, 1, st->oh);
       for (int64_t b = 0; b < bands; ++b)
         st->chunks.push_back(walk(st->oh * b / bands, st->oh * (b + 1) / bands, strip, *st));

@@ -136,3 +136,42 @@ TEST(HostileModels, StringsThatAreNotUtf8) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// volt's own fused kernels are reachable from a model that imports the ai.volt domain: they
+// check what a pass would have guaranteed. A DepthwiseBlock whose padding asks for 2^40 rows, one
+// whose X is channels-first-shaped nonsense, and one with non-constant weights.
+TEST(HostileModels, VoltKernelsCheckTheirInputs) {
+  auto block = [](const std::vector<int64_t>& pads, const std::vector<int64_t>& x_dims,
+                  bool constant_weights) {
+    ModelBuilder b;
+    auto* op = b.proto().add_opset_import();
+    op->set_domain("ai.volt");
+    op->set_version(1);
+    b.input("x", 1, x_dims).output_any("y", 1);
+    if (constant_weights)
+      b.initializer("W2", {16, 1, 3, 3}, std::vector<float>(144, 0.5f));
+    else
+      b.input("W2", 1, {16, 1, 3, 3});
+    b.node("DepthwiseBlock", {"x", "", "", "W2"}, {"y"}, [&](onnx::NodeProto& n) {
+      n.set_domain("ai.volt");
+      ModelBuilder::set_ints(n, "pads", pads);
+    });
+    return b;
+  };
+  const Tensor x = Tensor::empty(DType::Float, {1, 8, 8, 16});
+  EXPECT_VOLT_ERROR(
+      session_of(block({int64_t{1} << 40, 1, 1, 1}, {1, 8, 8, 16}, true)).run({{"x", x}}),
+      OutOfMemory, "memory limit");
+  EXPECT_VOLT_ERROR(session_of(block({1, 1, 1, 1}, {1, 16, 8, 8}, true))
+                        .run({{"x", Tensor::empty(DType::Float, {1, 16, 8, 8})}}),
+                    InvalidModel, "W2 must be");
+  EXPECT_VOLT_ERROR(session_of(block({1, 1, 1, 1}, {1, 8, 8, 16}, false))
+                        .run({{"x", x}, {"W2", Tensor::empty(DType::Float, {16, 1, 3, 3})}}),
+                    InvalidModel, "constants");
+}
+
+}  // namespace
+}  // namespace volt

@@ -73,9 +73,9 @@ Graph fuse_depthwise_block(const Graph& graph) {
     const Node* expand = nullptr;
     if (auto p = uses.producer(dw.inputs[0]); p && uses.sole_reader(dw.inputs[0])) {
       const Node& e = g.nodes[*p];
-      if (!rw.removed(&e) && e.op_type == "Conv" && e.inputs.size() <= 3 &&
-          float_constant(g, e, 1, 4) && float_constant(g, e, 1, 4)->shape()[0] == channels &&
-          pointwise(g, e, float_constant(g, e, 1, 4)->shape()[1], false))
+      const Tensor* w = float_constant(g, e, 1, 4);
+      if (!rw.removed(&e) && w && w->shape()[0] == channels &&
+          pointwise(g, e, w->shape()[1], false))
         expand = &e;
     }
     const Node* project = rw.sole_reader(dw.outputs[0], "Conv");

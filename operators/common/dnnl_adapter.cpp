@@ -57,23 +57,35 @@ dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
   return dnnl::memory(md, engine(), const_cast<void*>(data));
 }
 
+void reorder_now(const dnnl::memory::desc& from_md, const void* from,
+                 const dnnl::memory::desc& to_md, void* to) {
+  dnnl::memory src = wrap(from_md, from), dst = wrap(to_md, to);
+  dnnl::reorder(src, dst).execute(stream(), src, dst);
+  stream().wait();
+}
+
+PreparedReorder::PreparedReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to)
+    : prim(dnnl::reorder::primitive_desc(engine(), from, engine(), to)), from_md(from), to_md(to) {}
+
+void PreparedReorder::operator()(const void* from, void* to) const {
+  dnnl::memory src = wrap(from_md, from), dst = wrap(to_md, to);
+  prim.execute(stream(), src, dst);
+  stream().wait();
+}
+
 Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
                      const dnnl::memory::desc& plain, const dnnl::memory::desc& packed) {
   Tensor copy = allocate_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
-  dnnl::memory src = wrap(plain, value.raw()), dst = wrap(packed, copy.raw());
-  dnnl::reorder(src, dst).execute(stream(), src, dst);
-  stream().wait();
+  reorder_now(plain, value.raw(), packed, copy.raw());
   // The reverse reorder must rebuild every byte of the original: same element type, and `plain`
   // covering the whole tensor (a strided view of part of it would leave the rest unset).
   if (plain.data_type() == packed.data_type() && plain.get_size() == value.nbytes())
-    ctx.keeps_copy_of_input(
-        input, [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
-          Tensor original = allocate_tensor(dtype, shape);
-          dnnl::memory from = wrap(packed, copy.raw()), to = wrap(plain, original.raw());
-          dnnl::reorder(from, to).execute(stream(), from, to);
-          stream().wait();
-          return original;
-        });
+    ctx.keeps_copy_of_input(input,
+                            [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
+                              Tensor original = allocate_tensor(dtype, shape);
+                              reorder_now(packed, copy.raw(), plain, original.raw());
+                              return original;
+                            });
   return copy;
 }
 
@@ -96,7 +108,7 @@ Staged::Staged(const dnnl::memory::desc& plain_md, const dnnl::memory::desc& wan
   if (!needed) return;
   convert = input ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain, engine(), wanted))
                   : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), wanted, engine(), plain));
-  offset = (scratch_bytes + 63) / 64 * 64;
+  offset = align64(scratch_bytes);
   scratch_bytes = offset + wanted.get_size();
 }
 

@@ -48,6 +48,24 @@ void prepare_or_fall_back(InferContext& ctx, F&& prepare) {
   }
 }
 
+// Byte offsets of buffers in a kernel's scratch: 64-byte (cache line, AVX-512) aligned.
+inline size_t align64(size_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
+
+// Reorders `from` (laid out as `from_md`) into `to` (`to_md`) now, on this thread's stream: for
+// one-off conversions (weights at plan time, reference fallbacks), not per-run hot paths.
+void reorder_now(const dnnl::memory::desc& from_md, const void* from,
+                 const dnnl::memory::desc& to_md, void* to);
+
+// A reorder made once (per plan) and run many times: `from` laid out as `from_md` into `to`.
+struct PreparedReorder {
+  dnnl::reorder prim;
+  dnnl::memory::desc from_md, to_md;
+  PreparedReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+  void operator()(const void* from, void* to) const;
+};
+
 // Reorders constant input `input` (`value`, laid out as `plain`) into `packed`, the layout a
 // primitive chose, once per plan. When both hold the same data type the copy loses nothing: the
 // kernel then tells the planner it keeps it (InferContext::keeps_copy_of_input), with the reverse

@@ -17,10 +17,6 @@ StoredLayout stored_layout(const Node& n) {
   return StoredLayout::ChannelsFirst;
 }
 
-bool channels_last(const Node& n) {
-  return stored_layout(n) != StoredLayout::ChannelsFirst;
-}
-
 std::vector<int64_t> channels_last_perm(size_t rank) {
   std::vector<int64_t> p{0};
   for (size_t d = 2; d < rank; ++d) p.push_back(static_cast<int64_t>(d));
@@ -134,10 +130,8 @@ void reorder_blocked(const Tensor& from, bool from_blocked, Tensor& to) {
   const Shape& logical = from_blocked ? to.shape() : from.shape();
   const auto plain = dnnl_adapter::plain_md(logical, dt);
   const auto blocked = activation_md(logical, dt, StoredLayout::Blocked16);
-  dnnl::memory src = dnnl_adapter::wrap(from_blocked ? blocked : plain, from.raw());
-  dnnl::memory dst = dnnl_adapter::wrap(from_blocked ? plain : blocked, to.raw());
-  dnnl::reorder(src, dst).execute(dnnl_adapter::stream(), src, dst);
-  dnnl_adapter::stream().wait();
+  dnnl_adapter::reorder_now(from_blocked ? blocked : plain, from.raw(),
+                            from_blocked ? plain : blocked, to.raw());
 }
 
 // Between a channels-first tensor and its storage in `layout`: into the storage where `store`.

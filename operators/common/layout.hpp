@@ -19,9 +19,6 @@ namespace volt {
 enum class StoredLayout { ChannelsFirst, ChannelsLast, Blocked16 };
 StoredLayout stored_layout(const Node& n);
 
-// Whether node `n` stores its activations in a channels-last shape (NHWC or NCHW16C).
-bool channels_last(const Node& n);
-
 // [N, C, d1, …] <-> [N, d1, …, C] (rank >= 3).
 Shape to_channels_first(const Shape& channels_last_shape);
 Shape to_channels_last(const Shape& channels_first_shape);

@@ -35,10 +35,6 @@ struct ConvState {
   bool convert_residual = false;  // the residual needs a reorder into dst (layout or dtype)
 };
 
-size_t align64(size_t n) {
-  return (n + 63) / 64 * 64;
-}
-
 class Conv final : public Kernel {
  public:
   explicit Conv(const Node& n)
@@ -174,10 +170,8 @@ class Conv final : public Kernel {
       args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw()));
     } else {  // weights computed at run time (training): reorder them now
       packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st.weights.get_size())});
-      dnnl::memory user = dnnl_adapter::wrap(st.user_weights, ctx.input(1).raw());
-      dnnl::memory w = dnnl_adapter::wrap(st.weights, packed.raw());
-      dnnl::reorder(user, w).execute(stream, user, w);
-      args.emplace(DNNL_ARG_WEIGHTS, w);
+      dnnl_adapter::reorder_now(st.user_weights, ctx.input(1).raw(), st.weights, packed.raw());
+      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, packed.raw()));
     }
     if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, ctx.input(2).raw()));
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
@@ -254,12 +248,12 @@ class Conv final : public Kernel {
       st->scratch = pd.scratchpad_desc();
       st->blocked_src = st->src != st->plain_src;
       st->blocked_dst = st->dst != st->plain_dst;
-      size_t total = align64(st->scratch.get_size());
+      size_t total = dnnl_adapter::align64(st->scratch.get_size());
       if (st->blocked_src) {
         st->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(
             dnnl_adapter::engine(), st->plain_src, dnnl_adapter::engine(), st->src));
         st->src_offset = total;
-        total += align64(st->src.get_size());
+        total += dnnl_adapter::align64(st->src.get_size());
       }
       if (residual_) {  // into dst's layout and dtype, unless it is already both
         st->plain_residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(3)), layout_);
@@ -272,7 +266,7 @@ class Conv final : public Kernel {
         st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(
             dnnl_adapter::engine(), st->dst, dnnl_adapter::engine(), st->plain_dst));
         st->dst_offset = total;
-        total += align64(st->dst.get_size());
+        total += dnnl_adapter::align64(st->dst.get_size());
       }
       if (const Tensor* w = ctx.input_tensor(1))
         st->packed_weights = dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights);

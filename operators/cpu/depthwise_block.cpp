@@ -120,10 +120,6 @@ std::vector<Strip> walk(int64_t lo, int64_t hi, int64_t rows, const DepthwiseBlo
   return strips;
 }
 
-size_t align64(size_t n) {
-  return (n + 63) / 64 * 64;
-}
-
 class DepthwiseBlock final : public Kernel {
  public:
   explicit DepthwiseBlock(const Node& n)
@@ -309,9 +305,11 @@ class DepthwiseBlock final : public Kernel {
         out_rows = std::max(out_rows, s.o1 - s.o0);
       }
     if (st->expand)
-      st->expanded_bytes = align64(static_cast<size_t>(st->images * in_rows * in_row));
+      st->expanded_bytes =
+          dnnl_adapter::align64(static_cast<size_t>(st->images * in_rows * in_row));
     if (st->project)
-      st->depthwise_bytes = align64(static_cast<size_t>(st->images * out_rows * out_row));
+      st->depthwise_bytes =
+          dnnl_adapter::align64(static_cast<size_t>(st->images * out_rows * out_row));
 
     // fp32 convolutions oneDNN always has (its reference ones at worst): a failure is an error.
     dnnl_adapter::guarded(ctx.node(), [&] {
@@ -324,7 +322,7 @@ class DepthwiseBlock final : public Kernel {
         prim_scratch = std::max(prim_scratch, p.scratch.get_size());
     for (const auto& [shape, p] : st->depthwise)
       prim_scratch = std::max(prim_scratch, p.scratch.get_size());
-    st->per_thread = st->expanded_bytes + st->depthwise_bytes + align64(prim_scratch);
+    st->per_thread = st->expanded_bytes + st->depthwise_bytes + dnnl_adapter::align64(prim_scratch);
     ctx.request_scratch(st->per_thread * static_cast<size_t>(st->threads));
     return st;
   }
@@ -415,10 +413,7 @@ class DepthwiseBlock final : public Kernel {
       packed = dnnl_adapter::pack_constant(ctx, input, weights, plain, md);
     } else {
       packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(md.get_size())});
-      dnnl::memory from = dnnl_adapter::wrap(plain, weights.raw());
-      dnnl::memory to = dnnl_adapter::wrap(md, packed.raw());
-      dnnl::reorder(from, to).execute(dnnl_adapter::stream(), from, to);
-      dnnl_adapter::stream().wait();
+      dnnl_adapter::reorder_now(plain, weights.raw(), md, packed.raw());
     }
     st.packed.push_back({input, md, std::move(packed)});
     return st.packed.size() - 1;

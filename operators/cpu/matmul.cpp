@@ -172,7 +172,7 @@ class DnnlMatMul final : public Kernel {
         return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_adapter::engine(), st->a_fp32,
                                                            dnnl_adapter::engine(), st->a));
       });
-      st->a_offset = (st->scratch.get_size() + 63) / 64 * 64;
+      st->a_offset = dnnl_adapter::align64(st->scratch.get_size());
       ctx.request_scratch(st->a_offset + st->a.get_size());
     }
     ctx.set_state(st);

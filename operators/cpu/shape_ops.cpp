@@ -281,20 +281,12 @@ class Transpose final : public Kernel {
         for (int64_t p : perm) strides.push_back(in_strides[p]);
         const auto src = dnnl_adapter::strided_md(out, strides, dt);
         const auto dst = dnnl_adapter::plain_md(out, dt);
-        ctx.set_state(std::make_shared<Reorder>(
-            Reorder{dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_adapter::engine(), src,
-                                                                dnnl_adapter::engine(), dst)),
-                    src, dst}));
+        ctx.set_state(std::make_shared<dnnl_adapter::PreparedReorder>(src, dst));
       });
   }
   void run(RunContext& ctx) const override {
-    if (const auto* st = static_cast<const Reorder*>(ctx.state_ptr())) {
-      dnnl::memory src = dnnl_adapter::wrap(st->src, ctx.input(0).raw());
-      dnnl::memory dst = dnnl_adapter::wrap(st->dst, ctx.output(0).raw());
-      st->prim.execute(dnnl_adapter::stream(), src, dst);
-      dnnl_adapter::stream().wait();
-      return;
-    }
+    if (const auto* reorder = static_cast<const dnnl_adapter::PreparedReorder*>(ctx.state_ptr()))
+      return (*reorder)(ctx.input(0).raw(), ctx.output(0).raw());
     permute_into(ctx.input(0), resolve(ctx.input(0).rank(), ctx.node()), ctx.output(0));
   }
 
@@ -319,10 +311,6 @@ class Transpose final : public Kernel {
     }
     return p;
   }
-  struct Reorder {
-    dnnl::reorder prim;
-    dnnl::memory::desc src, dst;
-  };
   std::vector<int64_t> perm_;
 };
 

@@ -49,8 +49,6 @@ bool scalar_constant(const Graph& g, const std::string& name) {
   return t && t->numel() == 1 && t->rank() <= 1;
 }
 
-const std::string kSuffix = "/nhwc";
-
 }  // namespace
 
 Graph use_channels_last(const Graph& graph) {
@@ -138,7 +136,7 @@ Graph use_channels_last(const Graph& graph) {
       }
       if (!region_value(v)) {  // a residual from outside the region
         if (converted.insert(v).second) {
-          Node t = make_node(n.name + "/to_nhwc", "Transpose", {v}, {v + kSuffix}, 13);
+          Node t = make_node(n.name + "/to_nhwc", "Transpose", {v}, {v + kChannelsLastSuffix}, 13);
           Attribute perm;
           perm.type = Attribute::Type::Ints;
           perm.ints = {0, 2, 3, 1};
@@ -146,10 +144,10 @@ Graph use_channels_last(const Graph& graph) {
           g.nodes.push_back(std::move(t));
         }
       }
-      n.inputs[k] = v + kSuffix;
+      n.inputs[k] = v + kChannelsLastSuffix;
     }
     const std::string out = n.outputs[0];
-    n.outputs[0] = out + kSuffix;
+    n.outputs[0] = out + kChannelsLastSuffix;
     if (role[i] == Role::Conv || role[i] == Role::Pool)
       n.attributes["volt.layout"] = string_attribute("NHWC");
     const std::string name = n.name;
@@ -158,7 +156,7 @@ Graph use_channels_last(const Graph& graph) {
     bool plain_reader = uses.is_graph_output(out);
     for (const auto& r : uses.readers(out)) plain_reader |= !reads_channels_last(r.node, r.slot);
     if (plain_reader) {
-      Node t = make_node(name + "/to_nchw", "Transpose", {out + kSuffix}, {out}, 13);
+      Node t = make_node(name + "/to_nchw", "Transpose", {out + kChannelsLastSuffix}, {out}, 13);
       Attribute perm;
       perm.type = Attribute::Type::Ints;
       perm.ints = {0, 3, 1, 2};

@@ -34,6 +34,9 @@ Graph fuse_matmul_epilogue(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
 Graph use_channels_last(const Graph& graph);
+// The suffix use_channels_last gives the values of its region ("<name>/nhwc"), which later
+// passes go by.
+inline const std::string kChannelsLastSuffix = "/nhwc";
 Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);

@@ -13,11 +13,9 @@
 namespace volt {
 namespace {
 
-const std::string kSuffix = "/nhwc";
-
 bool region_value(const std::string& v) {
-  return v.size() > kSuffix.size() &&
-         v.compare(v.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  const std::string& s = kChannelsLastSuffix;
+  return v.size() > s.size() && v.compare(v.size() - s.size(), s.size(), s) == 0;
 }
 
 bool is_exit(const Node& n) {
@@ -42,7 +40,7 @@ Graph use_blocked_layout(const Graph& graph) {
     for (const std::string& v : n.inputs)
       if (region_value(v) && !is_exit(n)) return graph;
   }
-  const bool any = !region.empty();
+  if (region.empty()) return graph;
   // The channels of each region value: a Conv's from its weights, a pool's from its input (the
   // node list is not in execution order after the fusions: until nothing changes).
   std::map<std::string, int64_t> channels;
@@ -73,7 +71,6 @@ Graph use_blocked_layout(const Graph& graph) {
     if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) return graph;
     if (n->has_input(3) && !blocked(n->inputs[3])) return graph;
   }
-  if (!any) return graph;
   Graph g = graph;
   for (Node& n : g.nodes) {
     if (n.attr_string("volt.layout", "") == "NHWC") {

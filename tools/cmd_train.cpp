@@ -61,6 +61,8 @@ int cmd_train(int argc, char** argv) {
                     {"learning_rate", args.get("learning-rate", "0.001")}};
   if (args.has("threads")) opts.emplace_back("threads", args.get("threads"));
   if (args.has("seed")) opts.emplace_back("seed", args.get("seed"));
+  if (args.has("device")) opts.emplace_back("device", args.get("device"));
+  if (args.has("precision")) opts.emplace_back("precision", args.get("precision"));
   for (const auto& kv : args.all("option")) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos)
@@ -158,6 +160,10 @@ int cmd_train(int argc, char** argv) {
     std::fflush(stdout);
     if (args.has("checkpoint")) trainer.save_checkpoint(args.get("checkpoint"));
   }
+  if (trainer.skipped_steps() > 0 || trainer.loss_scale() != 1.0f)
+    std::printf("loss scale %g, %lld steps skipped for overflow\n",
+                static_cast<double>(trainer.loss_scale()),
+                static_cast<long long>(trainer.skipped_steps()));
   if (args.has("export")) {
     trainer.export_model(args.get("export"));
     std::printf("exported %s\n", args.get("export").c_str());

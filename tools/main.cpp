@@ -30,6 +30,7 @@ void usage() {
       "[--epochs E]\n"
       "                   [--validation-split F] [--checkpoint FILE] [--export OUT.onnx] "
       "[--option KEY=VALUE]...\n"
+      "                   [--device cpu|cuda:N] [--precision fp32|mixed_fp16]\n"
       "  volt test-onnx DIR... [--expect FILE] [--verbose] [--device cpu|cuda:N]\n",
       volt::version());
 }

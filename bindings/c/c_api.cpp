@@ -463,6 +463,14 @@ volt_status volt_trainer_set_learning_rate(volt_trainer* t, float learning_rate)
   return guarded([&] { t->trainer.set_learning_rate(learning_rate); });
 }
 
+volt_status volt_trainer_loss_scale(const volt_trainer* t, float* scale, int64_t* skipped_steps) {
+  if (!t) return null_arg("trainer");
+  return guarded([&] {
+    if (scale) *scale = t->trainer.loss_scale();
+    if (skipped_steps) *skipped_steps = t->trainer.skipped_steps();
+  });
+}
+
 volt_status volt_trainer_save_checkpoint(volt_trainer* t, const char* path) {
   if (!t) return null_arg("trainer");
   if (!path) return null_arg("path");

@@ -140,6 +140,9 @@ volt_status volt_trainer_predict(volt_trainer* t, size_t n_inputs, const char* c
                                  const volt_tensor* const* inputs, size_t n_outputs,
                                  volt_tensor** outputs);
 volt_status volt_trainer_set_learning_rate(volt_trainer* t, float learning_rate);
+/* precision mixed_fp16: the current loss scale and the steps skipped because their scaled
+ * gradients overflowed (1 and 0 in fp32). Either pointer may be NULL. */
+volt_status volt_trainer_loss_scale(const volt_trainer* t, float* scale, int64_t* skipped_steps);
 volt_status volt_trainer_save_checkpoint(volt_trainer* t, const char* path);
 volt_status volt_trainer_load_checkpoint(volt_trainer* t, const char* path);
 volt_status volt_trainer_export(volt_trainer* t,

@@ -443,7 +443,12 @@ class Session {
 //   label = name of the label input (default "label")   optimizer = sgd | adam | adamw
 //   learning_rate, momentum, nesterov, beta1, beta2, epsilon, weight_decay, max_grad_norm
 //   trainable / freeze = comma-separated initializer name prefixes
-//   threads, device (cpu), precision (fp32 | mixed_fp16), seed
+//   threads, device (cpu | cuda:N), precision (fp32 | mixed_fp16), seed
+// device = cuda:N runs the forward and backward graphs there (ops without a CUDA kernel on the
+// host, as in inference); weights, their optimizer state and the update stay on the host.
+// precision = mixed_fp16 computes in fp16 from fp32 master weights with dynamic loss scaling. On
+// a CUDA device that is tensor-core fp16; on the CPU the fp16 kernels are reference ones, much
+// slower than fp32: there it is for checking how a model trains in fp16 before a GPU does it.
 using TrainOptions = std::vector<std::pair<std::string, std::string>>;
 // Throws volt::Error naming the first unknown key or bad value.
 void validate_train_options(const TrainOptions& options);
@@ -456,7 +461,9 @@ class Trainer {
   Trainer& operator=(Trainer&&) noexcept;
 
   // One optimization step on a batch (model inputs and the label); returns the loss before
-  // the update. A non-finite loss or gradient skips the update and throws.
+  // the update. A non-finite loss or gradient skips the update and throws, except that with
+  // precision=mixed_fp16 overflowing (scaled) gradients are the loss scaler's signal: the step
+  // is skipped without an error, the scale halves, and skipped_steps() counts it.
   float step(const NamedValues& batch);
   // The loss in evaluation mode (running statistics, no dropout); nothing changes.
   float evaluate(const NamedValues& batch) const;
@@ -465,7 +472,11 @@ class Trainer {
 
   void set_learning_rate(float lr);
   float learning_rate() const;
-  int64_t steps() const;
+  int64_t steps() const;  // optimizer steps applied
+  // precision=mixed_fp16: the current loss scale (starts at 2^16, halves on overflow, doubles
+  // after 2000 clean steps) and the steps skipped for overflow. 1 and 0 in fp32.
+  float loss_scale() const;
+  int64_t skipped_steps() const;
   const std::vector<std::string>& trainable() const;    // initializer names being trained
   const Tensor& weight(const std::string& name) const;  // current value of an initializer
 

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/grad_fn.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
@@ -107,25 +108,7 @@ void dispatch_gradient(const RunContext& ctx, DType type, F&& f) {
 }
 
 // The unary functions EltwiseGrad differentiates.
-enum class Fn {
-  Relu,
-  LeakyRelu,
-  Elu,
-  Sigmoid,
-  Tanh,
-  Exp,
-  Log,
-  Sqrt,
-  Reciprocal,
-  Erf,
-  Softplus,
-  Abs,
-  Sin,
-  Cos,
-  Clip,
-  Gelu,
-  GeluTanh
-};
+using Fn = GradFn;
 
 // f'(x) for y = f(x) (alpha: LeakyRelu's slope, Elu's alpha), one function per f so that each
 // loop below is compiled without a switch inside.
@@ -213,8 +196,7 @@ VOLT_SIMD_CLONES void eltwise_grad_f32(Fn fn, float alpha, const float* dy, cons
 
 class EltwiseGrad final : public Kernel {
  public:
-  explicit EltwiseGrad(const Node& n)
-      : fn_(parse(n)), alpha_(n.attr_float("alpha", fn_ == Fn::LeakyRelu ? 0.01f : 1.0f)) {}
+  explicit EltwiseGrad(const Node& n) : fn_(grad_fn_of(n)), alpha_(grad_fn_alpha(n, fn_)) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
     const int64_t n = ctx.input(0).numel();
@@ -238,31 +220,6 @@ class EltwiseGrad final : public Kernel {
  private:
   // Elementwise work is split among threads in chunks of this many elements.
   static constexpr int64_t kChunk = 32768;
-
-  static Fn parse(const Node& n) {
-    const std::string f = n.attr_string("fn", "");
-    static const std::map<std::string, Fn> names = {{"Relu", Fn::Relu},
-                                                    {"LeakyRelu", Fn::LeakyRelu},
-                                                    {"Elu", Fn::Elu},
-                                                    {"Sigmoid", Fn::Sigmoid},
-                                                    {"Tanh", Fn::Tanh},
-                                                    {"Exp", Fn::Exp},
-                                                    {"Log", Fn::Log},
-                                                    {"Sqrt", Fn::Sqrt},
-                                                    {"Reciprocal", Fn::Reciprocal},
-                                                    {"Erf", Fn::Erf},
-                                                    {"Softplus", Fn::Softplus},
-                                                    {"Abs", Fn::Abs},
-                                                    {"Sin", Fn::Sin},
-                                                    {"Cos", Fn::Cos},
-                                                    {"Clip", Fn::Clip},
-                                                    {"Gelu", Fn::Gelu}};
-    auto it = names.find(f);
-    VOLT_CHECK(it != names.end(), InvalidModel, n.describe() + ": no derivative for '" + f + "'");
-    if (it->second == Fn::Gelu && n.attr_string("approximate", "none") == "tanh")
-      return Fn::GeluTanh;
-    return it->second;
-  }
 
   Fn fn_;
   float alpha_;

@@ -6,76 +6,10 @@
 
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/cuda/cuda_kernel.hpp"
+#include "operators/cuda/cudnn_descriptors.hpp"
 
 namespace volt::cuda {
 namespace {
-
-cudnnDataType_t dnn_type(DType t) {
-  return t == DType::Float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
-}
-
-// Owning wrappers of the descriptors.
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(DType t, const Shape& shape) {
-    VOLT_CUDA_CALL(cudnnCreateTensorDescriptor(&d));
-    Shape s = shape;
-    while (s.size() < 4) s.push_back(1);  // cuDNN wants at least 4 dims
-    std::vector<int> dims(s.begin(), s.end()), strides(s.size());
-    int stride = 1;
-    for (size_t i = s.size(); i-- > 0;) {
-      strides[i] = stride;
-      stride *= dims[i];
-    }
-    VOLT_CUDA_CALL(cudnnSetTensorNdDescriptor(d, dnn_type(t), static_cast<int>(dims.size()),
-                                              dims.data(), strides.data()));
-  }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-};
-
-struct FilterDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  FilterDesc(DType t, const Shape& shape) {
-    VOLT_CUDA_CALL(cudnnCreateFilterDescriptor(&d));
-    Shape s = shape;
-    while (s.size() < 4) s.push_back(1);
-    std::vector<int> dims(s.begin(), s.end());
-    VOLT_CUDA_CALL(cudnnSetFilterNdDescriptor(d, dnn_type(t), CUDNN_TENSOR_NCHW,
-                                              static_cast<int>(dims.size()), dims.data()));
-  }
-  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
-  FilterDesc(const FilterDesc&) = delete;
-  FilterDesc& operator=(const FilterDesc&) = delete;
-};
-
-std::vector<int> padded_ints(const std::vector<int64_t>& v, size_t n, int fill) {
-  std::vector<int> out(v.begin(), v.end());
-  while (out.size() < n) out.push_back(fill);
-  return out;
-}
-
-struct ConvDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const WindowGeometry& geo, DType t, int64_t group) {
-    VOLT_CUDA_CALL(cudnnCreateConvolutionDescriptor(&d));
-    const size_t r = std::max<size_t>(geo.kernel.size(), 2);
-    const auto pads = padded_ints(geo.pad_begin, r, 0);
-    const auto strides = padded_ints(geo.strides, r, 1);
-    const auto dil = padded_ints(geo.dilations, r, 1);
-    // fp16 data accumulates in fp32 (tensor cores where cuDNN has them).
-    VOLT_CUDA_CALL(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(r), pads.data(),
-                                                   strides.data(), dil.data(),
-                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    VOLT_CUDA_CALL(cudnnSetConvolutionGroupCount(d, static_cast<int>(group)));
-    VOLT_CUDA_CALL(cudnnSetConvolutionMathType(
-        d, t == DType::Float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-  }
-  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
-  ConvDesc(const ConvDesc&) = delete;
-  ConvDesc& operator=(const ConvDesc&) = delete;
-};
 
 // What a plan prepares once: the geometry, the cuDNN descriptors for its shapes (shapes are fixed
 // per plan), the algorithm and its workspace size.
@@ -166,16 +100,9 @@ class Pool final : public Kernel {
   }
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
-    if (x.size() < 3 || x.size() > 5) throw KernelUnsupported{"CUDA pooling takes 1-D to 3-D"};
-    if (attrs_.ceil_mode) throw KernelUnsupported{"CUDA pooling rounds output sizes down only"};
     if (ctx.output_count() > 1 && ctx.node().has_output(1))
       throw KernelUnsupported{"CUDA MaxPool does not output indices"};
-    const Shape spatial(x.begin() + 2, x.end());
-    WindowGeometry geo = global_ ? global_geometry(spatial)
-                                 : resolve_window(attrs_, spatial, attrs_.kernel_shape, ctx.node());
-    if (geo.pad_begin != geo.pad_end) throw KernelUnsupported{"CUDA pooling takes symmetric pads"};
-    for (int64_t d : geo.dilations)
-      if (d != 1) throw KernelUnsupported{"CUDA pooling takes no dilations"};
+    WindowGeometry geo = pool_window(attrs_, global_, x, ctx.node());
     Shape out{x[0], x[1]};
     out.insert(out.end(), geo.out.begin(), geo.out.end());
     ctx.set_state(std::make_shared<WindowGeometry>(std::move(geo)));
@@ -186,35 +113,14 @@ class Pool final : public Kernel {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (!y.numel()) return;
-    cudnnPoolingDescriptor_t pd;
-    VOLT_CUDA_CALL(cudnnCreatePoolingDescriptor(&pd));
-    const size_t r = std::max<size_t>(geo.kernel.size(), 2);
-    const auto window = padded_ints(geo.kernel, r, 1), pads = padded_ints(geo.pad_begin, r, 0),
-               strides = padded_ints(geo.strides, r, 1);
-    cudnnStatus_t status =
-        cudnnSetPoolingNdDescriptor(pd, mode_, CUDNN_PROPAGATE_NAN, static_cast<int>(r),
-                                    window.data(), pads.data(), strides.data());
-    if (status == CUDNN_STATUS_SUCCESS) {
-      TensorDesc xd(x.dtype(), x.shape()), yd(y.dtype(), y.shape());
-      const float one = 1.f, zero = 0.f;
-      status = cudnnPoolingForward(dnn(ctx, y), pd, &one, xd.d, x.raw(), &zero, yd.d, y.raw());
-    }
-    cudnnDestroyPoolingDescriptor(pd);
-    check(status, "cudnnPoolingForward");
+    const PoolDesc pd(geo, mode_);
+    const TensorDesc xd(x.dtype(), x.shape()), yd(y.dtype(), y.shape());
+    const float one = 1.f, zero = 0.f;
+    VOLT_CUDA_CALL(
+        cudnnPoolingForward(dnn(ctx, y), pd.d, &one, xd.d, x.raw(), &zero, yd.d, y.raw()));
   }
 
  private:
-  static WindowGeometry global_geometry(const Shape& spatial) {
-    WindowGeometry g;
-    g.kernel = spatial;
-    g.in = spatial;
-    g.strides.assign(spatial.size(), 1);
-    g.dilations.assign(spatial.size(), 1);
-    g.pad_begin.assign(spatial.size(), 0);
-    g.pad_end.assign(spatial.size(), 0);
-    g.out.assign(spatial.size(), 1);
-    return g;
-  }
   WindowAttributes attrs_;
   cudnnPoolingMode_t mode_;
   bool global_;

@@ -27,4 +27,13 @@ inline KernelDef cuda_kernel(const char* op, int since,
           .create = std::move(create)};
 }
 
+// A CUDA kernel of volt's own domain (the backward kernels the gradient rules emit).
+inline KernelDef cuda_volt_kernel(const char* op,
+                                  std::function<std::unique_ptr<Kernel>(const Node&)> create,
+                                  std::vector<int> host_inputs = {}) {
+  KernelDef def = cuda_kernel(op, 1, std::move(create), std::move(host_inputs));
+  def.domain = kVoltDomain;
+  return def;
+}
+
 }  // namespace volt::cuda

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "operators/common/grad_fn.hpp"
+
 namespace volt::cuda {
 
 enum class Elem : uint8_t { F32, F16 };
@@ -38,7 +40,8 @@ enum class UnaryOp : uint8_t {
   Clip,
   HardSigmoid,
   Softplus,
-  Identity
+  Identity,
+  Scale  // alpha * x
 };
 // alpha/beta: LeakyRelu's slope, Clip's bounds, HardSigmoid's alpha and beta.
 void launch_unary(UnaryOp op, Elem t, void* out, const void* x, int64_t n, float alpha, float beta,
@@ -80,5 +83,12 @@ struct ReduceGeometry {
 };
 void launch_reduce(ReduceOp op, Elem t, void* out, const void* x, int64_t n_out, int64_t n_reduced,
                    const ReduceGeometry& g, void* stream);
+
+// Backward kernels (backward.cu). dx = dy * f'(x, y) for y = f(x), elementwise over n;
+// alpha: LeakyRelu's slope, Elu's alpha.
+void launch_eltwise_grad(GradFn f, Elem t, void* dx, const void* dy, const void* x, const void* y,
+                         int64_t n, float alpha, void* stream);
+// out[i] = value for i < n.
+void launch_fill(Elem t, void* out, int64_t n, float value, void* stream);
 
 }  // namespace volt::cuda

@@ -98,6 +98,8 @@ __device__ inline float unary(UnaryOp op, float x, float alpha, float beta) {
       return x > 20.f ? x : log1pf(expf(x));
     case UnaryOp::Identity:
       return x;
+    case UnaryOp::Scale:
+      return alpha * x;
   }
   return 0.f;
 }

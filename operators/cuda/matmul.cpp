@@ -3,16 +3,14 @@
 // rounding. Row-major operands are passed as their column-major transposes: C^T = B^T A^T.
 #include "operators/common/shape_util.hpp"
 #include "operators/cuda/cuda_kernel.hpp"
+#include "operators/cuda/gemm.hpp"
 
 namespace volt::cuda {
-namespace {
 
 cudaDataType_t cuda_type(DType t) {
   return t == DType::Float16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-// C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C, row-major, `batch` times with the given
-// element strides between matrices (0: the same matrix for every batch entry).
 void gemm(cublasHandle_t h, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const void* a, int64_t stride_a, const void* b, int64_t stride_b, float beta,
           void* c, int64_t stride_c, int64_t batch) {
@@ -25,6 +23,8 @@ void gemm(cublasHandle_t h, DType t, bool trans_a, bool trans_b, int64_t m, int6
       cuda_type(t), static_cast<int>(n), stride_c, static_cast<int>(batch), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
+
+namespace {
 
 // MatMul with numpy semantics where each operand's batch is either everything or one matrix
 // (the shapes models use: [B..., M, K] x [K, N], [B..., M, K] x [B..., K, N]).

@@ -30,7 +30,8 @@ const std::vector<Pass>& optimization_passes() {
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       // At every level: bf16 is what the user asked for, not an optimization.
       {"use_bf16", 0, use_bf16, [](const SessionOptions& o) { return o.precision == "bf16"; }},
-      {"use_fp16", 0, use_fp16, [](const SessionOptions& o) { return o.precision == "fp16"; }},
+      {"use_fp16", 0, [](const Graph& g) { return use_fp16(g, Fp16Weights::ConvertOnce); },
+       [](const SessionOptions& o) { return o.precision == "fp16"; }},
       // What folding left unread (a BatchNorm's statistics, the unfolded weights).
       {"eliminate_dead_nodes_after_folding", 2, eliminate_dead_nodes},
   };

@@ -41,7 +41,11 @@ Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
-Graph use_fp16(const Graph& graph);
+// How use_fp16 treats float weights: converted once (inference), or kept in fp32 and cast by a
+// node each run (mixed-precision training: the fp32 masters are what the optimizer updates, and
+// the gradient reaches them through the Cast).
+enum class Fp16Weights { ConvertOnce, CastEachRun };
+Graph use_fp16(const Graph& graph, Fp16Weights weights);
 // Nodes with a kernel on `device` (as `device_runs` says; by default, the registry) run there;
 // the rest stay on the host, with explicit copy nodes where values cross (place_on_device.cpp).
 Graph place_on_device(const Graph& graph, Device device,

@@ -1,5 +1,6 @@
-// precision = fp16 (on an accelerator): the graph computes in IEEE half. Float initializers and
-// Constant values become fp16 once, at session creation; float graph inputs are cast to fp16 on
+// precision = fp16 (on an accelerator): the graph computes in IEEE half. Float initializers (or,
+// for training, casts of them each run) and Constant values become fp16 once, at session
+// creation; float graph inputs are cast to fp16 on
 // entry and float outputs back to fp32 on exit, so callers see the model's declared types; casts
 // to float inside the graph cast to fp16 instead, keeping the graph in one float type. The
 // kernels keep accumulations, Softmax and normalization statistics in fp32 (device_kernels.hpp,
@@ -28,12 +29,51 @@ Node cast_node(const std::string& in, const std::string& out, DType to) {
   return c;
 }
 
+// Every Gather reading `weight` as its data (and nothing else reading it), when its outputs are
+// not graph outputs; empty otherwise.
+std::vector<size_t> gather_only_readers(const Graph& g, const ValueUses& uses,
+                                        const std::string& weight) {
+  std::vector<size_t> gathers;
+  for (const auto& r : uses.readers(weight)) {
+    if (r.slot != 0 || !is_onnx_op(g.nodes[r.node], "Gather") ||
+        uses.is_graph_output(g.nodes[r.node].outputs[0]))
+      return {};
+    gathers.push_back(r.node);
+  }
+  return gathers;
+}
+
+// Float weights stay fp32 and a Cast node makes their fp16 copy each run. A table read only by
+// Gather is cast after the Gather instead, so a batch converts only the rows it reads and the
+// table's gradient stays a gather's (row-sparse). Readers inside subgraphs keep the fp32 value.
+void cast_weights_each_run(Graph& g, std::vector<Node>& casts) {
+  const ValueUses uses(g);
+  for (const auto& [name, t] : g.initializers) {
+    if (t.dtype() != DType::Float || uses.readers(name).empty()) continue;
+    const std::vector<size_t> gathers = gather_only_readers(g, uses, name);
+    for (size_t node : gathers) {
+      std::string& rows = g.nodes[node].outputs[0];
+      casts.push_back(cast_node(rows + "@fp32", rows, DType::Float16));
+      rows += "@fp32";
+    }
+    if (!gathers.empty()) continue;
+    const std::string half = name + "@fp16";
+    casts.push_back(cast_node(name, half, DType::Float16));
+    for (const auto& r : uses.readers(name))
+      if (r.slot != ValueUses::kSubgraph) g.nodes[r.node].inputs[r.slot] = half;
+  }
+}
+
 }  // namespace
 
-Graph use_fp16(const Graph& graph) {
+Graph use_fp16(const Graph& graph, Fp16Weights weights) {
   Graph g = graph;
-  for (auto& [name, t] : g.initializers)
-    if (t.dtype() == DType::Float) t = to_fp16(t);
+  std::vector<Node> casts;
+  if (weights == Fp16Weights::CastEachRun)
+    cast_weights_each_run(g, casts);
+  else
+    for (auto& [name, t] : g.initializers)
+      if (t.dtype() == DType::Float) t = to_fp16(t);
   for (Node& n : g.nodes) {
     if (is_onnx_op(n, "Cast") && n.attr_int("to", 0) == static_cast<int64_t>(DType::Float))
       n.attributes["to"].i = static_cast<int64_t>(DType::Float16);
@@ -45,7 +85,6 @@ Graph use_fp16(const Graph& graph) {
   }
   // Float inputs (not initializer-backed) enter through a cast; readers read the cast.
   std::map<std::string, std::string> renamed;
-  std::vector<Node> casts;
   for (const auto& in : g.inputs)
     if (in.dtype == DType::Float && in.kind == ValueInfo::Kind::Tensor &&
         !g.is_initializer(in.name)) {

@@ -30,6 +30,17 @@ bool LossScaler::update(bool gradients_finite) {
   return true;
 }
 
+void LossScaler::restore(float scale, int clean_steps, int64_t skipped_steps) {
+  VOLT_CHECK(std::isfinite(scale) && scale >= options_.min_scale && scale <= options_.max_scale &&
+                 clean_steps >= 0 && clean_steps < options_.growth_interval && skipped_steps >= 0,
+             InvalidArgument,
+             "loss scaler state out of range (scale " + std::to_string(scale) + ", clean steps " +
+                 std::to_string(clean_steps) + ")");
+  scale_ = scale;
+  clean_ = clean_steps;
+  skipped_ = skipped_steps;
+}
+
 bool all_finite(const float* values, size_t n) {
   // An inf or NaN anywhere makes the sum of x*0 a NaN: one branch-free pass that vectorizes.
   float acc = 0.f;

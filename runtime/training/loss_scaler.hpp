@@ -28,6 +28,9 @@ class LossScaler {
   bool update(bool gradients_finite);
   int clean_steps() const { return clean_; }
   int64_t skipped_steps() const { return skipped_; }
+  // Puts back a state saved in a checkpoint; InvalidArgument (and no change) when it is out of
+  // this scaler's range.
+  void restore(float scale, int clean_steps, int64_t skipped_steps);
 
  private:
   Options options_;

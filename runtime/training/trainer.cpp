@@ -10,13 +10,17 @@
 #include <set>
 
 #include "loaders/loader.hpp"
+#include "operators/common/convert.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/grad/gradient_rule.hpp"
+#include "runtime/device.hpp"
 #include "runtime/error.hpp"
 #include "runtime/feeds.hpp"
 #include "runtime/graph_runner.hpp"
+#include "runtime/passes/passes.hpp"
 #include "runtime/training/autodiff.hpp"
 #include "runtime/training/checkpoint.hpp"
+#include "runtime/training/loss_scaler.hpp"
 #include "runtime/training/optimizer.hpp"
 #include "runtime/training/train_config.hpp"
 
@@ -60,6 +64,12 @@ VOLT_SIMD_CLONES double sum_of_squares_f32(const float* p, int64_t n) {
   return s;
 }
 
+// precision=mixed_fp16: the graph input that carries the loss scale (the seed of the backward
+// pass), and where a checkpoint keeps the scaler's state.
+const std::string kLossScaleInput = "volt/loss_scale";
+const std::string kScaleKey = "loss_scaler/scale", kCleanStepsKey = "loss_scaler/clean_steps",
+                  kSkippedKey = "loss_scaler/skipped_steps";
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -84,16 +94,25 @@ struct Trainer::Impl {
   std::unique_ptr<GraphRunner> eval, infer;
   Optimizer optimizer;
   double lr;
-  int64_t step = 0;
+  int64_t step = 0;  // optimizer steps applied (Adam's t); skipped steps do not count
+  // Where the graphs run: nodes with a kernel on the device run there, the rest on the host
+  // (place_on_device). The weights, their fp32 masters and the optimizer stay on the host; each
+  // step uploads the weights once and brings the gradients back.
+  Device device;
+  // precision=mixed_fp16: the graphs compute in fp16 from fp32 master weights (cast each run),
+  // the loss and its gradient in fp32; the backward pass starts from the loss scale, and the
+  // gradients are unscaled (in fp32, before clipping and weight decay) and checked here.
+  bool mixed = false;
+  LossScaler scaler;
   mutable std::mutex mutex;
 
   Impl(const std::string& path, const TrainOptions& options)
-      : cfg(parse_train_options(options)), optimizer(cfg), lr(cfg.learning_rate) {
-    VOLT_CHECK(cfg.device == "cpu", Device,
-               "training option 'device': '" + cfg.device +
-                   "' is not available (this build trains on: cpu)");
-    VOLT_CHECK(cfg.precision == "fp32", NotImplemented,
-               "training option 'precision': '" + cfg.precision + "' needs a CUDA device");
+      : cfg(parse_train_options(options)),
+        optimizer(cfg),
+        lr(cfg.learning_rate),
+        device(Device::parse(cfg.device)),
+        mixed(cfg.precision == "mixed_fp16") {
+    if (!device.is_cpu()) require_device(device);
     model_bytes = read_file_bytes(path);
     model = load_model(path);
     const Graph& g = model.graph;
@@ -122,16 +141,48 @@ struct Trainer::Impl {
     VOLT_CHECK(
         !trainable.empty(), InvalidArgument,
         path + ": no float initializer matches the trainable/freeze options; nothing to train");
+    for (const auto& name : trainable)
+      VOLT_CHECK(!mixed || weights.at(name).dtype() == DType::Float, InvalidArgument,
+                 path + ": precision mixed_fp16 keeps fp32 master weights, and '" + name + "' is " +
+                     dtype_name(weights.at(name).dtype()) + " (freeze it, or train in fp32)");
 
-    const int threads = cfg.threads;
     // Inference graph.
-    infer = std::make_unique<GraphRunner>(std::make_shared<const Graph>(g), path, "cpu", threads);
+    infer = runner(in_precision(g));
     // Evaluation: inference graph + loss.
-    Graph ev = g;
+    Graph ev = in_precision(g);
     const std::string eval_loss = add_loss(ev);
     ev.outputs = {output_info(eval_loss)};
-    eval = std::make_unique<GraphRunner>(std::make_shared<const Graph>(ev), path, "cpu", threads);
+    eval = runner(std::move(ev));
     train_graphs[{}] = build_training({});
+  }
+
+  // The model's forward graph in the training precision: with mixed_fp16, fp16 compute from fp32
+  // weights and inputs, its float outputs back in fp32 (so the loss is computed in fp32).
+  Graph in_precision(const Graph& g) const {
+    return mixed ? use_fp16(g, Fp16Weights::CastEachRun) : g;
+  }
+
+  std::unique_ptr<GraphRunner> runner(Graph g) const {
+    if (!device.is_cpu()) g = place_on_device(g, device);
+    return std::make_unique<GraphRunner>(std::make_shared<const Graph>(std::move(g)), model.source,
+                                         cfg.device, cfg.threads);
+  }
+
+  // The backward pass's seed: the loss scale, shaped and typed like the loss.
+  static std::string add_loss_scale_seed(Graph& g, const std::string& loss) {
+    ValueInfo scale;
+    scale.name = kLossScaleInput;
+    scale.dtype = DType::Float;
+    scale.has_shape = true;  // a scalar
+    g.inputs.push_back(scale);
+    Node like = make_node("volt/loss_scale_like", "CastLike", {kLossScaleInput, loss},
+                          {"volt/loss_scale_like"});
+    like.opset = 15;
+    g.nodes.push_back(std::move(like));
+    g.nodes.push_back(make_node("volt/loss_shape", "Shape", {loss}, {"volt/loss_shape"}));
+    g.nodes.push_back(make_node("volt/loss_seed", "Expand",
+                                {"volt/loss_scale_like", "volt/loss_shape"}, {"volt/loss_seed"}));
+    return "volt/loss_seed";
   }
 
   // A weight read once, as W in MatMul(X, W) or Gemm(X, W) (no transposes), where X is one of
@@ -167,9 +218,9 @@ struct Trainer::Impl {
   // them. So do weights multiplied by a CSR input: autodiff stops at the product, and
   // CsrWeightGrad takes the rows the input's non-zeros select.
   TrainGraph build_training(const std::set<std::string>& csr_inputs) {
-    const Graph& g = model.graph;
-    Graph tr = g;
+    Graph tr = model.graph;
     to_training_mode(tr);
+    tr = in_precision(tr);
     const std::string loss = add_loss(tr);
     TrainGraph out;
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> lookups;
@@ -194,7 +245,9 @@ struct Trainer::Impl {
     for (const auto& table : tables)
       for (const auto& [ids, rows] : lookups[table]) wrt.push_back(rows);
     for (const auto& w : csr_weights) wrt.push_back(csr_reads[w].y);
-    const std::vector<std::string> grad_names = append_gradients(tr, {loss, "", wrt}, model.source);
+    const std::string seed = mixed ? add_loss_scale_seed(tr, loss) : "";
+    const std::vector<std::string> grad_names =
+        append_gradients(tr, {loss, seed, wrt}, model.source);
     tr.outputs = {output_info(loss)};
     for (size_t i = 0; i < out.dense.size(); ++i) tr.outputs.push_back(output_info(grad_names[i]));
     size_t next = out.dense.size();
@@ -222,8 +275,7 @@ struct Trainer::Impl {
       n.attributes["alpha"] = float_attr(csr_reads[w].alpha);
     }
     for (const auto& [o, _] : running_stats) tr.outputs.push_back(output_info(o));
-    out.runner = std::make_unique<GraphRunner>(std::make_shared<const Graph>(tr), model.source,
-                                               "cpu", cfg.threads);
+    out.runner = runner(std::move(tr));
     return out;
   }
 
@@ -358,7 +410,12 @@ struct Trainer::Impl {
       found = train_graphs.emplace(csr_inputs, build_training(csr_inputs)).first;
     const TrainGraph& train = found->second;
     std::vector<Value> empties;
-    const auto fed = bind(*train.runner, batch, empties);
+    NamedValues scaled_batch;  // mixed_fp16: the batch and the loss scale
+    if (mixed) {
+      scaled_batch = batch;
+      scaled_batch.push_back({kLossScaleInput, Tensor::scalar(scaler.scale())});
+    }
+    const auto fed = bind(*train.runner, mixed ? scaled_batch : batch, empties);
     std::vector<Value> out = train.runner->run(fed);
     const float loss = scalar_loss(out[0], model.source);
     VOLT_CHECK(std::isfinite(loss), Runtime,
@@ -377,16 +434,24 @@ struct Trainer::Impl {
       sq += s;
     };
     size_t k = 1;
-    for (const auto& name : train.dense) {
-      grads[name] = out[k++].tensor();
-      check(grads[name], name);
-    }
+    // Mixed precision: the gradients come scaled. Unscaled copies (the outputs may be the plan's
+    // own buffers); an overflow anywhere skips the step, and the scaler backs off.
+    bool finite = true;
+    auto unscaled = [&](const Tensor& g) {
+      if (!mixed) return g;
+      Tensor c = g.clone();
+      finite = unscale(c.data<float>(), static_cast<size_t>(c.numel()), scaler.scale()) && finite;
+      return c;
+    };
+    for (const auto& name : train.dense) grads[name] = unscaled(out[k++].tensor());
     for (const auto& table : train.sparse) {
-      Tensor rows = out[k++].tensor(), values = out[k++].tensor();
-      const RowSparseTensor& g = row_grads[table] =
+      Tensor rows = out[k++].tensor(), values = unscaled(out[k++].tensor());
+      row_grads[table] =
           RowSparseTensor::create(weights.at(table).shape(), std::move(rows), std::move(values));
-      check(g.values(), table);
     }
+    if (mixed && !scaler.update(finite)) return loss;
+    for (const auto& [name, g] : grads) check(g, name);
+    for (const auto& [table, g] : row_grads) check(g.values(), table);
     if (cfg.max_grad_norm > 0) {
       const double norm = std::sqrt(sq);
       if (norm > cfg.max_grad_norm) {
@@ -401,9 +466,10 @@ struct Trainer::Impl {
     optimizer.step(weights, grads, lr, step + 1);
     if (cfg.lazy_update) optimizer.step_rows(weights, row_grads, lr, step + 1);
     for (const auto& [outname, init] : running_stats) {
-      const Tensor& stat = out[k++].tensor();
+      Tensor stat = out[k++].tensor();
       Tensor& w = weights.at(init);
-      VOLT_CHECK(stat.nbytes() == w.nbytes() && stat.dtype() == w.dtype(), Runtime,
+      if (stat.dtype() != w.dtype()) stat = converted(stat, w.dtype());  // fp16 under mixed_fp16
+      VOLT_CHECK(stat.nbytes() == w.nbytes(), Runtime,
                  "running statistic '" + init + "' changed shape");
       std::memcpy(w.raw(), stat.raw(), w.nbytes());
     }
@@ -465,7 +531,35 @@ struct Trainer::Impl {
     c.optimizer = cfg.optimizer;
     for (const auto& [name, t] : weights) c.tensors["param/" + name] = t.clone();
     optimizer.save(c);
+    if (mixed) {
+      c.tensors[kScaleKey] = Tensor::scalar(scaler.scale());
+      c.tensors[kCleanStepsKey] = Tensor::scalar(static_cast<int64_t>(scaler.clean_steps()));
+      c.tensors[kSkippedKey] = Tensor::scalar(scaler.skipped_steps());
+    }
     return c;
+  }
+
+  // The loss scaler a checkpoint holds, or the current one where it holds none (one written in
+  // fp32 resumes with the current scale).
+  LossScaler restored_scaler(const Checkpoint& c, const std::string& path) const {
+    LossScaler restored = scaler;
+    if (!mixed || !c.tensors.count(kScaleKey)) return restored;
+    auto scalar = [&](const std::string& key, DType dtype) -> const Tensor& {
+      auto it = c.tensors.find(key);
+      VOLT_CHECK(it != c.tensors.end() && it->second.numel() == 1 && it->second.dtype() == dtype,
+                 InvalidArgument,
+                 path + ": the checkpoint's '" + key + "' is missing or malformed");
+      return it->second;
+    };
+    try {
+      restored.restore(scalar(kScaleKey, DType::Float).data<float>()[0],
+                       static_cast<int>(std::clamp<int64_t>(
+                           scalar(kCleanStepsKey, DType::Int64).data<int64_t>()[0], -1, 1 << 30)),
+                       scalar(kSkippedKey, DType::Int64).data<int64_t>()[0]);
+    } catch (const Error& e) {
+      fail(ErrorCode::InvalidArgument, path + ": " + e.what());
+    }
+    return restored;
   }
 
   void restore(const Checkpoint& c, const std::string& path) {
@@ -490,9 +584,11 @@ struct Trainer::Impl {
             path + ": the checkpoint has weight '" + key.substr(6) + "', which the model lacks");
     Optimizer restored(cfg);
     restored.load(c, weights, path);
+    const LossScaler scaler_state = restored_scaler(c, path);
     for (auto& [name, t] : weights)
       std::memcpy(t.raw(), c.tensors.at("param/" + name).raw(), t.nbytes());
     optimizer = std::move(restored);
+    scaler = scaler_state;
     step = c.step;
     lr = c.learning_rate;
   }
@@ -533,6 +629,14 @@ float Trainer::learning_rate() const {
 }
 int64_t Trainer::steps() const {
   return impl_->step;
+}
+float Trainer::loss_scale() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->mixed ? impl_->scaler.scale() : 1.0f;
+}
+int64_t Trainer::skipped_steps() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->scaler.skipped_steps();
 }
 const std::vector<std::string>& Trainer::trainable() const {
   return impl_->trainable;

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 
+#include "cuda/cuda_skip.hpp"
 #include "model_builder.hpp"
 #include "runtime/device.hpp"
 #include "volt/volt.hpp"
@@ -20,22 +21,6 @@ namespace volt {
 namespace {
 
 using testing::ModelBuilder;
-
-// Why CUDA tests cannot run here, or "" when they can.
-std::string cuda_unavailable() {
-  try {
-    require_device(Device{Device::Kind::Cuda, 0});
-    return "";
-  } catch (const Error& e) {
-    return e.what();
-  }
-}
-
-#define SKIP_WITHOUT_CUDA()                                      \
-  do {                                                           \
-    const std::string why = cuda_unavailable();                  \
-    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 Tensor random_tensor(Shape shape, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);

@@ -712,7 +712,7 @@ TEST(UseFp16, ConvertsWeightsAndCastsAtTheBoundary) {
       .node("MatMul", {"x", "w"}, {"m"})
       .node("Cast", {"m"}, {"c"}, [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "to", 1); })
       .node("Relu", {"c"}, {"y"});
-  const Graph g = use_fp16(load(b.bytes()));
+  const Graph g = use_fp16(load(b.bytes()), Fp16Weights::ConvertOnce);
   EXPECT_EQ(g.initializers.at("w").dtype(), DType::Float16);
   EXPECT_FLOAT_EQ(static_cast<float>(g.initializers.at("w").data<Float16>()[0]),
                   static_cast<float>(Float16(0.1f)));
@@ -734,6 +734,36 @@ TEST(UseFp16, ConvertsWeightsAndCastsAtTheBoundary) {
   }
   EXPECT_EQ(casts_to_half, 2);   // the input's, and the model's own Cast retargeted
   EXPECT_EQ(casts_to_float, 1);  // the output's
+}
+
+// For mixed-precision training: the fp32 weights stay (the optimizer updates them) and are cast
+// where they are read; a table read only by Gather is cast after the Gather, rows only.
+TEST(UseFp16, CastsWeightsEachRunForTraining) {
+  ModelBuilder b(17);
+  b.input("ids", 7, {2})
+      .initializer("table", {5, 3}, std::vector<float>(15, 0.5f))
+      .initializer("w", {3, 4}, std::vector<float>(12, 0.1f))
+      .output("y", 1, {2, 4})
+      .node("Gather", {"table", "ids"}, {"rows"})
+      .node("MatMul", {"rows", "w"}, {"y"});
+  const Graph g = use_fp16(load(b.bytes()), Fp16Weights::CastEachRun);
+  EXPECT_EQ(g.initializers.at("w").dtype(), DType::Float);
+  EXPECT_EQ(g.initializers.at("table").dtype(), DType::Float);
+  std::map<std::string, std::string> cast_of;  // cast output -> its input
+  for (const Node& n : g.nodes) {
+    if (n.op_type == "Gather") {
+      EXPECT_EQ(n.inputs[0], "table");
+      EXPECT_EQ(n.outputs[0], "rows@fp32");
+    }
+    if (n.op_type == "MatMul") {
+      EXPECT_EQ(n.inputs[0], "rows");
+      EXPECT_EQ(n.inputs[1], "w@fp16");
+    }
+    if (n.op_type == "Cast") cast_of[n.outputs[0]] = n.inputs[0];
+  }
+  EXPECT_EQ(cast_of["w@fp16"], "w");
+  EXPECT_EQ(cast_of["rows"], "rows@fp32");
+  EXPECT_EQ(cast_of["y"], "y@fp16");  // back to the declared fp32
 }
 
 TEST(UseFp16, IsRefusedOnTheCpu) {

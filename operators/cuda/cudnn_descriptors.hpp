@@ -1,0 +1,126 @@
+// Owning wrappers of the cuDNN descriptors the convolution and pooling kernels (forward and
+// backward) describe their operands with. NCHW, fp32 or fp16; fewer than 4 dims padded with 1s.
+#pragma once
+#include <algorithm>
+#include <vector>
+
+#include "operators/cpu/conv_geometry.hpp"
+#include "operators/cuda/cuda_context.hpp"
+#include "operators/registry.hpp"
+
+namespace volt::cuda {
+
+inline cudnnDataType_t dnn_type(DType t) {
+  return t == DType::Float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+// Owning wrappers of the descriptors.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType t, const Shape& shape) {
+    VOLT_CUDA_CALL(cudnnCreateTensorDescriptor(&d));
+    Shape s = shape;
+    while (s.size() < 4) s.push_back(1);  // cuDNN wants at least 4 dims
+    std::vector<int> dims(s.begin(), s.end()), strides(s.size());
+    int stride = 1;
+    for (size_t i = s.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= dims[i];
+    }
+    VOLT_CUDA_CALL(cudnnSetTensorNdDescriptor(d, dnn_type(t), static_cast<int>(dims.size()),
+                                              dims.data(), strides.data()));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(DType t, const Shape& shape) {
+    VOLT_CUDA_CALL(cudnnCreateFilterDescriptor(&d));
+    Shape s = shape;
+    while (s.size() < 4) s.push_back(1);
+    std::vector<int> dims(s.begin(), s.end());
+    VOLT_CUDA_CALL(cudnnSetFilterNdDescriptor(d, dnn_type(t), CUDNN_TENSOR_NCHW,
+                                              static_cast<int>(dims.size()), dims.data()));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+inline std::vector<int> padded_ints(const std::vector<int64_t>& v, size_t n, int fill) {
+  std::vector<int> out(v.begin(), v.end());
+  while (out.size() < n) out.push_back(fill);
+  return out;
+}
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const WindowGeometry& geo, DType t, int64_t group) {
+    VOLT_CUDA_CALL(cudnnCreateConvolutionDescriptor(&d));
+    const size_t r = std::max<size_t>(geo.kernel.size(), 2);
+    const auto pads = padded_ints(geo.pad_begin, r, 0);
+    const auto strides = padded_ints(geo.strides, r, 1);
+    const auto dil = padded_ints(geo.dilations, r, 1);
+    // fp16 data accumulates in fp32 (tensor cores where cuDNN has them).
+    VOLT_CUDA_CALL(cudnnSetConvolutionNdDescriptor(d, static_cast<int>(r), pads.data(),
+                                                   strides.data(), dil.data(),
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    VOLT_CUDA_CALL(cudnnSetConvolutionGroupCount(d, static_cast<int>(group)));
+    VOLT_CUDA_CALL(cudnnSetConvolutionMathType(
+        d, t == DType::Float16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// A pooling descriptor for a resolved window (symmetric pads, no dilations).
+struct PoolDesc {
+  cudnnPoolingDescriptor_t d = nullptr;
+  PoolDesc(const WindowGeometry& geo, cudnnPoolingMode_t mode) {
+    VOLT_CUDA_CALL(cudnnCreatePoolingDescriptor(&d));
+    const size_t r = std::max<size_t>(geo.kernel.size(), 2);
+    const auto window = padded_ints(geo.kernel, r, 1), pads = padded_ints(geo.pad_begin, r, 0),
+               strides = padded_ints(geo.strides, r, 1);
+    const cudnnStatus_t status =
+        cudnnSetPoolingNdDescriptor(d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(r),
+                                    window.data(), pads.data(), strides.data());
+    if (status != CUDNN_STATUS_SUCCESS) {
+      cudnnDestroyPoolingDescriptor(d);
+      check(status, "cudnnSetPoolingNdDescriptor");
+    }
+  }
+  ~PoolDesc() { cudnnDestroyPoolingDescriptor(d); }
+  PoolDesc(const PoolDesc&) = delete;
+  PoolDesc& operator=(const PoolDesc&) = delete;
+};
+
+// A pooling window over `x` (N, C, spatial...) as cuDNN takes it: the whole input when `global`;
+// KernelUnsupported for what cuDNN's descriptor cannot say (ceil rounding, asymmetric pads,
+// dilations).
+inline WindowGeometry pool_window(const WindowAttributes& attrs, bool global, const Shape& x,
+                                  const Node& node) {
+  if (x.size() < 3 || x.size() > 5) throw KernelUnsupported{"CUDA pooling takes 1-D to 3-D"};
+  const Shape spatial(x.begin() + 2, x.end());
+  WindowGeometry g;
+  if (global) {
+    g.kernel = g.in = spatial;
+    g.strides.assign(spatial.size(), 1);
+    g.dilations.assign(spatial.size(), 1);
+    g.pad_begin.assign(spatial.size(), 0);
+    g.pad_end.assign(spatial.size(), 0);
+    g.out.assign(spatial.size(), 1);
+    return g;
+  }
+  if (attrs.ceil_mode) throw KernelUnsupported{"CUDA pooling rounds output sizes down only"};
+  g = resolve_window(attrs, spatial, attrs.kernel_shape, node);
+  if (g.pad_begin != g.pad_end) throw KernelUnsupported{"CUDA pooling takes symmetric pads"};
+  for (int64_t d : g.dilations)
+    if (d != 1) throw KernelUnsupported{"CUDA pooling takes no dilations"};
+  return g;
+}
+
+}  // namespace volt::cuda

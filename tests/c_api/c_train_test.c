@@ -103,6 +103,27 @@ int main(int argc, char** argv) {
   }
   CHECK(volt_trainer_set_learning_rate(t, 0.0005f) == VOLT_OK);
 
+  /* fp32 has no loss scaling; mixed_fp16 starts at 2^16 and trains the same batch. */
+  {
+    float scale = 0;
+    int64_t skipped = -1;
+    CHECK(volt_trainer_loss_scale(t, &scale, &skipped) == VOLT_OK);
+    CHECK(scale == 1.0f && skipped == 0);
+    volt_train_options* mo = volt_train_options_create();
+    CHECK(volt_train_options_set(mo, "precision", "mixed_fp16") == VOLT_OK);
+    CHECK(volt_train_options_set(mo, "learning_rate", "0.01") == VOLT_OK);
+    volt_trainer* mixed = NULL;
+    CHECK(volt_trainer_create(argv[1], mo, &mixed) == VOLT_OK);
+    CHECK(volt_trainer_loss_scale(mixed, &scale, NULL) == VOLT_OK && scale == 65536.0f);
+    float mixed_first = 0, mixed_last = 0;
+    for (int i = 0; i < 10; ++i)
+      CHECK(volt_trainer_step(mixed, 2, names, batch, i == 0 ? &mixed_first : &mixed_last) == VOLT_OK);
+    CHECK(isfinite(mixed_last) && mixed_last < mixed_first);
+    CHECK(volt_trainer_loss_scale(NULL, &scale, NULL) == VOLT_ERR_INVALID_ARGUMENT);
+    volt_trainer_free(mixed);
+    volt_train_options_free(mo);
+  }
+
   /* Checkpoint round trip: a second trainer resumes where the first was. */
   CHECK(volt_trainer_save_checkpoint(t, ckpt) == VOLT_OK);
   volt_trainer* t2 = NULL;

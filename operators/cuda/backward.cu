@@ -1,5 +1,5 @@
-// Backward (training) kernels: elementwise derivatives and fills. One thread per element
-// (grid-stride), fp32 arithmetic for fp16 storage, as in elementwise.cu.
+// Training kernels: elementwise derivatives, fills, BatchNormalization's running statistics.
+// One thread per element (grid-stride), fp32 arithmetic for fp16 storage, as in elementwise.cu.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -74,7 +74,30 @@ __global__ void fill_kernel(T* out, int64_t n, float value) {
     store(out, i, value);
 }
 
+__global__ void running_stats_kernel(float* out_mean, float* out_var, const float* mean,
+                                     const float* var, const float* batch_mean,
+                                     const float* batch_inv_std, int64_t c, float momentum,
+                                     float epsilon) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < c;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (out_mean) out_mean[i] = mean[i] * momentum + batch_mean[i] * (1.f - momentum);
+    if (out_var) {
+      const float inv = batch_inv_std[i];
+      const float batch_var = fmaxf(1.f / (inv * inv) - epsilon, 0.f);
+      out_var[i] = var[i] * momentum + batch_var * (1.f - momentum);
+    }
+  }
+}
+
 }  // namespace
+
+void launch_running_stats(float* out_mean, float* out_var, const float* mean, const float* var,
+                          const float* batch_mean, const float* batch_inv_std, int64_t c,
+                          float momentum, float epsilon, void* stream) {
+  if (c == 0 || (!out_mean && !out_var)) return;
+  running_stats_kernel<<<blocks_for(c), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      out_mean, out_var, mean, var, batch_mean, batch_inv_std, c, momentum, epsilon);
+}
 
 void launch_eltwise_grad(GradFn f, Elem t, void* dx, const void* dy, const void* x, const void* y,
                          int64_t n, float alpha, void* stream) {

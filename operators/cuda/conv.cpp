@@ -1,4 +1,4 @@
-// Convolution, pooling and inference BatchNormalization on cuDNN, NCHW (and N-d). The
+// Convolution and pooling on cuDNN, NCHW (and N-d). The
 // convolution's algorithm is chosen once per plan by cuDNN's heuristics, its workspace is the
 // step's scratch. Pads must be symmetric (cuDNN's descriptors take one pad per axis);
 // asymmetric ones are declined at plan time.
@@ -40,10 +40,6 @@ class Conv final : public Kernel {
       ctx.input_error("bias must have one value per output channel");
     Shape out{x[0], w[0]};
     out.insert(out.end(), state->geo.out.begin(), state->geo.out.end());
-    // The algorithm, once per plan, from cuDNN's heuristics for these shapes.
-    int device = 0;  // plans are built on the thread that runs on the session's device
-    VOLT_CUDA_CALL(cudaGetDevice(&device));
-    const Handles& h = handles(device);
     state->x = std::make_unique<TensorDesc>(ctx.dtype(0), x);
     state->y = std::make_unique<TensorDesc>(ctx.dtype(0), out);
     state->w = std::make_unique<FilterDesc>(ctx.dtype(0), w);
@@ -53,20 +49,11 @@ class Conv final : public Kernel {
       bias_shape[1] = out[1];
       state->bias = std::make_unique<TensorDesc>(ctx.dtype(0), bias_shape);
     }
-    const TensorDesc &xd = *state->x, &yd = *state->y;
-    const FilterDesc& wd = *state->w;
-    const ConvDesc& cd = *state->conv;
-    int found = 0;
-    cudnnConvolutionFwdAlgoPerf_t perf[8];
-    VOLT_CUDA_CALL(
-        cudnnGetConvolutionForwardAlgorithm_v7(h.dnn, xd.d, wd.d, cd.d, yd.d, 8, &found, perf));
-    for (int i = 0; i < found; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS) {
-        state->algo = perf[i].algo;
-        break;
-      }
-    VOLT_CUDA_CALL(cudnnGetConvolutionForwardWorkspaceSize(h.dnn, xd.d, wd.d, cd.d, yd.d,
-                                                           state->algo, &state->workspace));
+    // The algorithm, once per plan, from cuDNN's heuristics for these shapes.
+    const auto chosen =
+        choose_forward(plan_time_dnn(), *state->x, *state->w, *state->conv, *state->y);
+    state->algo = chosen.algo;
+    state->workspace = chosen.workspace;
     if (state->workspace) ctx.request_scratch(state->workspace);
     ctx.set_state(state);
     ctx.set_output(0, ctx.dtype(0), out);
@@ -126,44 +113,6 @@ class Pool final : public Kernel {
   bool global_;
 };
 
-// Inference BatchNormalization: y = scale (x - mean) / sqrt(var + eps) + bias, statistics given.
-class BatchNorm final : public Kernel {
- public:
-  explicit BatchNorm(const Node& n) : epsilon_(n.attr_float("epsilon", 1e-5f)) {
-    training_ = n.attr_int("training_mode", 0) != 0;
-  }
-  void infer(InferContext& ctx) const override {
-    if (training_ || (ctx.output_count() > 1 && ctx.node().has_output(1)))
-      throw KernelUnsupported{"CUDA BatchNormalization runs in inference form only"};
-    const Shape& x = ctx.shape(0);
-    if (x.size() < 2 || x.size() > 5) ctx.input_error("X must be 2-D to 5-D");
-    for (size_t i = 1; i <= 4; ++i) {
-      if (numel_of(ctx.shape(i)) != x[1]) ctx.input_error("statistics must have one per channel");
-      if (ctx.dtype(i) != DType::Float)
-        throw KernelUnsupported{"CUDA BatchNormalization takes fp32 scale and statistics"};
-    }
-    ctx.set_output(0, ctx.dtype(0), x);
-  }
-  void run(RunContext& ctx) const override {
-    const Tensor& x = ctx.input(0);
-    Tensor& y = ctx.output(0);
-    if (!y.numel()) return;
-    TensorDesc xd(x.dtype(), x.shape());
-    Shape stat_shape(std::max<size_t>(x.rank(), 4), 1);
-    stat_shape[1] = x.dim(1);
-    TensorDesc sd(DType::Float, stat_shape);
-    const float one = 1.f, zero = 0.f;
-    VOLT_CUDA_CALL(cudnnBatchNormalizationForwardInference(
-        dnn(ctx, y), CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, x.raw(), xd.d, y.raw(), sd.d,
-        ctx.input(1).raw(), ctx.input(2).raw(), ctx.input(3).raw(), ctx.input(4).raw(),
-        std::max<double>(epsilon_, CUDNN_BN_MIN_EPSILON)));
-  }
-
- private:
-  float epsilon_;
-  bool training_ = false;
-};
-
 KernelDef pool(const char* op, int since, cudnnPoolingMode_t mode, bool global) {
   return cuda_kernel(op, since,
                      [=](const Node& n) { return std::make_unique<Pool>(n, mode, global); });
@@ -179,6 +128,5 @@ VOLT_REGISTER_KERNEL(cuda_global_avg_pool, pool("GlobalAveragePool", 1,
                                                 CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING, true));
 VOLT_REGISTER_KERNEL(cuda_global_max_pool,
                      pool("GlobalMaxPool", 1, CUDNN_POOLING_MAX_DETERMINISTIC, true));
-VOLT_REGISTER_KERNEL(cuda_batch_norm, cuda_kernel("BatchNormalization", 7, make_kernel<BatchNorm>));
 
 }  // namespace volt::cuda

@@ -48,32 +48,15 @@ class ConvGrad final : public Kernel {
     st->dy = std::make_unique<TensorDesc>(t, dy);
     st->w = std::make_unique<FilterDesc>(t, w);
     st->conv = std::make_unique<ConvDesc>(geo, t, group_);
-    int device = 0;  // plans are built on the thread that runs on the session's device
-    VOLT_CUDA_CALL(cudaGetDevice(&device));
-    cudnnHandle_t h = handles(device).dnn;
-    int found = 0;
+    cudnnHandle_t h = plan_time_dnn();
     if (wrt_ == 0) {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-      VOLT_CUDA_CALL(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          h, st->w->d, st->dy->d, st->conv->d, st->x->d, 8, &found, perf));
-      for (int i = 0; i < found; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS) {
-          st->data_algo = perf[i].algo;
-          break;
-        }
-      VOLT_CUDA_CALL(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          h, st->w->d, st->dy->d, st->conv->d, st->x->d, st->data_algo, &st->workspace));
+      const auto chosen = choose_backward_data(h, *st->w, *st->dy, *st->conv, *st->x);
+      st->data_algo = chosen.algo;
+      st->workspace = chosen.workspace;
     } else {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
-      VOLT_CUDA_CALL(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          h, st->x->d, st->dy->d, st->conv->d, st->w->d, 8, &found, perf));
-      for (int i = 0; i < found; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS) {
-          st->filter_algo = perf[i].algo;
-          break;
-        }
-      VOLT_CUDA_CALL(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          h, st->x->d, st->dy->d, st->conv->d, st->w->d, st->filter_algo, &st->workspace));
+      const auto chosen = choose_backward_filter(h, *st->x, *st->dy, *st->conv, *st->w);
+      st->filter_algo = chosen.algo;
+      st->workspace = chosen.workspace;
     }
     if (st->workspace) ctx.request_scratch(st->workspace);
     ctx.set_state(st);

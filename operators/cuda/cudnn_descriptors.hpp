@@ -77,6 +77,83 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
+// The cuDNN handle of the device this thread works on: plans are built on the thread that runs
+// on the session's device.
+inline cudnnHandle_t plan_time_dnn() {
+  int device = 0;
+  VOLT_CUDA_CALL(cudaGetDevice(&device));
+  return handles(device).dnn;
+}
+
+// A convolution algorithm and the workspace it needs.
+template <class Algo>
+struct ConvAlgo {
+  Algo algo;
+  size_t workspace = 0;
+};
+
+// The first algorithm cuDNN's heuristics rank for these descriptors that can run (`fallback`
+// when none), with its workspace.
+template <class Algo, class Perf, class Heuristic, class Workspace>
+ConvAlgo<Algo> choose_algo(Algo fallback, Heuristic heuristic, Workspace workspace) {
+  Perf perf[8];
+  int found = 0;
+  VOLT_CUDA_CALL(heuristic(8, &found, perf));
+  ConvAlgo<Algo> c{fallback};
+  for (int i = 0; i < found; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS) {
+      c.algo = perf[i].algo;
+      break;
+    }
+  VOLT_CUDA_CALL(workspace(c.algo, &c.workspace));
+  return c;
+}
+
+inline ConvAlgo<cudnnConvolutionFwdAlgo_t> choose_forward(cudnnHandle_t h, const TensorDesc& x,
+                                                          const FilterDesc& w, const ConvDesc& c,
+                                                          const TensorDesc& y) {
+  return choose_algo<cudnnConvolutionFwdAlgo_t, cudnnConvolutionFwdAlgoPerf_t>(
+      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+      [&](int n, int* found, cudnnConvolutionFwdAlgoPerf_t* perf) {
+        return cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, w.d, c.d, y.d, n, found, perf);
+      },
+      [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, x.d, w.d, c.d, y.d, a, bytes);
+      });
+}
+
+// dX of Y = conv(X, W) from dY (also ConvTranspose's forward).
+inline ConvAlgo<cudnnConvolutionBwdDataAlgo_t> choose_backward_data(cudnnHandle_t h,
+                                                                    const FilterDesc& w,
+                                                                    const TensorDesc& dy,
+                                                                    const ConvDesc& c,
+                                                                    const TensorDesc& dx) {
+  return choose_algo<cudnnConvolutionBwdDataAlgo_t, cudnnConvolutionBwdDataAlgoPerf_t>(
+      CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+      [&](int n, int* found, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w.d, dy.d, c.d, dx.d, n, found, perf);
+      },
+      [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(h, w.d, dy.d, c.d, dx.d, a, bytes);
+      });
+}
+
+inline ConvAlgo<cudnnConvolutionBwdFilterAlgo_t> choose_backward_filter(cudnnHandle_t h,
+                                                                        const TensorDesc& x,
+                                                                        const TensorDesc& dy,
+                                                                        const ConvDesc& c,
+                                                                        const FilterDesc& dw) {
+  return choose_algo<cudnnConvolutionBwdFilterAlgo_t, cudnnConvolutionBwdFilterAlgoPerf_t>(
+      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+      [&](int n, int* found, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, dy.d, c.d, dw.d, n, found,
+                                                             perf);
+      },
+      [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x.d, dy.d, c.d, dw.d, a, bytes);
+      });
+}
+
 // A pooling descriptor for a resolved window (symmetric pads, no dilations).
 struct PoolDesc {
   cudnnPoolingDescriptor_t d = nullptr;

@@ -90,5 +90,10 @@ void launch_eltwise_grad(GradFn f, Elem t, void* dx, const void* dy, const void*
                          int64_t n, float alpha, void* stream);
 // out[i] = value for i < n.
 void launch_fill(Elem t, void* out, int64_t n, float value, void* stream);
+// BatchNormalization's running statistics (ONNX's rule) from the batch's mean and inverse
+// standard deviation 1/sqrt(var + epsilon), over c channels; either output may be null.
+void launch_running_stats(float* out_mean, float* out_var, const float* mean, const float* var,
+                          const float* batch_mean, const float* batch_inv_std, int64_t c,
+                          float momentum, float epsilon, void* stream);
 
 }  // namespace volt::cuda

@@ -43,13 +43,31 @@ std::vector<size_t> gather_only_readers(const Graph& g, const ValueUses& uses,
   return gathers;
 }
 
+// Whether every reader of `weight` takes it as BatchNormalization's scale, bias or statistics,
+// which stay fp32 (the kernels normalize in fp32; cuDNN wants them so with fp16 data). As in
+// opset 15's schema, they no longer share X's type variable.
+bool normalization_parameter(Graph& g, const ValueUses& uses, const std::string& weight) {
+  const auto& readers = uses.readers(weight);
+  for (const auto& r : readers)
+    if (r.slot == ValueUses::kSubgraph || r.slot == 0 ||
+        !is_onnx_op(g.nodes[r.node], "BatchNormalization"))
+      return false;
+  for (const auto& r : readers) {
+    auto& groups = g.nodes[r.node].input_type_group;
+    if (r.slot < groups.size()) groups[r.slot] = -1;
+  }
+  return !readers.empty();
+}
+
 // Float weights stay fp32 and a Cast node makes their fp16 copy each run. A table read only by
 // Gather is cast after the Gather instead, so a batch converts only the rows it reads and the
 // table's gradient stays a gather's (row-sparse). Readers inside subgraphs keep the fp32 value.
 void cast_weights_each_run(Graph& g, std::vector<Node>& casts) {
   const ValueUses uses(g);
   for (const auto& [name, t] : g.initializers) {
-    if (t.dtype() != DType::Float || uses.readers(name).empty()) continue;
+    if (t.dtype() != DType::Float || uses.readers(name).empty() ||
+        normalization_parameter(g, uses, name))
+      continue;
     const std::vector<size_t> gathers = gather_only_readers(g, uses, name);
     for (size_t node : gathers) {
       std::string& rows = g.nodes[node].outputs[0];
@@ -69,11 +87,13 @@ void cast_weights_each_run(Graph& g, std::vector<Node>& casts) {
 Graph use_fp16(const Graph& graph, Fp16Weights weights) {
   Graph g = graph;
   std::vector<Node> casts;
-  if (weights == Fp16Weights::CastEachRun)
+  if (weights == Fp16Weights::CastEachRun) {
     cast_weights_each_run(g, casts);
-  else
+  } else {
+    const ValueUses uses(g);
     for (auto& [name, t] : g.initializers)
-      if (t.dtype() == DType::Float) t = to_fp16(t);
+      if (t.dtype() == DType::Float && !normalization_parameter(g, uses, name)) t = to_fp16(t);
+  }
   for (Node& n : g.nodes) {
     if (is_onnx_op(n, "Cast") && n.attr_int("to", 0) == static_cast<int64_t>(DType::Float))
       n.attributes["to"].i = static_cast<int64_t>(DType::Float16);

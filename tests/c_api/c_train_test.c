@@ -10,12 +10,13 @@
 #include "volt/volt.h"
 
 static int failures = 0;
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (!(cond)) {                                                               \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, volt_last_error()); \
-      ++failures;                                                                \
-    }                                                                            \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              volt_last_error());                                                              \
+      ++failures;                                                                              \
+    }                                                                                          \
   } while (0)
 #define CHECK_MSG(fragment) CHECK(strstr(volt_last_error(), fragment) != NULL)
 
@@ -26,7 +27,9 @@ static void make_batch(float* x, int64_t* y, unsigned seed) {
   srand(seed);
   for (int i = 0; i < N; ++i) {
     y[i] = i % 2;
-    for (int j = 0; j < F; ++j) x[i * F + j] = (float)rand() / (float)RAND_MAX * 0.2f + (y[i] ? (j < F / 2 ? 0.8f : 0.0f) : (j < F / 2 ? 0.0f : 0.8f));
+    for (int j = 0; j < F; ++j)
+      x[i * F + j] = (float)rand() / (float)RAND_MAX * 0.2f +
+                     (y[i] ? (j < F / 2 ? 0.8f : 0.0f) : (j < F / 2 ? 0.0f : 0.8f));
   }
 }
 
@@ -69,7 +72,8 @@ int main(int argc, char** argv) {
 
   float first = 0, loss = 0;
   CHECK(volt_trainer_evaluate(t, 2, names, batch, &first) == VOLT_OK);
-  for (int i = 0; i < 20; ++i) CHECK(volt_trainer_step(t, 2, names, batch, i == 19 ? &loss : NULL) == VOLT_OK);
+  for (int i = 0; i < 20; ++i)
+    CHECK(volt_trainer_step(t, 2, names, batch, i == 19 ? &loss : NULL) == VOLT_OK);
   CHECK(isfinite(loss) && loss < first * 0.5f);
 
   /* The same batch as a CSR matrix trains too, to the same loss as the dense batch. */
@@ -117,7 +121,8 @@ int main(int argc, char** argv) {
     CHECK(volt_trainer_loss_scale(mixed, &scale, NULL) == VOLT_OK && scale == 65536.0f);
     float mixed_first = 0, mixed_last = 0;
     for (int i = 0; i < 10; ++i)
-      CHECK(volt_trainer_step(mixed, 2, names, batch, i == 0 ? &mixed_first : &mixed_last) == VOLT_OK);
+      CHECK(volt_trainer_step(mixed, 2, names, batch, i == 0 ? &mixed_first : &mixed_last) ==
+            VOLT_OK);
     CHECK(isfinite(mixed_last) && mixed_last < mixed_first);
     CHECK(volt_trainer_loss_scale(NULL, &scale, NULL) == VOLT_ERR_INVALID_ARGUMENT);
     volt_trainer_free(mixed);
@@ -128,7 +133,8 @@ int main(int argc, char** argv) {
   CHECK(volt_trainer_save_checkpoint(t, ckpt) == VOLT_OK);
   volt_trainer* t2 = NULL;
   CHECK(volt_trainer_create(argv[1], NULL, &t2) == VOLT_OK);
-  CHECK(volt_trainer_load_checkpoint(t2, ckpt) == VOLT_ERR_INVALID_ARGUMENT); /* sgd trainer, adam checkpoint */
+  CHECK(volt_trainer_load_checkpoint(t2, ckpt) ==
+        VOLT_ERR_INVALID_ARGUMENT); /* sgd trainer, adam checkpoint */
   CHECK_MSG("optimizer");
   volt_trainer_free(t2);
 
@@ -142,7 +148,8 @@ int main(int argc, char** argv) {
   CHECK(volt_session_run(s, 1, xname, xonly, 1, NULL, &from_session) == VOLT_OK);
   CHECK(volt_trainer_predict(t, 1, xname, xonly, 1, &from_trainer) == VOLT_OK);
   if (from_session && from_trainer)
-    CHECK(memcmp(volt_tensor_data(from_session), volt_tensor_data(from_trainer), sizeof(float) * N * 10) == 0);
+    CHECK(memcmp(volt_tensor_data(from_session), volt_tensor_data(from_trainer),
+                 sizeof(float) * N * 10) == 0);
   volt_tensor_free(from_session);
   volt_tensor_free(from_trainer);
   volt_session_free(s);

@@ -164,6 +164,38 @@ TEST(Cuda, ConvolutionAndPoolingMatchTheCpu) {
                       1e-4f);
 }
 
+// Strides, pads, output_padding, groups and a bias; then output_shape with an asymmetric pad
+// (declined by the CUDA kernel: it runs on the host, and the answer is the same).
+TEST(Cuda, ConvTransposeMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  m.input("x", 1, {2, 4, 5, 7})
+      .input("w", 1, {4, 3, 3, 3})
+      .input("bias", 1, {6})
+      .output_any("y", 1)
+      .node("ConvTranspose", {"x", "w", "bias"}, {"y"}, [](onnx::NodeProto& n) {
+        ModelBuilder::set_ints(n, "strides", {2, 2});
+        ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+        ModelBuilder::set_ints(n, "output_padding", {1, 0});
+        ModelBuilder::set_int(n, "group", 2);
+      });
+  const Inputs inputs = {{"x", random_tensor({2, 4, 5, 7}, 31)},
+                         {"w", random_tensor({4, 3, 3, 3}, 32)},
+                         {"bias", random_tensor({6}, 33)}};
+  expect_same_on_cuda(m.bytes(), inputs, 1e-4f);
+  ModelBuilder shaped(17);
+  shaped.input("x", 1, {2, 4, 5, 7})
+      .input("w", 1, {4, 3, 3, 3})
+      .input("bias", 1, {6})
+      .output_any("y", 1)
+      .node("ConvTranspose", {"x", "w", "bias"}, {"y"}, [](onnx::NodeProto& n) {
+        ModelBuilder::set_ints(n, "strides", {2, 2});
+        ModelBuilder::set_ints(n, "output_shape", {10, 14});
+        ModelBuilder::set_int(n, "group", 2);
+      });
+  expect_same_on_cuda(shaped.bytes(), inputs, 1e-4f);
+}
+
 TEST(Cuda, ShapeOpsStayViewsAndTransposeConcatMove) {
   SKIP_WITHOUT_CUDA();
   ModelBuilder m(17);

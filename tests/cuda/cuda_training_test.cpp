@@ -52,8 +52,9 @@ Tensor random_tensor(Shape shape, uint32_t seed) {
 
 // Trains `model` with `options` on the CPU and on cuda:0 for `steps` steps of `batch`; expects
 // every trainable weight's change to agree to `relative` of its largest change.
+// `also`: further weights (running statistics) compared to `relative` of their largest value.
 void expect_same_training(const std::string& model, TrainOptions options, const NamedValues& batch,
-                          int steps, float relative) {
+                          int steps, float relative, const std::vector<std::string>& also = {}) {
   Trainer cpu(model, options);
   options.push_back({"device", "cuda:0"});
   Trainer gpu(model, options);
@@ -71,6 +72,14 @@ void expect_same_training(const std::string& model, TrainOptions options, const 
       largest = std::max(largest, std::fabs(a.data<float>()[i] - w0.data<float>()[i]));
     ASSERT_GT(largest, 0.f) << name << " did not train";
     for (int64_t i = 0; i < w0.numel(); ++i)
+      ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], relative * largest) << name << " " << i;
+  }
+  for (const auto& name : also) {
+    const Tensor &a = cpu.weight(name), &b = gpu.weight(name);
+    float largest = 0;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      largest = std::max(largest, std::fabs(a.data<float>()[i]));
+    for (int64_t i = 0; i < a.numel(); ++i)
       ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], relative * largest) << name << " " << i;
   }
 }
@@ -129,15 +138,16 @@ TEST(CudaTraining, TheBundledMlpMatchesTheCpuInFp32AndMixedFp16) {
                        2e-2f);
 }
 
-// ConvGrad (data and weights), BiasGrad and PoolGrad on cuDNN; BatchNormalization in training
-// mode runs on the host.
+// ConvGrad (data and weights), BiasGrad, PoolGrad, and BatchNormalization in training form (its
+// running statistics by ONNX's rule) and its gradient, on cuDNN.
 TEST(CudaTraining, TheBundledCnnMatchesTheCpu) {
   SKIP_WITHOUT_CUDA();
   const std::string cnn = std::string(VOLT_SOURCE_DIR) + "/models/small_cnn.onnx";
   Tensor y = Tensor::empty(DType::Int64, {6});
   for (int64_t i = 0; i < 6; ++i) y.data<int64_t>()[i] = i % 2;
   expect_same_training(cnn, {{"learning_rate", "0.05"}},
-                       {{"x", random_tensor({6, 1, 28, 28}, 13)}, {"label", y}}, 2, 1e-3f);
+                       {{"x", random_tensor({6, 1, 28, 28}, 13)}, {"label", y}}, 2, 1e-3f,
+                       {"bn1.running_mean", "bn1.running_var"});
 }
 
 TEST(CudaTraining, MixedFp16TrainsTheBundledMlpOnTheDevice) {

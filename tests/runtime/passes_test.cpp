@@ -766,6 +766,28 @@ TEST(UseFp16, CastsWeightsEachRunForTraining) {
   EXPECT_EQ(cast_of["y"], "y@fp16");  // back to the declared fp32
 }
 
+// BatchNormalization normalizes in fp32: its scale, bias and statistics stay fp32 in both modes,
+// no longer tied to X's type (as opset 15's schema has it).
+TEST(UseFp16, KeepsBatchNormParametersInFp32) {
+  ModelBuilder b(14);
+  b.input("x", 1, {2, 3, 4, 4}).output("y", 1, {2, 3, 4, 4});
+  for (const char* p : {"scale", "bias", "mean", "var"})
+    b.initializer(p, {3}, std::vector<float>(3, 1.0f));
+  b.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"});
+  for (Fp16Weights mode : {Fp16Weights::ConvertOnce, Fp16Weights::CastEachRun}) {
+    const Graph g = use_fp16(load(b.bytes()), mode);
+    for (const char* p : {"scale", "bias", "mean", "var"})
+      EXPECT_EQ(g.initializers.at(p).dtype(), DType::Float) << p;
+    for (const Node& n : g.nodes)
+      if (n.op_type == "BatchNormalization") {
+        EXPECT_EQ(n.inputs[0], "x@fp16");
+        EXPECT_EQ(n.inputs[1], "scale");
+        ASSERT_GE(n.input_type_group.size(), 5u);
+        for (size_t i = 1; i <= 4; ++i) EXPECT_EQ(n.input_type_group[i], -1) << i;
+      }
+  }
+}
+
 TEST(UseFp16, IsRefusedOnTheCpu) {
   ModelBuilder b(17);
   b.input("x", 1, {3}).output("y", 1, {3}).node("Relu", {"x"}, {"y"});

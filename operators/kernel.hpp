@@ -96,6 +96,8 @@ class RunContext {
   virtual int threads() const = 0;
   // The run's stream on the accelerator, for device kernels (nullptr on the host).
   virtual void* stream() const { return nullptr; }
+  // Where the step runs: the accelerator for device kernels, else the host.
+  virtual Device device() const { return Device{}; }
 
   // A value of an enclosing graph that this node's subgraphs capture (nullptr if none).
   virtual const Value* captured(const std::string& name) const = 0;

@@ -112,6 +112,7 @@ class NodeRunContext final : public RunContext {
   void* scratch() const override { return scratch_; }
   int threads() const override { return threads_; }
   void* stream() const override { return stream_; }
+  Device device() const override { return device_; }
   // A node on an accelerator: where allocate_output() allocates, and the run's stream there.
   void place_on(Device device, void* stream) {
     device_ = device;

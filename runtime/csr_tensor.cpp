@@ -64,6 +64,14 @@ CsrTensor CsrTensor::create(int64_t rows, int64_t cols, Tensor row_offsets, Tens
   return c;
 }
 
+CsrTensor CsrTensor::to(Device device) const {
+  CsrTensor c = *this;
+  c.row_offsets_ = row_offsets_.to(device);
+  c.col_indices_ = col_indices_.to(device);
+  c.values_ = values_.to(device);
+  return c;
+}
+
 CsrTensor CsrTensor::copy_of(DType dtype, int64_t rows, int64_t cols, int64_t nnz,
                              const int64_t* row_offsets, const int64_t* col_indices,
                              const void* values) {

@@ -86,6 +86,12 @@ struct StreamLease {
 // reads, or one the placement did not route through a copy node. Copied here rather than read
 // from the wrong memory.
 const Value* on_device_of(const Value* v, Device device, Value& holder) {
+  if (v->is_csr() && v->csr().defined() && v->csr().values().device() != device) {
+    const CsrTensor& c = v->csr();
+    holder =
+        device.is_cpu() || c.values().device().is_cpu() ? c.to(device) : c.to(Device{}).to(device);
+    return &holder;
+  }
   if (!v->is_tensor() || v->tensor().device() == device || !v->tensor().defined()) return v;
   const Tensor& t = v->tensor();
   holder = device.is_cpu() || t.device().is_cpu() ? t.to(device) : t.to(Device{}).to(device);

@@ -280,6 +280,8 @@ class CsrTensor {
   const Tensor& values() const { return values_; }
   // The dense [rows, cols] tensor (duplicates summed).
   Tensor to_dense() const;
+  // A copy on `device` (the three arrays moved; nothing checked again).
+  CsrTensor to(Device device) const;
 
  private:
   int64_t rows_ = 0, cols_ = 0;

@@ -8,10 +8,21 @@ namespace {
 
 void infer_same(InferContext& ctx) {
   const TypeShape& t = ctx.input(0);
-  if (t.kind != ValueInfo::Kind::Tensor || t.dtype == DType::String)
-    ctx.input_error(std::string("only numeric tensors move between devices, not ") +
-                    (t.kind == ValueInfo::Kind::Tensor ? "strings" : "sequences or sparse values"));
+  const bool movable = t.kind == ValueInfo::Kind::Tensor || t.kind == ValueInfo::Kind::SparseTensor;
+  if (!movable || t.dtype == DType::String)
+    ctx.input_error(
+        std::string("only numeric tensors and CSR matrices move between devices, not ") +
+        (movable ? "strings" : "sequences or optionals"));
   ctx.set_output(0, t);
+}
+
+// A CSR matrix (a sparse graph input that a device kernel multiplies as it is) moves as its
+// three arrays; returns whether the input was one.
+bool moved_csr(RunContext& ctx, Device to) {
+  const Value& x = ctx.input_value(0);
+  if (!x.is_csr()) return false;
+  ctx.set_output(0, x.csr().to(to));
+  return true;
 }
 
 // Host (or already device-resident, when the caller fed it so) -> the accelerator.
@@ -20,6 +31,7 @@ class CopyToDevice final : public Kernel {
   explicit CopyToDevice(const Node&) {}
   void infer(InferContext& ctx) const override { infer_same(ctx); }
   void run(RunContext& ctx) const override {
+    if (moved_csr(ctx, ctx.device())) return;
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (x.device() == y.device()) {  // fed on the device already: no copy
@@ -43,6 +55,7 @@ class CopyToHost final : public Kernel {
   explicit CopyToHost(const Node&) {}
   void infer(InferContext& ctx) const override { infer_same(ctx); }
   void run(RunContext& ctx) const override {
+    if (moved_csr(ctx, Device{})) return;
     const Tensor& x = ctx.input(0);
     if (x.device().is_cpu()) {
       ctx.set_output(0, x);
@@ -67,5 +80,17 @@ VOLT_REGISTER_KERNEL(copy_to_host, {.domain = kVoltDomain,
                                     .op = "CopyToHost",
                                     .moves_between_devices = true,
                                     .create = make_kernel<CopyToHost>});
+// The same nodes for a CSR input (kernels say which kind their input 0 takes).
+VOLT_REGISTER_KERNEL(copy_csr_to_device, {.domain = kVoltDomain,
+                                          .op = "CopyToDevice",
+                                          .device = "cuda",
+                                          .moves_between_devices = true,
+                                          .csr_input0 = true,
+                                          .create = make_kernel<CopyToDevice>});
+VOLT_REGISTER_KERNEL(copy_csr_to_host, {.domain = kVoltDomain,
+                                        .op = "CopyToHost",
+                                        .moves_between_devices = true,
+                                        .csr_input0 = true,
+                                        .create = make_kernel<CopyToHost>});
 
 }  // namespace volt

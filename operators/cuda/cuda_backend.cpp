@@ -154,6 +154,7 @@ Handles& handles(int device) {
     DeviceScope scope(device);
     VOLT_CUDA_CALL(cublasCreate(&h.blas));
     VOLT_CUDA_CALL(cudnnCreate(&h.dnn));
+    VOLT_CUDA_CALL(cusparseCreate(&h.sparse));
   }
   return h;
 }

@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <cusparse.h>
 
 #include <string>
 
@@ -21,6 +22,11 @@ inline void check(cublasStatus_t s, const char* call) {
   if (s == CUBLAS_STATUS_SUCCESS) return;
   fail(s == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::OutOfMemory : ErrorCode::Device,
        std::string(call) + ": " + cublasGetStatusString(s));
+}
+inline void check(cusparseStatus_t s, const char* call) {
+  if (s == CUSPARSE_STATUS_SUCCESS) return;
+  fail(s == CUSPARSE_STATUS_ALLOC_FAILED ? ErrorCode::OutOfMemory : ErrorCode::Device,
+       std::string(call) + ": " + cusparseGetErrorString(s));
 }
 inline void check(cudnnStatus_t s, const char* call) {
   if (s == CUDNN_STATUS_SUCCESS) return;

@@ -13,6 +13,7 @@ namespace volt::cuda {
 struct Handles {
   cublasHandle_t blas = nullptr;
   cudnnHandle_t dnn = nullptr;
+  cusparseHandle_t sparse = nullptr;
 };
 
 // This thread's handles for `device`, created on first use (kept for the thread's life).
@@ -31,6 +32,12 @@ inline cublasHandle_t blas(const RunContext& ctx, const Tensor& on) {
 inline cudnnHandle_t dnn(const RunContext& ctx, const Tensor& on) {
   cudnnHandle_t h = handles(on.device().index).dnn;
   VOLT_CUDA_CALL(cudnnSetStream(h, stream_of(ctx)));
+  return h;
+}
+
+inline cusparseHandle_t sparse(const RunContext& ctx, const Tensor& on) {
+  cusparseHandle_t h = handles(on.device().index).sparse;
+  VOLT_CUDA_CALL(cusparseSetStream(h, stream_of(ctx)));
   return h;
 }
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cublas_v2.h>
 
-#include "volt/volt.hpp"
+#include "operators/kernel.hpp"
 
 namespace volt::cuda {
 
@@ -14,5 +14,8 @@ cudaDataType_t cuda_type(DType t);
 void gemm(cublasHandle_t h, DType t, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
           float alpha, const void* a, int64_t stride_a, const void* b, int64_t stride_b, float beta,
           void* c, int64_t stride_c, int64_t batch);
+
+// Y[M, N] = C broadcast (Gemm's C before beta scales it in the product).
+void assign_broadcast(const RunContext& ctx, Tensor& y, const Tensor& c);
 
 }  // namespace volt::cuda

@@ -24,6 +24,19 @@ void gemm(cublasHandle_t h, DType t, bool trans_a, bool trans_b, int64_t m, int6
       CUBLAS_GEMM_DEFAULT));
 }
 
+void assign_broadcast(const RunContext& ctx, Tensor& y, const Tensor& c) {
+  Broadcast s;
+  s.rank = 2;
+  const auto sc = broadcast_strides(c.shape(), y.shape());
+  for (int d = 0; d < 2; ++d) {
+    s.dims[d] = y.dim(static_cast<size_t>(d));
+    s.b_strides[d] = sc[static_cast<size_t>(d)];
+  }
+  launch_binary(BinaryOp::AssignB, elem_of(y.dtype(), ctx), y.raw(), y.raw(), c.raw(), y.numel(), s,
+                ctx.stream());
+  check_launch("binary_kernel");
+}
+
 namespace {
 
 // MatMul with numpy semantics where each operand's batch is either everything or one matrix
@@ -90,17 +103,7 @@ class Gemm final : public Kernel {
     const int64_t m = y.dim(0), n = y.dim(1), k = trans_a_ ? a.dim(0) : a.dim(1);
     float beta = 0.f;
     if (ctx.has_input(2) && beta_ != 0.f && y.numel()) {
-      const Tensor& c = ctx.input(2);
-      Broadcast s;
-      s.rank = 2;
-      const auto sc = broadcast_strides(c.shape(), y.shape());
-      for (int d = 0; d < 2; ++d) {
-        s.dims[d] = y.dim(static_cast<size_t>(d));
-        s.b_strides[d] = sc[static_cast<size_t>(d)];
-      }
-      launch_binary(BinaryOp::AssignB, elem_of(y.dtype(), ctx), y.raw(), y.raw(), c.raw(),
-                    y.numel(), s, ctx.stream());
-      check_launch("binary_kernel");
+      assign_broadcast(ctx, y, ctx.input(2));
       beta = beta_;
     }
     if (m && n)

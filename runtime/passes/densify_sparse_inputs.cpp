@@ -8,13 +8,35 @@
 namespace volt {
 namespace {
 
+// The declared rank of `v`, or of the host value it is a device copy of.
+int rank_of(const Graph& g, const std::string& v) {
+  const int r = declared_rank(g, v);
+  if (r >= 0) return r;
+  for (const Node& n : g.nodes)
+    if (n.domain == kVoltDomain && n.op_type == "CopyToDevice" && n.outputs[0] == v)
+      return declared_rank(g, n.inputs[0]);
+  return -1;
+}
+
 bool reads_sparse(const Graph& g, const Node& node, size_t input) {
+  if (input == 0 && node.domain == kVoltDomain && node.op_type == "CopyToDevice") {
+    // The copy to an accelerator moves the CSR matrix as it is when every device node reading
+    // the copy multiplies it as it is (cuSPARSE).
+    bool any = false;
+    for (const Node& reader : g.nodes)
+      for (size_t i = 0; i < reader.inputs.size(); ++i)
+        if (reader.inputs[i] == node.outputs[0]) {
+          if (!reads_sparse(g, reader, i)) return false;
+          any = true;
+        }
+    return any;
+  }
   if (input != 0 || node.inputs.size() < 2) return false;
   if (node.domain == kVoltDomain) return node.op_type == "CsrWeightGrad";
   if (node.domain != kOnnxDomain) return false;
-  if (node.op_type == "MatMul") return declared_rank(g, node.inputs[1]) == 2;
+  if (node.op_type == "MatMul") return rank_of(g, node.inputs[1]) == 2;
   if (node.op_type == "Gemm")
-    return node.attr_int("transA", 0) == 0 && declared_rank(g, node.inputs[1]) == 2;
+    return node.attr_int("transA", 0) == 0 && rank_of(g, node.inputs[1]) == 2;
   return false;
 }
 

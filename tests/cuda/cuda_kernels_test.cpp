@@ -196,6 +196,39 @@ TEST(Cuda, ConvTransposeMatchesTheCpu) {
   expect_same_on_cuda(shaped.bytes(), inputs, 1e-4f);
 }
 
+// A CSR input multiplied as it is on cuSPARSE (MatMul, and Gemm with alpha, beta and a
+// broadcast C), with an empty row, against the CPU's sparse kernel.
+TEST(Cuda, CsrInputsMultiplyOnCuSparse) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  const Tensor w = random_tensor({7, 3}, 41), c = random_tensor({3}, 42);
+  m.input("x", 1, {5, 7})
+      .initializer("w", {7, 3}, std::vector<float>(w.data<float>(), w.data<float>() + 21))
+      .initializer("c", {3}, std::vector<float>(c.data<float>(), c.data<float>() + 3))
+      .output_any("y", 1)
+      .output_any("z", 1)
+      .node("MatMul", {"x", "w"}, {"y"})
+      .node("Gemm", {"x", "w", "c"}, {"z"}, [](onnx::NodeProto& n) {
+        ModelBuilder::set_float(n, "alpha", 0.5f);
+        ModelBuilder::set_float(n, "beta", 2.0f);
+      });
+  // Rows 0 and 3 hold values, row 2 is empty; columns unsorted within row 3.
+  const std::vector<int64_t> offsets = {0, 2, 3, 3, 6, 7}, columns = {1, 6, 0, 5, 2, 4, 3};
+  const std::vector<float> values = {0.5f, -1.f, 2.f, 0.25f, -0.75f, 1.5f, 3.f};
+  const CsrTensor x =
+      CsrTensor::copy_of(DType::Float, 5, 7, 7, offsets.data(), columns.data(), values.data());
+  const std::string bytes = m.bytes();
+  Session cpu = Session::from_bytes(bytes.data(), bytes.size());
+  Session gpu = Session::from_bytes(bytes.data(), bytes.size(), {.device = "cuda:0"});
+  const auto want = cpu.run({{"x", x}}), got = gpu.run({{"x", x}});
+  for (size_t o = 0; o < 2; ++o) {
+    const Tensor &a = want[o].tensor(), &b = got[o].tensor();
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_NEAR(b.data<float>()[i], a.data<float>()[i], 1e-5f) << "output " << o << " " << i;
+  }
+}
+
 TEST(Cuda, ShapeOpsStayViewsAndTransposeConcatMove) {
   SKIP_WITHOUT_CUDA();
   ModelBuilder m(17);

@@ -788,6 +788,34 @@ TEST(UseFp16, KeepsBatchNormParametersInFp32) {
   }
 }
 
+// A CSR input that an accelerator's MatMul reads moves to the device as it is (cuSPARSE
+// multiplies it); when any device reader needs it dense, the host densifies it first.
+TEST(DensifySparseInputs, KeepsCsrThroughTheCopyToADeviceThatMultipliesIt) {
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 3})
+      .initializer("w", {3, 2}, std::vector<float>(6, 0.5f))
+      .output("y", 1, {4, 2})
+      .node("MatMul", {"x", "w"}, {"y"});
+  const Graph placed = place_on_device(load(b.bytes()), Device{Device::Kind::Cuda, 0},
+                                       [](const Node& n) { return n.op_type == "MatMul"; });
+  auto copy_input = [](const Graph& g) {
+    for (const Node& n : g.nodes)
+      if (n.op_type == "CopyToDevice" && n.inputs[0].rfind("x", 0) == 0) return n.inputs[0];
+    return std::string("none");
+  };
+  const Graph kept = densify_sparse_inputs(placed, {"x"}, {"x"});
+  EXPECT_EQ(copy_input(kept), "x");
+  for (const Node& n : kept.nodes) EXPECT_NE(n.op_type, "Densify");
+
+  Graph also_relu = placed;  // a second device reader that needs x dense
+  for (const Node& n : placed.nodes)
+    if (n.op_type == "MatMul")
+      also_relu.nodes.push_back(make_node("r", "Relu", {n.inputs[0]}, {"r"}, 13));
+  also_relu.nodes.back().device = "cuda";
+  const Graph densified = densify_sparse_inputs(also_relu, {"x"}, {"x"});
+  EXPECT_EQ(copy_input(densified), "x/densified");
+}
+
 TEST(UseFp16, IsRefusedOnTheCpu) {
   ModelBuilder b(17);
   b.input("x", 1, {3}).output("y", 1, {3}).node("Relu", {"x"}, {"y"});

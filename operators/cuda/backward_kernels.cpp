@@ -1,6 +1,7 @@
 // The backward kernels training graphs run most (domain ai.volt; the CPU versions and their
-// semantics are in operators/cpu/backward.cpp): elementwise derivatives, the broadcasting
-// reduction behind bias gradients, MatMul's gradient for whole-batch operands, fills and scales.
+// semantics are in operators/cpu/backward.cpp and backward_nn.cpp): elementwise derivatives, the
+// broadcasting reduction behind bias gradients, MatMul's gradient for whole-batch operands,
+// Softmax's and LayerNormalization's gradients, fills and scales.
 // Shapes these kernels do not cover are declined at planning, and the node runs on the host.
 #include "operators/common/shape_util.hpp"
 #include "operators/cuda/cuda_kernel.hpp"
@@ -147,6 +148,90 @@ class MatMulGrad final : public Kernel {
   int64_t wrt_;
 };
 
+// Softmax's (or LogSoftmax's) gradient from dY and Y, over the last axes (`coerced`: the
+// opset < 13 form, everything from `axis` on as one); a softmax axis with axes after it is left to
+// the host kernel.
+class SoftmaxGrad final : public Kernel {
+ public:
+  explicit SoftmaxGrad(const Node& n)
+      : axis_(n.attr_int("axis", -1)),
+        log_(n.attr_int("log", 0) != 0),
+        coerced_(n.attr_int("coerced", 0) != 0) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& y = ctx.shape(1);
+    if (ctx.shape(0) != y || ctx.dtype(0) != ctx.dtype(1))
+      ctx.input_error("the gradient must match the softmax's output");
+    if (!y.empty() && !coerced_ &&
+        normalize_axis(axis_, static_cast<int64_t>(y.size()), ctx.node()) !=
+            static_cast<int64_t>(y.size()) - 1)
+      throw KernelUnsupported{"CUDA SoftmaxGrad: the last axis only"};
+    ctx.set_output(0, ctx.dtype(0), ctx.shape(0));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &dy = ctx.input(0), &y = ctx.input(1);
+    const int64_t r = static_cast<int64_t>(y.rank());
+    int64_t cols = r ? y.dim(y.rank() - 1) : 1;
+    if (coerced_ && r) {
+      cols = 1;
+      for (int64_t d = normalize_axis(axis_, r, ctx.node(), true); d < r; ++d)
+        cols *= y.dim(static_cast<size_t>(d));
+    }
+    const int64_t rows = cols ? y.numel() / cols : 0;
+    launch_softmax_grad(elem_of(dy.dtype(), ctx), ctx.output(0).raw(), dy.raw(), y.raw(), rows,
+                        cols, log_, ctx.stream());
+    check_launch("softmax_grad_kernel");
+  }
+
+ private:
+  int64_t axis_;
+  bool log_, coerced_;
+};
+
+// LayerNormalization's gradient (inputs dY, X, scale; outputs dX, dscale, dbias) with a scale of
+// one value per normalized element.
+class LayerNormGrad final : public Kernel {
+ public:
+  explicit LayerNormGrad(const Node& n)
+      : axis_(n.attr_int("axis", -1)), epsilon_(n.attr_float("epsilon", 1e-5f)) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& x = ctx.shape(1);
+    if (ctx.shape(0) != x || ctx.dtype(0) != ctx.dtype(1)) ctx.input_error("dY must match X");
+    const Geometry g = geometry(x, ctx.node());
+    if (numel_of(ctx.shape(2)) != g.cols)
+      throw KernelUnsupported{"CUDA LayerNormGrad: a scale per normalized element"};
+    if (ctx.dtype(2) != DType::Float && ctx.dtype(2) != DType::Float16)
+      throw KernelUnsupported{"CUDA LayerNormGrad: an fp32 or fp16 scale"};
+    ctx.set_output(0, ctx.dtype(1), x);
+    ctx.set_output(1, ctx.dtype(2), ctx.shape(2));
+    if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(2), ctx.shape(2));
+    ctx.request_scratch(2 * static_cast<size_t>(g.rows) * sizeof(float));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &dy = ctx.input(0), &x = ctx.input(1), &scale = ctx.input(2);
+    const Geometry g = geometry(x.shape(), ctx.node());
+    launch_layer_norm_grad(elem_of(x.dtype(), ctx), elem_of(scale.dtype(), ctx),
+                           ctx.output(0).raw(), ctx.has_output(1) ? ctx.output(1).raw() : nullptr,
+                           ctx.has_output(2) ? ctx.output(2).raw() : nullptr,
+                           static_cast<float*>(ctx.scratch()), dy.raw(), x.raw(), scale.raw(),
+                           g.rows, g.cols, epsilon_, ctx.stream());
+    check_launch("layer_norm_grad kernels");
+  }
+
+ private:
+  struct Geometry {
+    int64_t rows = 1, cols = 1;
+  };
+  Geometry geometry(const Shape& x, const Node& node) const {
+    Geometry g;
+    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.size()), node);
+    for (int64_t d = 0; d < static_cast<int64_t>(x.size()); ++d)
+      (d < axis ? g.rows : g.cols) *= x[static_cast<size_t>(d)];
+    return g;
+  }
+  int64_t axis_;
+  float epsilon_;
+};
+
 class FillLike final : public Kernel {
  public:
   FillLike(const Node&, float value) : value_(value) {}
@@ -189,5 +274,8 @@ VOLT_REGISTER_KERNEL(cuda_ones_like, cuda_volt_kernel("OnesLike", [](const Node&
                        return std::make_unique<FillLike>(n, 1.f);
                      }));
 VOLT_REGISTER_KERNEL(cuda_scale, cuda_volt_kernel("Scale", make_kernel<Scale>));
+VOLT_REGISTER_KERNEL(cuda_softmax_grad, cuda_volt_kernel("SoftmaxGrad", make_kernel<SoftmaxGrad>));
+VOLT_REGISTER_KERNEL(cuda_layer_norm_grad,
+                     cuda_volt_kernel("LayerNormGrad", make_kernel<LayerNormGrad>));
 
 }  // namespace volt::cuda

@@ -90,6 +90,15 @@ void launch_eltwise_grad(GradFn f, Elem t, void* dx, const void* dy, const void*
                          int64_t n, float alpha, void* stream);
 // out[i] = value for i < n.
 void launch_fill(Elem t, void* out, int64_t n, float value, void* stream);
+// Gradients over the last axis of [rows, cols], one block per row, sums in fp32: of Softmax (or
+// LogSoftmax) from dY and the forward output Y; of LayerNormalization from dY, X and the scale
+// (`scale_type`, also dscale's and dbias's; either may be null). `stats`: 2 * rows floats of
+// device scratch.
+void launch_softmax_grad(Elem t, void* dx, const void* dy, const void* y, int64_t rows,
+                         int64_t cols, bool log, void* stream);
+void launch_layer_norm_grad(Elem t, Elem scale_type, void* dx, void* dscale, void* dbias,
+                            float* stats, const void* dy, const void* x, const void* scale,
+                            int64_t rows, int64_t cols, float epsilon, void* stream);
 // BatchNormalization's running statistics (ONNX's rule) from the batch's mean and inverse
 // standard deviation 1/sqrt(var + epsilon), over c channels; either output may be null.
 void launch_running_stats(float* out_mean, float* out_var, const float* mean, const float* var,

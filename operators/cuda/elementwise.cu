@@ -118,21 +118,6 @@ __global__ void cast_kernel(To* out, const From* x, int64_t n) {
     store(out, i, load(x, i));
 }
 
-// Block-wide sum and max through shared memory (blockDim.x a power of two, <= 1024).
-__device__ float block_reduce(float v, bool max, float* shared) {
-  shared[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s)
-      shared[threadIdx.x] = max ? fmaxf(shared[threadIdx.x], shared[threadIdx.x + s])
-                                : shared[threadIdx.x] + shared[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float r = shared[0];
-  __syncthreads();
-  return r;
-}
-
 // One block per row.
 template <class T>
 __global__ void softmax_kernel(T* out, const T* x, int64_t cols, bool log) {
@@ -195,12 +180,6 @@ __global__ void gather_kernel(T* out, const T* data, const int64_t* index, int64
     const int64_t k = i % inner, j = (i / inner) % count, o = i / (inner * count);
     out[i] = data[(o * axis_size + index[j]) * inner + k];
   }
-}
-
-int row_threads(int64_t cols) {
-  int t = 32;
-  while (t < 1024 && t < cols) t *= 2;
-  return t;
 }
 
 }  // namespace

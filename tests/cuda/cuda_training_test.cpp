@@ -129,6 +129,29 @@ TEST(CudaTraining, BatchedMatMulGradientsMatchTheCpu) {
   fs::remove(path);
 }
 
+// LayerNormalization's and Softmax's gradients (a transformer block's row-wise pieces).
+TEST(CudaTraining, LayerNormAndSoftmaxGradientsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder b(17);
+  b.input("x", 1, {6, 10})
+      .output("y", 1, {6, 4})
+      .initializer("W1", {10, 12}, random_values(120, 21))
+      .initializer("gamma", {12}, random_values(12, 22))
+      .initializer("beta", {12}, random_values(12, 23))
+      .initializer("W2", {12, 4}, random_values(48, 24))
+      .node("MatMul", {"x", "W1"}, {"h"})
+      .node("LayerNormalization", {"h", "gamma", "beta"}, {"n"})
+      .node("Softmax", {"n"}, {"s"})
+      .node("MatMul", {"s", "W2"}, {"l"})
+      .node("LogSoftmax", {"l"}, {"y"});
+  const std::string path = temp("rows.onnx");
+  b.save(path);
+  expect_same_training(path, {{"loss", "mse"}, {"learning_rate", "0.5"}},
+                       {{"x", random_tensor({6, 10}, 25)}, {"label", random_tensor({6, 4}, 26)}}, 2,
+                       1e-3f);
+  fs::remove(path);
+}
+
 TEST(CudaTraining, TheBundledMlpMatchesTheCpuInFp32AndMixedFp16) {
   SKIP_WITHOUT_CUDA();
   const Dataset d = synthetic(64, 12);

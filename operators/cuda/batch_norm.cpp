@@ -46,7 +46,9 @@ class BatchNorm final : public Kernel {
     }
     for (size_t i = 1; i <= 2; ++i)
       if (ctx.output_count() > i) ctx.set_output(i, DType::Float, ctx.shape(i + 2));
-    ctx.request_scratch(2 * static_cast<size_t>(x[1]) * sizeof(float));  // saved mean, inv std
+    // The batch's mean and inverse deviation, and running statistics for cuDNN to update (not
+    // read: ONNX's are written below).
+    ctx.request_scratch(4 * static_cast<size_t>(x[1]) * sizeof(float));
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
@@ -64,9 +66,12 @@ class BatchNorm final : public Kernel {
     }
     float* saved = static_cast<float*>(ctx.scratch());
     const int64_t c = x.dim(1);
+    float* unused_running = saved + 2 * c;
+    VOLT_CUDA_CALL(cudaMemsetAsync(unused_running, 0, 2 * static_cast<size_t>(c) * sizeof(float),
+                                   stream_of(ctx)));
     VOLT_CUDA_CALL(cudnnBatchNormalizationForwardTraining(
         h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd.d, x.raw(), xd.d, y.raw(), sd.d, scale, bias,
-        0.0, nullptr, nullptr, cudnn_epsilon(epsilon_), saved, saved + c));
+        0.0, unused_running, unused_running + c, cudnn_epsilon(epsilon_), saved, saved + c));
     float* running_mean = ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr;
     float* running_var = ctx.has_output(2) ? ctx.output(2).data<float>() : nullptr;
     launch_running_stats(running_mean, running_var, ctx.input(3).data<float>(),

@@ -57,6 +57,12 @@ void launch_cast(Elem to, void* out, Elem from, const void* x, int64_t n, void* 
 void launch_softmax(Elem t, void* out, const void* x, int64_t rows, int64_t cols, bool log,
                     void* stream);
 
+// Attention's softmax in place over the last axis of the scores [rows, cols], after adding the
+// mask (null: none) read at the offset `mask_rows` gives each row (dims: the scores' leading
+// axes; a_strides: the mask's strides along them) plus column * mask_col_stride.
+void launch_attention_softmax(Elem t, void* scores, const void* mask, int64_t rows, int64_t cols,
+                              const Broadcast& mask_rows, int64_t mask_col_stride, void* stream);
+
 // LayerNormalization over the last `cols` of [rows, cols]: statistics in fp32; scale and bias
 // (fp32 or the element type, `cols` each; bias may be null).
 void launch_layer_norm(Elem t, void* out, const void* x, const void* scale, const void* bias,

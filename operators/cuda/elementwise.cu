@@ -137,6 +137,36 @@ __global__ void softmax_kernel(T* out, const T* x, int64_t cols, bool log) {
   }
 }
 
+// Attention's scores in place: p = softmax(s + mask) per row of [rows, cols]; the mask (may be
+// null) is read through `mask_rows` (its offset for each row's index over the scores' leading
+// axes) and `mask_col_stride` (0 or 1).
+template <class T>
+__global__ void attention_softmax_kernel(T* scores, const T* mask, int64_t cols,
+                                         Broadcast mask_rows, int64_t mask_col_stride) {
+  extern __shared__ float shared[];
+  T* row = scores + blockIdx.x * cols;
+  const T* mrow = nullptr;
+  if (mask) {
+    int64_t rest = blockIdx.x, off = 0;
+    for (int d = mask_rows.rank - 1; d >= 0; --d) {
+      off += (rest % mask_rows.dims[d]) * mask_rows.a_strides[d];
+      rest /= mask_rows.dims[d];
+    }
+    mrow = mask + off;
+  }
+  auto at = [&](int64_t c) {
+    return load(row, c) + (mrow ? load(mrow, c * mask_col_stride) : 0.f);
+  };
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, at(c));
+  m = block_reduce(m, true, shared);
+  float sum = 0.f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += expf(at(c) - m);
+  sum = block_reduce(sum, false, shared);
+  // Every thread has read its values before any writes: each writes only the columns it read.
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) store(row, c, expf(at(c) - m) / sum);
+}
+
 template <class T, class P>
 __global__ void layer_norm_kernel(T* out, const T* x, const P* scale, const P* bias, int64_t cols,
                                   float epsilon) {
@@ -250,6 +280,22 @@ void launch_softmax(Elem t, void* out, const void* x, int64_t rows, int64_t cols
   else
     softmax_kernel<<<static_cast<unsigned>(rows), threads, shared, s>>>(
         static_cast<__half*>(out), static_cast<const __half*>(x), cols, log);
+}
+
+void launch_attention_softmax(Elem t, void* scores, const void* mask, int64_t rows, int64_t cols,
+                              const Broadcast& mask_rows, int64_t mask_col_stride, void* stream) {
+  if (rows == 0 || cols == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const int threads = row_threads(cols);
+  const size_t shared = threads * sizeof(float);
+  if (t == Elem::F32)
+    attention_softmax_kernel<<<static_cast<unsigned>(rows), threads, shared, s>>>(
+        static_cast<float*>(scores), static_cast<const float*>(mask), cols, mask_rows,
+        mask_col_stride);
+  else
+    attention_softmax_kernel<<<static_cast<unsigned>(rows), threads, shared, s>>>(
+        static_cast<__half*>(scores), static_cast<const __half*>(mask), cols, mask_rows,
+        mask_col_stride);
 }
 
 void launch_layer_norm(Elem t, void* out, const void* x, const void* scale, const void* bias,

@@ -74,8 +74,17 @@ Attribute float_attr(float v) {
 // A float scalar the graph holds as a constant, if `name` is one.
 std::optional<float> constant_scalar(const Graph& g, const std::string& name) {
   const Tensor* t = constant_value(g, name);
-  if (!t || t->dtype() != DType::Float || t->numel() != 1) return std::nullopt;
-  return t->data<float>()[0];
+  if (!t || t->numel() != 1) return std::nullopt;
+  switch (t->dtype()) {  // fp16 and fp64 models hold their constants in their own type
+    case DType::Float:
+      return t->data<float>()[0];
+    case DType::Float16:
+      return static_cast<float>(t->data<Float16>()[0]);
+    case DType::Double:
+      return static_cast<float>(t->data<double>()[0]);
+    default:
+      return std::nullopt;
+  }
 }
 
 std::map<std::string, Attribute> activation_attributes(const Graph& g, const Node& act) {

@@ -30,6 +30,7 @@ Graph expand_gradient_ops(const Graph& graph);
 Graph fold_conv_batchnorm(const Graph& graph);
 Graph fuse_gelu(const Graph& graph);
 Graph fuse_layer_norm(const Graph& graph);
+Graph fuse_attention(const Graph& graph);
 Graph fuse_matmul_epilogue(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
@@ -82,7 +83,8 @@ const Tensor* constant_value(const Graph& g, const std::string& name);
 // Whether `n` is the default-domain op `op`.
 bool is_onnx_op(const Node& n, const char* op);
 
-// A float scalar the graph holds as a constant (initializer or Constant node), if `name` is one.
+// A scalar of a float type (fp32, fp16 or fp64, as float) the graph holds as a constant
+// (initializer or Constant node), if `name` is one.
 std::optional<float> constant_scalar(const Graph& g, const std::string& name);
 
 // The volt.* attributes (volt.activation, volt.alpha, volt.beta) that fold the activation node

@@ -9,6 +9,7 @@
 
 #include "loaders/loader.hpp"
 #include "model_builder.hpp"
+#include "runtime/graph_runner.hpp"
 #include "runtime/passes/passes.hpp"
 #include "test_options.hpp"
 
@@ -814,6 +815,67 @@ TEST(DensifySparseInputs, KeepsCsrThroughTheCopyToADeviceThatMultipliesIt) {
   also_relu.nodes.back().device = "cuda";
   const Graph densified = densify_sparse_inputs(also_relu, {"x"}, {"x"});
   EXPECT_EQ(copy_input(densified), "x/densified");
+}
+
+// Runs `g` on the CPU as it is (no passes) with inputs by name; returns output 0.
+Tensor run_graph(const Graph& g, const NamedValues& feeds) {
+  GraphRunner runner(std::make_shared<const Graph>(g), "test", "cpu", 1);
+  std::vector<const Value*> fed(runner.compiled().names.size(), nullptr);
+  for (const auto& [name, v] : feeds) fed[runner.compiled().id(name)] = &v;
+  return runner.run(fed)[0].tensor();
+}
+
+// Attention as exporters write it (Kᵀ by a Transpose, a scale, a broadcast mask) becomes one
+// ai.volt Attention node reading K, and computes what the pattern did; without the scale and
+// mask, and with Kᵀ read as it is, too.
+TEST(FuseAttention, ScaledMaskedSoftmaxAttentionBecomesOneNode) {
+  for (bool full : {true, false}) {
+    ModelBuilder b(17);
+    b.input("q", 1, {2, 3, 4, 5})
+        .input("k", 1, {2, 3, 6, 5})
+        .input("v", 1, {2, 3, 6, 7})
+        .input("mask", 1, {2, 1, 1, 6})
+        .initializer("c", {}, {std::sqrt(5.0f)})
+        .output("y", 1, {2, 3, 4, 7})
+        .node("Transpose", {"k"}, {"kt"}, [](onnx::NodeProto& n) {
+          ModelBuilder::set_ints(n, "perm", {0, 1, 3, 2});
+        });
+    if (full) {
+      b.node("MatMul", {"q", "kt"}, {"s"})
+          .node("Div", {"s", "c"}, {"s2"})
+          .node("Add", {"s2", "mask"}, {"s3"})
+          .node("Softmax", {"s3"}, {"p"});
+    } else {
+      b.node("MatMul", {"q", "kt"}, {"s"}).node("Softmax", {"s"}, {"p"});
+      b.node("Identity", {"kt"}, {"kt_out"}).output("kt_out", 1, {2, 3, 5, 6});  // Kᵀ stays
+    }
+    b.node("MatMul", {"p", "v"}, {"y"});
+    const Graph g = load(b.bytes());
+    const Graph fused = fuse_attention(g);
+    int attention = 0, softmax = 0;
+    for (const Node& n : fused.nodes) {
+      softmax += n.op_type == "Softmax";
+      if (n.op_type != "Attention") continue;
+      ++attention;
+      EXPECT_EQ(n.inputs[1], full ? "k" : "kt");
+      EXPECT_EQ(n.attr_int("k_transposed"), full ? 0 : 1);
+      EXPECT_NEAR(n.attr_float("scale", 0.f), full ? 1 / std::sqrt(5.0f) : 1.0f, 1e-7f);
+      EXPECT_EQ(n.inputs.size(), full ? 4u : 3u);
+    }
+    EXPECT_EQ(attention, 1);
+    EXPECT_EQ(softmax, 0);
+    std::mt19937 rng(5);
+    Tensor mask = random_tensor({2, 1, 1, 6}, rng);
+    mask.data<float>()[3] = -10000.f;  // a masked key
+    const NamedValues feeds = {{"q", random_tensor({2, 3, 4, 5}, rng)},
+                               {"k", random_tensor({2, 3, 6, 5}, rng)},
+                               {"v", random_tensor({2, 3, 6, 7}, rng)},
+                               {"mask", mask}};
+    const Tensor want = run_graph(g, feeds), got = run_graph(fused, feeds);
+    ASSERT_EQ(want.shape(), got.shape());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f) << full << " " << i;
+  }
 }
 
 TEST(UseFp16, IsRefusedOnTheCpu) {

@@ -5,14 +5,26 @@
 #include <cmath>
 #include <cstdint>
 
-namespace volt::optim {
+// The updates also run in CUDA kernels (operators/cuda/optimizers.cu).
+#ifdef __CUDACC__
+#define VOLT_HOST_DEVICE __host__ __device__
+#else
+#define VOLT_HOST_DEVICE
+#endif
+
+namespace volt {
+
+// Which of the rules below an optimizer op applies.
+enum class OptimizerRule { Adagrad, Momentum, Adam };
+
+namespace optim {
 
 // Adagrad: r = lr / (1 + t * decay); g' = norm * x + g; h += g'^2; x -= r * g' / (sqrt(h) + eps).
 struct Adagrad {
   double lr, decay, epsilon, norm;
   int64_t t;
   template <class S>
-  void update(S& x, S g, S& h) const {
+  VOLT_HOST_DEVICE void update(S& x, S g, S& h) const {
     const S r = static_cast<S>(lr / (1 + static_cast<double>(t) * decay));
     const S gr = static_cast<S>(norm) * x + g;
     h += gr * gr;
@@ -27,7 +39,7 @@ struct Momentum {
   bool nesterov;
   int64_t t;
   template <class S>
-  void update(S& x, S g, S& v) const {
+  VOLT_HOST_DEVICE void update(S& x, S g, S& v) const {
     const S gr = static_cast<S>(norm) * x + g;
     v = static_cast<S>(alpha) * v + static_cast<S>(t > 0 ? beta : 1.0) * gr;
     x -= static_cast<S>(lr) * (nesterov ? gr + static_cast<S>(alpha) * v : v);
@@ -46,7 +58,7 @@ struct Adam {
                  : lr;
   }
   template <class S>
-  void update(S& x, S g, S& v, S& h, S r) const {
+  VOLT_HOST_DEVICE void update(S& x, S g, S& v, S& h, S r) const {
     const S gr = static_cast<S>(norm) * x + g;
     v = static_cast<S>(alpha) * v + static_cast<S>(1 - alpha) * gr;
     h = static_cast<S>(beta) * h + static_cast<S>(1 - beta) * gr * gr;
@@ -58,4 +70,5 @@ struct Adam {
   }
 };
 
-}  // namespace volt::optim
+}  // namespace optim
+}  // namespace volt

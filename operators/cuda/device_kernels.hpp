@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "operators/common/grad_fn.hpp"
+#include "operators/common/optimizer_math.hpp"
 
 namespace volt::cuda {
 
@@ -110,5 +111,18 @@ void launch_layer_norm_grad(Elem t, Elem scale_type, void* dx, void* dscale, voi
 void launch_running_stats(float* out_mean, float* out_var, const float* mean, const float* var,
                           const float* batch_mean, const float* batch_inv_std, int64_t c,
                           float momentum, float epsilon, void* stream);
+
+// One tensor's optimizer update (the ai.onnx.preview.training ops): `in` holds X, G and the
+// states (one for Adagrad and Momentum, V and H for Adam); `out` the new X and states (null where
+// not wanted). The rule's lr and t are this step's.
+struct OptimizerUpdate {
+  OptimizerRule rule = OptimizerRule::Adagrad;
+  optim::Adagrad adagrad{};
+  optim::Momentum momentum{};
+  optim::Adam adam{};
+  void* out[3] = {};
+  const void* in[4] = {};
+};
+void launch_optimizer(const OptimizerUpdate& update, Elem t, int64_t n, void* stream);
 
 }  // namespace volt::cuda

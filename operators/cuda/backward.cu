@@ -1,4 +1,5 @@
-// Training kernels: elementwise derivatives, fills, BatchNormalization's running statistics.
+// Training kernels: elementwise derivatives, fills, Gather's scatter-add, BatchNormalization's
+// running statistics.
 // One thread per element (grid-stride), fp32 arithmetic for fp16 storage, as in elementwise.cu.
 #include <cuda_fp16.h>
 
@@ -89,7 +90,34 @@ __global__ void running_stats_kernel(float* out_mean, float* out_var, const floa
   }
 }
 
+// out[o, index[j], k] += dy[o, j, k]: gathered rows' gradients back where they came from.
+template <class T>
+__global__ void scatter_add_kernel(T* out, const T* dy, const int64_t* index, int64_t outer,
+                                   int64_t axis_size, int64_t count, int64_t inner) {
+  const int64_t n = outer * count * inner;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = i % inner, j = (i / inner) % count, o = i / (inner * count);
+    atomicAdd(out + (o * axis_size + index[j]) * inner + k, dy[i]);
+  }
+}
+
 }  // namespace
+
+void launch_scatter_add(Elem t, void* out, const void* dy, const int64_t* index, int64_t outer,
+                        int64_t axis_size, int64_t count, int64_t inner, void* stream) {
+  const int64_t n = outer * count * inner;
+  if (n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (t == Elem::F32)
+    scatter_add_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<float*>(out),
+                                                          static_cast<const float*>(dy), index,
+                                                          outer, axis_size, count, inner);
+  else
+    scatter_add_kernel<<<blocks_for(n), kThreads, 0, s>>>(static_cast<__half*>(out),
+                                                          static_cast<const __half*>(dy), index,
+                                                          outer, axis_size, count, inner);
+}
 
 void launch_running_stats(float* out_mean, float* out_var, const float* mean, const float* var,
                           const float* batch_mean, const float* batch_inv_std, int64_t c,

@@ -95,6 +95,10 @@ void launch_reduce(ReduceOp op, Elem t, void* out, const void* x, int64_t n_out,
 // alpha: LeakyRelu's slope, Elu's alpha.
 void launch_eltwise_grad(GradFn f, Elem t, void* dx, const void* dy, const void* x, const void* y,
                          int64_t n, float alpha, void* stream);
+// Gather's gradient: out[o, index[j], i] += dy[o, j, i] (atomically; `out` zeroed first, `index`
+// checked and non-negative, on the device).
+void launch_scatter_add(Elem t, void* out, const void* dy, const int64_t* index, int64_t outer,
+                        int64_t axis_size, int64_t count, int64_t inner, void* stream);
 // out[i] = value for i < n.
 void launch_fill(Elem t, void* out, int64_t n, float value, void* stream);
 // Gradients over the last axis of [rows, cols], one block per row, sums in fp32: of Softmax (or

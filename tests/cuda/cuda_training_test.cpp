@@ -152,6 +152,29 @@ TEST(CudaTraining, LayerNormAndSoftmaxGradientsMatchTheCpu) {
   fs::remove(path);
 }
 
+// An embedding table: with dense gradients GatherGrad scatters on the device (repeated ids sum);
+// with row-sparse ones (the default) RowSparseGrad collects them on the host.
+TEST(CudaTraining, EmbeddingGradientsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder b(17);
+  b.input("ids", 7, {4, 3})
+      .output("y", 1, {4, 3, 2})
+      .initializer("table", {10, 6}, random_values(60, 31))
+      .initializer("W", {6, 2}, random_values(12, 32))
+      .node("Gather", {"table", "ids"}, {"rows"})
+      .node("MatMul", {"rows", "W"}, {"y"});
+  const std::string path = temp("embedding.onnx");
+  b.save(path);
+  const NamedValues batch = {
+      {"ids", Tensor::from<int64_t>({1, 3, 3, 0, 9, 1, 1, 7, 2, 3, 5, 9}, {4, 3})},
+      {"label", random_tensor({4, 3, 2}, 33)}};
+  for (const char* sparse : {"off", "auto"})
+    expect_same_training(path,
+                         {{"loss", "mse"}, {"learning_rate", "0.5"}, {"sparse_gradients", sparse}},
+                         batch, 2, 1e-3f);
+  fs::remove(path);
+}
+
 TEST(CudaTraining, TheBundledMlpMatchesTheCpuInFp32AndMixedFp16) {
   SKIP_WITHOUT_CUDA();
   const Dataset d = synthetic(64, 12);

@@ -14,9 +14,19 @@ inline cudnnDataType_t dnn_type(DType t) {
   return t == DType::Float16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
 }
 
+// Tag of descriptors for channels-last 4-D operands (activations stored [N, H, W, C], weights
+// [K, R, S, C]): the layout cuDNN's fp16 tensor-core convolutions read without transposing.
+struct ChannelsLast {};
+
 // Owning wrappers of the descriptors.
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType t, const Shape& stored, ChannelsLast) {
+    VOLT_CUDA_CALL(cudnnCreateTensorDescriptor(&d));
+    VOLT_CUDA_CALL(cudnnSetTensor4dDescriptor(
+        d, CUDNN_TENSOR_NHWC, dnn_type(t), static_cast<int>(stored[0]), static_cast<int>(stored[3]),
+        static_cast<int>(stored[1]), static_cast<int>(stored[2])));
+  }
   TensorDesc(DType t, const Shape& shape) {
     VOLT_CUDA_CALL(cudnnCreateTensorDescriptor(&d));
     Shape s = shape;
@@ -37,6 +47,13 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
+  // Logical [K, C/group, R, S], stored [K, R, S, C/group].
+  FilterDesc(DType t, const Shape& kcrs, ChannelsLast) {
+    VOLT_CUDA_CALL(cudnnCreateFilterDescriptor(&d));
+    VOLT_CUDA_CALL(cudnnSetFilter4dDescriptor(
+        d, dnn_type(t), CUDNN_TENSOR_NHWC, static_cast<int>(kcrs[0]), static_cast<int>(kcrs[1]),
+        static_cast<int>(kcrs[2]), static_cast<int>(kcrs[3])));
+  }
   FilterDesc(DType t, const Shape& shape) {
     VOLT_CUDA_CALL(cudnnCreateFilterDescriptor(&d));
     Shape s = shape;

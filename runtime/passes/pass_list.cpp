@@ -24,7 +24,10 @@ const std::vector<Pass>& optimization_passes() {
       // reference kernel would; on an accelerator the fused node saves the scores' round trips.
       {"fuse_attention", 2, fuse_attention, [](const SessionOptions& o) { return !on_cpu(o); }},
       {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue, on_cpu},
-      {"use_channels_last", 2, use_channels_last, on_cpu},
+      // Channels-last between convolutions: oneDNN's preferred layout on the CPU, and the one
+      // cuDNN's fp16 tensor-core convolutions read without transposing.
+      {"use_channels_last", 2, use_channels_last,
+       [](const SessionOptions& o) { return on_cpu(o) || o.precision == "fp16"; }},
       {"prefer_winograd", 2, prefer_winograd,
        [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
       {"fuse_depthwise_block", 2, fuse_depthwise_block,

@@ -4,7 +4,8 @@
 //
 // What stays on the host although the device could run it:
 // - nodes with subgraphs (If, Loop, Scan) and the producers of the values their bodies read;
-// - nodes carrying volt.* fusion attributes (CPU epilogues the device kernels do not implement);
+// - nodes carrying volt.* fusion attributes (CPU epilogues the device kernels do not implement;
+//   the channels-last storage attributes are not among them);
 // - the shape arithmetic feeding a device kernel's host inputs (Shape -> Gather -> Concat ->
 //   Reshape's shape): small int64 tensors the kernel reads on the host anyway.
 // Shape and Size read only metadata: they take device values as they are.
@@ -31,9 +32,15 @@ bool has_subgraph(const Node& n) {
   return false;
 }
 
+// volt.* attributes other than the storage layout (volt.layout NCHW/NHWC and volt.input_layout,
+// which the CUDA Conv and pooling kernels read; NCHW16C blocks are oneDNN's alone).
 bool has_fusion_attributes(const Node& n) {
-  for (const auto& [key, _] : n.attributes)
-    if (key.rfind("volt.", 0) == 0) return true;
+  for (const auto& [key, a] : n.attributes) {
+    if (key.rfind("volt.", 0) != 0) continue;
+    const bool layout =
+        (key == "volt.layout" && (a.s == "NHWC" || a.s == "NCHW")) || key == "volt.input_layout";
+    if (!layout) return true;
+  }
   return false;
 }
 

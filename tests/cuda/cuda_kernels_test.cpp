@@ -269,6 +269,48 @@ TEST(Cuda, FusedAttentionMatchesTheCpuInFp32AndFp16) {
   expect_same_on_cuda(attention(1), attention(10), in, true, 1e-2f);
 }
 
+// precision=fp16 keeps the convolutions channels-last: the first reads the NCHW input and
+// permutes it, weights are reordered once per plan, the pool reads NHWC, and a Transpose brings
+// the result back; against the CPU in fp32 (fp16 tolerance).
+TEST(Cuda, Fp16ConvolutionsRunChannelsLast) {
+  SKIP_WITHOUT_CUDA();
+  ModelBuilder m(17);
+  const Tensor w1 = random_tensor({16, 3, 3, 3}, 61), w2 = random_tensor({16, 16, 1, 1}, 62),
+               b2 = random_tensor({16}, 63);
+  auto values = [](const Tensor& t) {
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  m.input("x", 1, {2, 3, 15, 13})
+      .initializer("w1", {16, 3, 3, 3}, values(w1))
+      .initializer("w2", {16, 16, 1, 1}, values(w2))
+      .initializer("b2", {16}, values(b2))
+      .output_any("y", 1)
+      .node("Conv", {"x", "w1"}, {"c1"},
+            [](onnx::NodeProto& n) {
+              ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+            })
+      .node("Relu", {"c1"}, {"r"})
+      .node("Conv", {"r", "w2", "b2"}, {"c2"})
+      .node("Add", {"c2", "r"}, {"s"})
+      .node("MaxPool", {"s"}, {"y"}, [](onnx::NodeProto& n) {
+        ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+        ModelBuilder::set_ints(n, "strides", {2, 2});
+      });
+  const std::string bytes = m.bytes();
+  Session cpu = Session::from_bytes(bytes.data(), bytes.size());
+  Session gpu =
+      Session::from_bytes(bytes.data(), bytes.size(), {.device = "cuda:0", .precision = "fp16"});
+  const Tensor x = random_tensor({2, 3, 15, 13}, 64);
+  const Tensor want = cpu.run({{"x", x}})[0].tensor(), got = gpu.run({{"x", x}})[0].tensor();
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(got.dtype(), DType::Float);
+  float scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::fabs(want.data<float>()[i]));
+  for (int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-2f * scale) << i;
+}
+
 TEST(Cuda, ShapeOpsStayViewsAndTransposeConcatMove) {
   SKIP_WITHOUT_CUDA();
   ModelBuilder m(17);

@@ -878,6 +878,38 @@ TEST(FuseAttention, ScaledMaskedSoftmaxAttentionBecomesOneNode) {
   }
 }
 
+// fp16 on an accelerator keeps convolution regions channels-last (cuDNN's tensor cores read
+// NHWC without transposing), and the layout attributes do not keep those nodes on the host.
+TEST(UseFp16, ConvolutionsOnAnAcceleratorStayChannelsLast) {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 3, 8, 8})
+      .initializer("w1", {8, 3, 3, 3}, std::vector<float>(216, 0.1f))
+      .initializer("w2", {8, 8, 1, 1}, std::vector<float>(64, 0.1f))
+      .output("y", 1, {1, 8, 4, 4})
+      .node("Conv", {"x", "w1"}, {"c1"},
+            [](onnx::NodeProto& n) {
+              ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+            })
+      .node("Relu", {"c1"}, {"r"})
+      .node("Conv", {"r", "w2"}, {"c2"})
+      .node("MaxPool", {"c2"}, {"y"}, [](onnx::NodeProto& n) {
+        ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+        ModelBuilder::set_ints(n, "strides", {2, 2});
+      });
+  const Graph g =
+      run_passes(load(b.bytes()), SessionOptions{.device = "cuda:0", .precision = "fp16"});
+  int channels_last = 0;
+  for (const Node& n : g.nodes) channels_last += n.attr_string("volt.layout", "") == "NHWC";
+  EXPECT_EQ(channels_last, 3);  // both convolutions and the pool
+  const Graph placed =
+      place_on_device(g, Device{Device::Kind::Cuda, 0}, [](const Node&) { return true; });
+  for (const Node& n : placed.nodes) {
+    if (n.op_type == "Conv" || n.op_type == "MaxPool") {
+      EXPECT_EQ(n.device, "cuda") << n.name;
+    }
+  }
+}
+
 TEST(UseFp16, IsRefusedOnTheCpu) {
   ModelBuilder b(17);
   b.input("x", 1, {3}).output("y", 1, {3}).node("Relu", {"x"}, {"y"});

@@ -1,8 +1,8 @@
 // precision = fp16 (on an accelerator): the graph computes in IEEE half. Float initializers (or,
 // for training, casts of them each run) and Constant values become fp16 once, at session
-// creation; float graph inputs are cast to fp16 on
-// entry and float outputs back to fp32 on exit, so callers see the model's declared types; casts
-// to float inside the graph cast to fp16 instead, keeping the graph in one float type. The
+// creation; float graph inputs are cast to fp16 on entry and float outputs back to fp32 on
+// exit, so callers see the model's declared types; casts to float inside the graph cast to fp16
+// instead, keeping the graph in one float type. BatchNormalization's parameters stay fp32. The
 // kernels keep accumulations, Softmax and normalization statistics in fp32 (device_kernels.hpp,
 // cuBLAS with CUBLAS_COMPUTE_32F).
 #include <map>
@@ -44,9 +44,9 @@ std::vector<size_t> gather_only_readers(const Graph& g, const ValueUses& uses,
 }
 
 // Whether every reader of `weight` takes it as BatchNormalization's scale, bias or statistics,
-// which stay fp32 (the kernels normalize in fp32; cuDNN wants them so with fp16 data). As in
-// opset 15's schema, they no longer share X's type variable.
-bool normalization_parameter(Graph& g, const ValueUses& uses, const std::string& weight) {
+// which stay fp32 (the kernels normalize in fp32; cuDNN wants them so with fp16 data); if so,
+// those inputs are untied from X's type variable, as opset 15's schema has them.
+bool keep_fp32_for_normalization(Graph& g, const ValueUses& uses, const std::string& weight) {
   const auto& readers = uses.readers(weight);
   for (const auto& r : readers)
     if (r.slot == ValueUses::kSubgraph || r.slot == 0 ||
@@ -66,7 +66,7 @@ void cast_weights_each_run(Graph& g, std::vector<Node>& casts) {
   const ValueUses uses(g);
   for (const auto& [name, t] : g.initializers) {
     if (t.dtype() != DType::Float || uses.readers(name).empty() ||
-        normalization_parameter(g, uses, name))
+        keep_fp32_for_normalization(g, uses, name))
       continue;
     const std::vector<size_t> gathers = gather_only_readers(g, uses, name);
     for (size_t node : gathers) {
@@ -92,7 +92,7 @@ Graph use_fp16(const Graph& graph, Fp16Weights weights) {
   } else {
     const ValueUses uses(g);
     for (auto& [name, t] : g.initializers)
-      if (t.dtype() == DType::Float && !normalization_parameter(g, uses, name)) t = to_fp16(t);
+      if (t.dtype() == DType::Float && !keep_fp32_for_normalization(g, uses, name)) t = to_fp16(t);
   }
   for (Node& n : g.nodes) {
     if (is_onnx_op(n, "Cast") && n.attr_int("to", 0) == static_cast<int64_t>(DType::Float))

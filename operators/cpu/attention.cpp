@@ -5,27 +5,34 @@
 
 #include "operators/common/attention_shapes.hpp"
 #include "operators/common/dispatch.hpp"
+#include "operators/common/matmul_shapes.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
 
-// Element offsets of each operand's matrix for every batch index (broadcast axes repeat).
-std::vector<int64_t> batch_offsets(const Shape& operand, const Shape& batch) {
-  const Shape lead = leading(operand);
-  const auto strides = broadcast_strides(lead, batch);
-  const int64_t matrix = operand[operand.size() - 2] * operand.back();
-  std::vector<int64_t> off(static_cast<size_t>(numel_of(batch)), 0);
-  for (size_t b = 0; b < off.size(); ++b) {
-    int64_t rest = static_cast<int64_t>(b), o = 0;
-    for (size_t d = batch.size(); d-- > 0;) {
-      o += (rest % batch[d]) * strides[d];
-      rest /= batch[d];
-    }
-    off[b] = o * matrix;
+// Element offsets of Q's, K's and V's matrices for each output batch index: the scores are
+// MatMul(Q, Kᵀ) and the output MatMul(scores, V), each broadcasting its batch axes as MatMul does.
+struct BatchOffsets {
+  std::vector<int64_t> q, k, v;
+};
+BatchOffsets batch_offsets(const Shape& q, const Shape& k, const Shape& v, bool k_transposed,
+                           const Node& node) {
+  Shape kt = k;  // the shape of Kᵀ
+  if (!k_transposed) std::swap(kt[kt.size() - 2], kt[kt.size() - 1]);
+  const MatMulShapes qk = matmul_shapes(q, kt, node), pv = matmul_shapes(qk.out, v, node);
+  const MatMulBatches scores(qk), out(pv);
+  BatchOffsets o;
+  for (int64_t b = 0; b < out.count(); ++b) {
+    int64_t s = 0, iq = 0, ik = 0, iv = 0;
+    out.operands(b, s, iv);
+    scores.operands(s, iq, ik);
+    o.q.push_back(iq * qk.m * qk.k);
+    o.k.push_back(ik * qk.k * qk.n);
+    o.v.push_back(iv * pv.k * pv.n);
   }
-  return off;
+  return o;
 }
 
 class Attention final : public Kernel {
@@ -38,8 +45,9 @@ class Attention final : public Kernel {
     const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
     const Tensor* mask = ctx.has_input(3) ? &ctx.input(3) : nullptr;
     const AttentionShapes a = attrs_.of(ctx);
-    const auto qo = batch_offsets(q.shape(), a.batch), ko = batch_offsets(k.shape(), a.batch),
-               vo = batch_offsets(v.shape(), a.batch);
+    const BatchOffsets off =
+        batch_offsets(q.shape(), k.shape(), v.shape(), attrs_.k_transposed, ctx.node());
+    const auto &qo = off.q, &ko = off.k, &vo = off.v;
     const auto ms = mask ? broadcast_strides(mask->shape(), a.scores) : std::vector<int64_t>{};
     dispatch_numeric(q.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;

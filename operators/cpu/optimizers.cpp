@@ -16,6 +16,11 @@ class Optimizer final : public Kernel {
     const size_t k = op_.tensors(ctx.input_count());
     const double r = scalar_value(ctx.input(0));
     const int64_t t = scalar_int(ctx.input(1), ctx.node(), "T", 0, int64_t{1} << 53);
+    // The rules for this step, and Adam's bias-corrected rate, once (not per element).
+    const optim::Adagrad adagrad = op_.adagrad(r, t);
+    const optim::Momentum momentum = op_.momentum(r, t);
+    const optim::Adam adam = op_.adam(r, t);
+    const double adam_rate = adam.rate();
     for (size_t i = 0; i < k; ++i) {
       const Tensor& x = ctx.input(2 + i);
       const Tensor& g = ctx.input(2 + k + i);
@@ -36,13 +41,13 @@ class Optimizer final : public Kernel {
           const double gv = get(g, e);
           switch (op_.rule()) {
             case OptimizerRule::Adagrad:
-              op_.adagrad(r, t).update(xv, gv, a);
+              adagrad.update(xv, gv, a);
               break;
             case OptimizerRule::Momentum:
-              op_.momentum(r, t).update(xv, gv, a);
+              momentum.update(xv, gv, a);
               break;
             case OptimizerRule::Adam:
-              op_.adam(r, t).update(xv, gv, a, b);
+              adam.update(xv, gv, a, b, adam_rate);
               break;
           }
           if (xo) xo[e] = static_cast<T>(static_cast<C>(xv));

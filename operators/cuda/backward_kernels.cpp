@@ -64,20 +64,11 @@ class SumToShape final : public Kernel {
     // reduced; the kept ones are in order, so the output is laid out as `to` is.
     const Shape& from = g.shape();
     const size_t pad = from.size() - out.rank();
-    const auto strides = strides_of(from);
-    ReduceGeometry geo;
+    std::vector<char> reduced(from.size());
+    for (size_t d = 0; d < from.size(); ++d)
+      reduced[d] = (d < pad || out.dim(d - pad) == 1) && from[d] != 1;
     int64_t n_reduced = 1;
-    for (size_t d = 0; d < from.size(); ++d) {
-      const int64_t to_dim = d < pad ? 1 : out.dim(d - pad);
-      if (to_dim == 1 && from[d] != 1) {
-        geo.reduced_dims[geo.reduced_rank] = from[d];
-        geo.reduced_strides[geo.reduced_rank++] = strides[d];
-        n_reduced *= from[d];
-      } else {
-        geo.kept_dims[geo.kept_rank] = from[d];
-        geo.kept_strides[geo.kept_rank++] = strides[d];
-      }
-    }
+    const ReduceGeometry geo = reduce_geometry(from, reduced, n_reduced);
     launch_reduce(ReduceOp::Sum, elem_of(g.dtype(), ctx), out.raw(), g.raw(), out.numel(),
                   n_reduced, geo, ctx.stream());
     check_launch("reduce_kernel");

@@ -20,6 +20,17 @@ Shape channel_shape(const Shape& x) {
   return s;
 }
 
+// X's descriptor and that of its per-channel values, made once per plan (for a non-empty X:
+// cuDNN describes no empty tensor, and an empty X runs nothing).
+struct NormState {
+  TensorDesc x, channels;
+  NormState(DType t, const Shape& shape)
+      : x(t, shape), channels(DType::Float, channel_shape(shape)) {}
+};
+void prepare_descriptors(InferContext& ctx, DType t, const Shape& x) {
+  if (numel_of(x)) ctx.set_state(std::make_shared<NormState>(t, x));
+}
+
 double cudnn_epsilon(float epsilon) {
   return std::max<double>(epsilon, CUDNN_BN_MIN_EPSILON);
 }
@@ -39,6 +50,7 @@ class BatchNorm final : public Kernel {
         throw KernelUnsupported{"CUDA BatchNormalization takes fp32 scale and statistics"};
     }
     ctx.set_output(0, ctx.dtype(0), x);
+    prepare_descriptors(ctx, ctx.dtype(0), x);
     if (!training_) {
       if (ctx.output_count() > 1 && ctx.node().has_output(1))
         throw KernelUnsupported{"CUDA BatchNormalization: statistics outputs in inference form"};
@@ -54,7 +66,8 @@ class BatchNorm final : public Kernel {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (!y.numel()) return;
-    const TensorDesc xd(x.dtype(), x.shape()), sd(DType::Float, channel_shape(x.shape()));
+    const NormState& st = ctx.state<NormState>();
+    const TensorDesc &xd = st.x, &sd = st.channels;
     cudnnHandle_t h = dnn(ctx, y);
     const float one = 1.f, zero = 0.f;
     const void *scale = ctx.input(1).raw(), *bias = ctx.input(2).raw();
@@ -104,6 +117,7 @@ class BatchNormGrad final : public Kernel {
     ctx.set_output(0, ctx.dtype(1), x);
     for (size_t i = 1; i <= 2; ++i)
       if (ctx.output_count() > i) ctx.set_output(i, DType::Float, ctx.shape(2));
+    prepare_descriptors(ctx, ctx.dtype(1), x);
     ctx.request_scratch(2 * static_cast<size_t>(x[1]) * sizeof(float));  // unwanted outputs
   }
   void run(RunContext& ctx) const override {
@@ -118,7 +132,8 @@ class BatchNormGrad final : public Kernel {
       launch_fill(Elem::F32, dbias, c, 0.f, ctx.stream());
       return check_launch("fill_kernel");
     }
-    const TensorDesc xd(x.dtype(), x.shape()), sd(DType::Float, channel_shape(x.shape()));
+    const NormState& st = ctx.state<NormState>();
+    const TensorDesc &xd = st.x, &sd = st.channels;
     const float one = 1.f, zero = 0.f;
     VOLT_CUDA_CALL(cudnnBatchNormalizationBackward(
         dnn(ctx, dx), CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xd.d, x.raw(), xd.d,

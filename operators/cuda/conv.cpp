@@ -2,9 +2,9 @@
 // convolution's algorithm is chosen once per plan by cuDNN's heuristics, its workspace is the
 // step's scratch. Pads must be symmetric (cuDNN's descriptors take one pad per axis);
 // asymmetric ones are declined at plan time.
-#include <cstring>
 #include <memory>
 
+#include "operators/common/layout.hpp"
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/cuda/cuda_kernel.hpp"
 #include "operators/cuda/cudnn_descriptors.hpp"
@@ -27,21 +27,9 @@ struct ConvState {
   size_t workspace_offset = 0;   // the workspace's place in the scratch (after a permuted X)
 };
 
-// [K, C, R, S] -> [K, R, S, C], on the host (plan time).
+// [K, C, R, S] -> [K, R, S, C], through the host (plan time).
 Tensor weights_channels_last(const Tensor& device_weights) {
-  const Tensor w = device_weights.to(Device{});
-  const Shape& s = w.shape();
-  Tensor out = Tensor::empty(w.dtype(), {s[0], s[2], s[3], s[1]});
-  const size_t e = dtype_size(w.dtype());
-  const auto* src = static_cast<const char*>(w.raw());
-  auto* dst = static_cast<char*>(out.raw());
-  for (int64_t k = 0; k < s[0]; ++k)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t r = 0; r < s[2]; ++r)
-        for (int64_t q = 0; q < s[3]; ++q)
-          std::memcpy(dst + (((k * s[2] + r) * s[3] + q) * s[1] + c) * e,
-                      src + (((k * s[1] + c) * s[2] + r) * s[3] + q) * e, e);
-  return out.to(device_weights.device());
+  return permuted(device_weights.to(Device{}), channels_last_perm(4)).to(device_weights.device());
 }
 
 class Conv final : public Kernel {
@@ -163,27 +151,22 @@ class Pool final : public Kernel {
     }
     if (ctx.output_count() > 1 && ctx.node().has_output(1))
       throw KernelUnsupported{"CUDA MaxPool does not output indices"};
-    WindowGeometry geo = pool_window(attrs_, global_, x, ctx.node());
+    const WindowGeometry geo = pool_window(attrs_, global_, x, ctx.node());
     Shape out{x[0], x[1]};
     out.insert(out.end(), geo.out.begin(), geo.out.end());
     if (last) out = {out[0], out[2], out[3], out[1]};
-    ctx.set_state(std::make_shared<WindowGeometry>(std::move(geo)));
+    if (numel_of(out))  // cuDNN describes no empty tensor; an empty output runs nothing
+      ctx.set_state(pool_state(geo, mode_, ctx.dtype(0), ctx.shape(0), out, last));
     ctx.set_output(0, ctx.dtype(0), out);
   }
   void run(RunContext& ctx) const override {
-    const WindowGeometry& geo = ctx.state<WindowGeometry>();
+    const PoolState& st = ctx.state<PoolState>();
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (!y.numel()) return;
-    const PoolDesc pd(geo, mode_);
-    const bool last = layout_ == "NHWC";
-    const TensorDesc xd =
-        last ? TensorDesc(x.dtype(), x.shape(), ChannelsLast{}) : TensorDesc(x.dtype(), x.shape());
-    const TensorDesc yd =
-        last ? TensorDesc(y.dtype(), y.shape(), ChannelsLast{}) : TensorDesc(y.dtype(), y.shape());
     const float one = 1.f, zero = 0.f;
-    VOLT_CUDA_CALL(
-        cudnnPoolingForward(dnn(ctx, y), pd.d, &one, xd.d, x.raw(), &zero, yd.d, y.raw()));
+    VOLT_CUDA_CALL(cudnnPoolingForward(dnn(ctx, y), st.pool->d, &one, st.x->d, x.raw(), &zero,
+                                       st.y->d, y.raw()));
   }
 
  private:

@@ -102,18 +102,10 @@ class BiasGrad final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& dy = ctx.input(0);
     Tensor& out = ctx.output(0);
-    const auto strides = strides_of(dy.shape());
-    ReduceGeometry geo;
-    geo.kept_rank = 1;
-    geo.kept_dims[0] = dy.dim(1);
-    geo.kept_strides[0] = strides[1];
+    std::vector<char> reduced(dy.rank(), 1);  // every axis but the channels
+    reduced[1] = 0;
     int64_t n_reduced = 1;
-    for (size_t d = 0; d < dy.rank(); ++d) {
-      if (d == 1) continue;
-      geo.reduced_dims[geo.reduced_rank] = dy.dim(d);
-      geo.reduced_strides[geo.reduced_rank++] = strides[d];
-      n_reduced *= dy.dim(d);
-    }
+    const ReduceGeometry geo = reduce_geometry(dy.shape(), reduced, n_reduced);
     launch_reduce(ReduceOp::Sum, elem_of(dy.dtype(), ctx), out.raw(), dy.raw(), out.numel(),
                   n_reduced, geo, ctx.stream());
     check_launch("reduce_kernel");
@@ -135,12 +127,13 @@ class PoolGrad final : public Kernel {
     const Shape& x = ctx.shape(1);
     if (ctx.dtype(0) != ctx.dtype(1) || ctx.dtype(2) != ctx.dtype(1))
       ctx.input_error("dY, X and Y differ in dtype");
-    WindowGeometry geo = pool_window(attrs_, global_, x, ctx.node());
+    const WindowGeometry geo = pool_window(attrs_, global_, x, ctx.node());
     Shape y{x[0], x[1]};
     y.insert(y.end(), geo.out.begin(), geo.out.end());
     if (ctx.shape(0) != y || ctx.shape(2) != y)
       ctx.input_error("dY and Y must be the pooling's output " + shape_str(y));
-    ctx.set_state(std::make_shared<WindowGeometry>(std::move(geo)));
+    if (numel_of(x) && numel_of(y))  // cuDNN describes no empty tensor; see run()
+      ctx.set_state(pool_state(geo, mode_, ctx.dtype(1), x, y, false));
     ctx.set_output(0, ctx.dtype(1), x);
   }
   void run(RunContext& ctx) const override {
@@ -151,11 +144,10 @@ class PoolGrad final : public Kernel {
       launch_fill(elem_of(dx.dtype(), ctx), dx.raw(), dx.numel(), 0.f, ctx.stream());
       return check_launch("fill_kernel");
     }
-    const PoolDesc pd(ctx.state<WindowGeometry>(), mode_);
-    const TensorDesc xd(x.dtype(), x.shape()), yd(y.dtype(), y.shape());
+    const PoolState& st = ctx.state<PoolState>();
     const float one = 1.f, zero = 0.f;
-    VOLT_CUDA_CALL(cudnnPoolingBackward(dnn(ctx, dx), pd.d, &one, yd.d, y.raw(), yd.d, dy.raw(),
-                                        xd.d, x.raw(), &zero, xd.d, dx.raw()));
+    VOLT_CUDA_CALL(cudnnPoolingBackward(dnn(ctx, dx), st.pool->d, &one, st.y->d, y.raw(), st.y->d,
+                                        dy.raw(), st.x->d, x.raw(), &zero, st.x->d, dx.raw()));
   }
 
  private:

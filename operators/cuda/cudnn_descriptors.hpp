@@ -2,6 +2,7 @@
 // backward) describe their operands with. NCHW, fp32 or fp16; fewer than 4 dims padded with 1s.
 #pragma once
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "operators/cpu/conv_geometry.hpp"
@@ -191,6 +192,27 @@ struct PoolDesc {
   PoolDesc(const PoolDesc&) = delete;
   PoolDesc& operator=(const PoolDesc&) = delete;
 };
+
+// What a pooling (or its gradient) prepares once per plan: the window's descriptor and its input
+// and output tensors', channels-last where `channels_last` says (shapes as stored).
+struct PoolState {
+  std::unique_ptr<PoolDesc> pool;
+  std::unique_ptr<TensorDesc> x, y;
+};
+inline std::shared_ptr<PoolState> pool_state(const WindowGeometry& geo, cudnnPoolingMode_t mode,
+                                             DType t, const Shape& x, const Shape& y,
+                                             bool channels_last) {
+  auto st = std::make_shared<PoolState>();
+  st->pool = std::make_unique<PoolDesc>(geo, mode);
+  if (channels_last) {
+    st->x = std::make_unique<TensorDesc>(t, x, ChannelsLast{});
+    st->y = std::make_unique<TensorDesc>(t, y, ChannelsLast{});
+  } else {
+    st->x = std::make_unique<TensorDesc>(t, x);
+    st->y = std::make_unique<TensorDesc>(t, y);
+  }
+  return st;
+}
 
 // A pooling window over `x` (N, C, spatial...) as cuDNN takes it: the whole input when `global`;
 // KernelUnsupported for what cuDNN's descriptor cannot say (ceil rounding, asymmetric pads,

@@ -64,19 +64,8 @@ class Reduce final : public Kernel {
                                        stream_of(ctx)));
       return;
     }
-    ReduceGeometry g;
-    const auto strides = strides_of(x.shape());
     int64_t n_reduced = 1;
-    for (size_t d = 0; d < x.rank(); ++d) {
-      if (p.reduced[d]) {
-        g.reduced_dims[g.reduced_rank] = x.dim(d);
-        g.reduced_strides[g.reduced_rank++] = strides[d];
-        n_reduced *= x.dim(d);
-      } else {
-        g.kept_dims[g.kept_rank] = x.dim(d);
-        g.kept_strides[g.kept_rank++] = strides[d];
-      }
-    }
+    const ReduceGeometry g = reduce_geometry(x.shape(), p.reduced, n_reduced);
     launch_reduce(op_, elem_of(x.dtype(), ctx), y.raw(), x.raw(), y.numel(), n_reduced, g,
                   ctx.stream());
     check_launch("reduce_kernel");

@@ -68,6 +68,11 @@ class Conv final : public Kernel {
     const DType t = ctx.dtype(0);
     Shape bias_shape(out.size(), 1);
     bias_shape[1] = out[1];
+    if (!numel_of(out)) {  // nothing to compute (and cuDNN describes no empty tensor)
+      ctx.set_output(0, t, last ? Shape{out[0], out[2], out[3], out[1]} : out);
+      return;
+    }
+    if (!numel_of(x)) throw KernelUnsupported{"CUDA Conv: an empty X with a non-empty output"};
     if (last) {
       const Shape x_stored{x[0], x[2], x[3], x[1]};
       out = {out[0], out[2], out[3], out[1]};  // stored channels-last from here on
@@ -99,10 +104,10 @@ class Conv final : public Kernel {
     ctx.set_output(0, t, out);
   }
   void run(RunContext& ctx) const override {
-    const ConvState& st = ctx.state<ConvState>();
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (!y.numel()) return;
+    const ConvState& st = ctx.state<ConvState>();
     const void* w =
         st.channels_last_weights.defined() ? st.channels_last_weights.raw() : ctx.input(1).raw();
     const void* xp = x.raw();

@@ -44,6 +44,10 @@ class ConvGrad final : public Kernel {
       ctx.input_error("the gradient " + shape_str(dy) + " is not the convolution's output " +
                       shape_str(y));
     const DType t = ctx.dtype(0);
+    ctx.set_output(0, t, wrt_ == 0 ? x : w);
+    // An empty gradient in or out computes nothing (run() fills zeros), and cuDNN describes no
+    // empty tensor.
+    if (!numel_of(dy) || !numel_of(x) || !numel_of(w)) return;
     st->x = std::make_unique<TensorDesc>(t, x);
     st->dy = std::make_unique<TensorDesc>(t, dy);
     st->w = std::make_unique<FilterDesc>(t, w);
@@ -60,10 +64,8 @@ class ConvGrad final : public Kernel {
     }
     if (st->workspace) ctx.request_scratch(st->workspace);
     ctx.set_state(st);
-    ctx.set_output(0, t, wrt_ == 0 ? x : w);
   }
   void run(RunContext& ctx) const override {
-    const ConvGradState& st = ctx.state<ConvGradState>();
     const Tensor& dy = ctx.input(0);
     Tensor& out = ctx.output(0);
     if (!out.numel()) return;
@@ -71,6 +73,7 @@ class ConvGrad final : public Kernel {
       launch_fill(elem_of(out.dtype(), ctx), out.raw(), out.numel(), 0.f, ctx.stream());
       return check_launch("fill_kernel");
     }
+    const ConvGradState& st = ctx.state<ConvGradState>();
     cudnnHandle_t h = dnn(ctx, out);
     const float one = 1.f, zero = 0.f;
     if (wrt_ == 0)

@@ -53,6 +53,9 @@ class ConvTranspose final : public Kernel {
     Shape out{g.n, g.m};
     out.insert(out.end(), g.out.begin(), g.out.end());
     const DType t = ctx.dtype(0);
+    ctx.set_output(0, t, out);
+    if (!numel_of(out)) return;  // nothing to compute (and cuDNN describes no empty tensor)
+    if (!numel_of(x)) throw KernelUnsupported{"CUDA ConvTranspose: an empty X"};
     auto st = std::make_shared<DeconvState>();
     st->x = std::make_unique<TensorDesc>(t, x);
     st->y = std::make_unique<TensorDesc>(t, out);
@@ -68,23 +71,17 @@ class ConvTranspose final : public Kernel {
     st->workspace = chosen.workspace;
     if (st->workspace) ctx.request_scratch(st->workspace);
     ctx.set_state(st);
-    ctx.set_output(0, t, out);
   }
   void run(RunContext& ctx) const override {
-    const DeconvState& st = ctx.state<DeconvState>();
     const Tensor &x = ctx.input(0), &w = ctx.input(1);
     Tensor& y = ctx.output(0);
     if (!y.numel()) return;
+    const DeconvState& st = ctx.state<DeconvState>();
     cudnnHandle_t h = dnn(ctx, y);
     const float one = 1.f, zero = 0.f;
-    if (x.numel()) {
-      VOLT_CUDA_CALL(cudnnConvolutionBackwardData(h, &one, st.w->d, w.raw(), st.x->d, x.raw(),
-                                                  st.conv->d, st.algo, ctx.scratch(), st.workspace,
-                                                  &zero, st.y->d, y.raw()));
-    } else {
-      launch_fill(elem_of(y.dtype(), ctx), y.raw(), y.numel(), 0.f, ctx.stream());
-      check_launch("fill_kernel");
-    }
+    VOLT_CUDA_CALL(cudnnConvolutionBackwardData(h, &one, st.w->d, w.raw(), st.x->d, x.raw(),
+                                                st.conv->d, st.algo, ctx.scratch(), st.workspace,
+                                                &zero, st.y->d, y.raw()));
     if (st.bias)
       VOLT_CUDA_CALL(
           cudnnAddTensor(h, &one, st.bias->d, ctx.input(2).raw(), &one, st.y->d, y.raw()));

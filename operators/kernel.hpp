@@ -55,6 +55,9 @@ class InferContext {
   // exactly, from the kernel's copy: the planner may then drop the original, so that a model's
   // weights are held once rather than twice. Only for copies that lose nothing (not fp32 -> bf16).
   virtual void keeps_copy_of_input(size_t i, std::function<Tensor()> restore) = 0;
+  // The kernel will run its reference loop for this configuration (no fast primitive took it):
+  // profiles then name the node, so that a slow path on a real model shows at once.
+  virtual void runs_reference_loop(const std::string& why) { (void)why; }
 
   // Helpers.
   const Tensor* input_tensor(size_t i) const {

@@ -50,12 +50,17 @@ class NodeInferContext final : public InferContext {
     restorers[i] = std::move(restore);
   }
 
+  void runs_reference_loop(const std::string& why) override {
+    reference = why.empty() ? "reference" : why;
+  }
+
   std::vector<TypeShape> outputs;
   std::vector<Value> output_values;
   std::vector<char> output_set;
   bool has_values = false;
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
+  std::string reference;  // why the kernel runs its reference loop; empty on a fast path
   std::vector<std::function<Tensor()>> restorers;  // by input: see keeps_copy_of_input
 
  private:

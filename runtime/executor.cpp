@@ -262,7 +262,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         const double start = control->elapsed_us();
         kernel->run(ctx);
         profile->events.push_back({node.name.empty() ? node.op_type : node.name, node.fused_op(),
-                                   kernel_name, start, control->elapsed_us() - start});
+                                   kernel_name, start, control->elapsed_us() - start,
+                                   run_infer ? run_infer->reference : st.reference});
       } else {
         kernel->run(ctx);
       }

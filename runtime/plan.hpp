@@ -28,6 +28,7 @@ struct PlanStep {
   bool on_accelerator = false;
   int64_t scratch_offset = -1;
   size_t scratch_bytes = 0;
+  std::string reference;  // why the kernel runs its reference loop (InferContext); empty if not
   std::vector<int> release;  // heap values to drop after this step (last use)
 };
 

@@ -320,6 +320,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.kernel = std::move(c.kernel);
       step.state = std::move(ictx.state);
       step.scratch_bytes = ictx.scratch_bytes;
+      step.reference = std::move(ictx.reference);
       step.shapes_static = all_known(ictx);
       step.output_types = std::move(ictx.outputs);
     }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "loaders/npy.hpp"
+
 namespace volt::cli {
 
 std::string Args::get(const std::string& k, const std::string& fallback) const {
@@ -291,6 +293,40 @@ std::string safe_file_name(const std::string& name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) c = '_';
   if (out.empty() || out == "." || out == "..") out = "_" + out;
   return out;
+}
+
+NamedValues feeds_from(const Args& args, const Session& session, int64_t batch, uint64_t seed) {
+  const auto shapes = parse_shapes(args.all("shape"));
+  const auto ranges = parse_ranges(args.all("range"));
+
+  std::map<std::string, std::string> sources;
+  for (const auto& spec : args.all("input")) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos)
+      throw Error(ErrorCode::InvalidArgument,
+                  "--input '" + spec + "' is not NAME=FILE.npy or NAME=random");
+    sources[spec.substr(0, eq)] = spec.substr(eq + 1);
+  }
+  std::mt19937_64 rng(seed);
+  NamedValues feeds;
+  for (const auto& info : session.inputs()) {
+    auto it = sources.find(info.name);
+    const std::string src = it == sources.end() ? "random" : it->second;
+    if (src == "random") {
+      auto r = ranges.find(info.name);
+      feeds.emplace_back(
+          info.name,
+          random_tensor(info.dtype, concrete_shape(info, shapes, batch), rng,
+                        r == ranges.end() ? std::pair<int64_t, int64_t>{0, 10} : r->second));
+    } else {
+      feeds.emplace_back(info.name, read_npy(src));
+    }
+    if (it != sources.end()) sources.erase(it);
+  }
+  if (!sources.empty())
+    throw Error(ErrorCode::InvalidArgument,
+                "the model has no input '" + sources.begin()->first + "'");
+  return feeds;
 }
 
 }  // namespace volt::cli

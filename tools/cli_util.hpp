@@ -43,6 +43,11 @@ Shape concrete_shape(const ValueInfo& info, const std::map<std::string, Shape>& 
 Tensor random_tensor(DType dtype, const Shape& shape, std::mt19937_64& rng,
                      std::pair<int64_t, int64_t> range = {0, 10});
 
+// The inputs of a run: --input NAME=FILE.npy (or NAME=random) where given, else random tensors
+// of --shape NAME=DIMS (declared dims, symbolic ones set to `batch`), integers in --range
+// NAME=LO:HI; the random ones from `seed`. An --input naming no input of the model is an error.
+NamedValues feeds_from(const Args& args, const Session& session, int64_t batch, uint64_t seed);
+
 // "float32[1,10] min=-1.2 max=3.4 mean=0.5 [0.1, 0.2, ...]"
 std::string summarize(const Value& v);
 

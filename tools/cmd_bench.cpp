@@ -53,7 +53,10 @@ void write_profile(const Session& session, const NamedValues& feeds, RunOptions 
   if (!f) throw Error(ErrorCode::Io, "--profile: cannot write " + path);
   std::fprintf(f, "{\"traceEvents\": [\n");
   std::map<std::string, std::pair<double, int>> by_op;
-  double offset_us = 0, total_us = 0;
+  // Nodes on a reference loop: time and count by op, and why (the first reason given).
+  std::map<std::string, std::pair<double, int>> reference_by_op;
+  std::map<std::string, std::string> reference_why;
+  double offset_us = 0, total_us = 0, reference_us = 0;
   bool first = true;
   for (int run = 0; run < kRuns; ++run) {
     RunProfile profile;
@@ -71,6 +74,12 @@ void write_profile(const Session& session, const NamedValues& feeds, RunOptions 
       by_op[e.op].first += e.duration_us;
       by_op[e.op].second += 1;
       total_us += e.duration_us;
+      if (!e.reference.empty()) {
+        reference_by_op[e.op].first += e.duration_us;
+        reference_by_op[e.op].second += 1;
+        reference_why.emplace(e.op, e.reference);
+        reference_us += e.duration_us;
+      }
       end_us = std::max(end_us, e.start_us + e.duration_us);
     }
     offset_us += end_us + 10;
@@ -85,6 +94,22 @@ void write_profile(const Session& session, const NamedValues& feeds, RunOptions 
     std::fprintf(stderr, "  %-24s %9.3f ms/run  %5.1f%%  (%d nodes/run)\n", op.c_str(),
                  us / kRuns / 1000.0, total_us > 0 ? 100.0 * us / total_us : 0.0,
                  by_op[op].second / kRuns);
+  int reference_nodes = 0;
+  std::string reference_ops;
+  for (const auto& [op, t] : reference_by_op) {
+    reference_nodes += t.second / kRuns;
+    reference_ops +=
+        (reference_ops.empty() ? ": " : ", ") + op + " \u00d7" + std::to_string(t.second / kRuns);
+  }
+  if (reference_nodes == 0) {
+    std::fprintf(stderr, "reference kernels: none\n");
+    return;
+  }
+  std::fprintf(stderr, "reference kernels: %d node%s, %.0f%% of the run%s\n", reference_nodes,
+               reference_nodes == 1 ? "" : "s",
+               total_us > 0 ? 100.0 * reference_us / total_us : 0.0, reference_ops.c_str());
+  for (const auto& [op, why] : reference_why)
+    std::fprintf(stderr, "  %-24s %s\n", op.c_str(), why.c_str());
 }
 
 }  // namespace
@@ -107,17 +132,7 @@ int cmd_bench(int argc, char** argv) {
   Session session(args.positional[0], opts);
   const double load_ms = ms_since(t_load);
 
-  const auto shapes = parse_shapes(args.all("shape"));
-  const auto ranges = parse_ranges(args.all("range"));
-  std::mt19937_64 rng(7);
-  NamedValues feeds;
-  for (const auto& info : session.inputs()) {
-    auto r = ranges.find(info.name);
-    feeds.emplace_back(
-        info.name,
-        random_tensor(info.dtype, concrete_shape(info, shapes, batch), rng,
-                      r == ranges.end() ? std::pair<int64_t, int64_t>{0, 10} : r->second));
-  }
+  const NamedValues feeds = feeds_from(args, session, batch, 7);
   const auto t_first = Clock::now();
   session.run(feeds, {}, run_options);
   const double first_ms = ms_since(t_first);

@@ -18,36 +18,7 @@ int cmd_run(int argc, char** argv) {
   const SessionOptions opts = session_options_from(args);
   const RunOptions run_options = run_options_from(args);
   Session session(args.positional[0], opts);
-  const auto shapes = parse_shapes(args.all("shape"));
-  const auto ranges = parse_ranges(args.all("range"));
-
-  std::map<std::string, std::string> sources;
-  for (const auto& spec : args.all("input")) {
-    const size_t eq = spec.find('=');
-    if (eq == std::string::npos)
-      throw Error(ErrorCode::InvalidArgument,
-                  "--input '" + spec + "' is not NAME=FILE.npy or NAME=random");
-    sources[spec.substr(0, eq)] = spec.substr(eq + 1);
-  }
-  std::mt19937_64 rng(42);
-  NamedValues feeds;
-  for (const auto& info : session.inputs()) {
-    auto it = sources.find(info.name);
-    const std::string src = it == sources.end() ? "random" : it->second;
-    if (src == "random") {
-      auto r = ranges.find(info.name);
-      feeds.emplace_back(
-          info.name,
-          random_tensor(info.dtype, concrete_shape(info, shapes, 1), rng,
-                        r == ranges.end() ? std::pair<int64_t, int64_t>{0, 10} : r->second));
-    } else {
-      feeds.emplace_back(info.name, read_npy(src));
-    }
-    if (it != sources.end()) sources.erase(it);
-  }
-  if (!sources.empty())
-    throw Error(ErrorCode::InvalidArgument,
-                "the model has no input '" + sources.begin()->first + "'");
+  const NamedValues feeds = feeds_from(args, session, 1, 42);
 
   const std::vector<Value> outs = session.run(feeds, {}, run_options);
   const std::string dir = args.get("output-dir");

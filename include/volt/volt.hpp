@@ -398,6 +398,8 @@ struct ProfileEvent {
   std::string kernel;   // the implementation chosen ("dnnl_conv", "sparse_matmul", ...)
   double start_us = 0;  // since the run started
   double duration_us = 0;
+  // Why the node ran a reference loop rather than a fast primitive; empty when it did not.
+  std::string reference;
 };
 struct RunProfile {
   std::vector<ProfileEvent> events;

@@ -66,14 +66,17 @@ class Conv final : public Kernel {
     const Shape r = residual_ ? logical_shape(ctx.shape(3), last_, ctx.node()) : Shape{};
     if (residual_) broadcast_shapes({s.out, r}, ctx.node());  // checks it broadcasts
     ctx.set_output(0, y_type, last_ ? to_channels_last(s.out) : s.out);
-    if (!is_fp32_or_bf16(ctx.dtype(1)) || s.win.in.size() > 3 || numel_of(s.out) == 0) return;
+    if (numel_of(s.out) == 0) return;
+    if (!is_fp32_or_bf16(ctx.dtype(1)))
+      return ctx.runs_reference_loop(std::string("dtype ") + dtype_name(ctx.dtype(1)));
+    if (s.win.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
     // The sum post-op adds a residual of either float type (so is Y): reordered into dst first.
     const bool sum_post_op = residual_ && r == s.out && is_fp32_or_bf16(ctx.dtype(3));
-    if (residual_ && !sum_post_op) return;  // a broadcast residual: the reference path adds it
+    if (residual_ && !sum_post_op) return ctx.runs_reference_loop("a broadcast residual");
     try {
       ctx.set_state(prepare(ctx, s, x));
-    } catch (const KernelUnsupported&) {
-      // reference loop
+    } catch (const KernelUnsupported& u) {
+      ctx.runs_reference_loop(u.reason);
     }
   }
 

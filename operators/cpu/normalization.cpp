@@ -183,6 +183,7 @@ class InstanceNorm final : public Kernel {
         ctx.input_error(std::string(i == 1 ? "scale" : "B") + " must have shape [" +
                         std::to_string(x[1]) + "], got " + shape_str(ctx.shape(i)));
     ctx.set_output(0, ctx.dtype(0), x);
+    ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
@@ -218,7 +219,10 @@ class Lrn final : public Kernel {
         alpha_(n.attr_float("alpha", 1e-4f)),
         beta_(n.attr_float("beta", 0.75f)),
         bias_(n.attr_float("bias", 1.0f)) {}
-  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void infer(InferContext& ctx) const override {
+    ctx.set_output(0, ctx.dtype(0), ctx.shape(0));
+    ctx.runs_reference_loop("");
+  }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);

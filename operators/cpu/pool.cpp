@@ -45,16 +45,20 @@ class Pool final : public Kernel {
     if (ctx.output_count() > 1 && ctx.node().has_output(1)) {
       VOLT_CHECK(!last_, InvalidModel, ctx.node().describe() + ": Indices need NCHW layout");
       ctx.set_output(1, DType::Int64, s.out);
-      return;  // Indices: reference only
+      return ctx.runs_reference_loop("MaxPool's Indices output");
     }
     const DType dt = ctx.dtype(0);
-    if ((dt != DType::Float && dt != DType::BFloat16) || kind_ == PoolKind::Lp ||
-        s.win.in.size() > 3 || numel_of(s.out) == 0)
-      return;
-    if (attrs_.ceil_mode && kind_ == PoolKind::Average && count_include_pad_) return;
+    if (numel_of(s.out) == 0) return;
+    if (dt != DType::Float && dt != DType::BFloat16)
+      return ctx.runs_reference_loop(std::string("dtype ") + dtype_name(dt));
+    if (kind_ == PoolKind::Lp) return ctx.runs_reference_loop("LpPool");
+    if (s.win.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
+    if (attrs_.ceil_mode && kind_ == PoolKind::Average && count_include_pad_)
+      return ctx.runs_reference_loop("ceil_mode averaging that counts padding");
     try {
       ctx.set_state(prepare(ctx, s, x));
-    } catch (const KernelUnsupported&) {
+    } catch (const KernelUnsupported& u) {
+      ctx.runs_reference_loop(u.reason);
     }
   }
 

@@ -196,6 +196,7 @@ class MatMulInteger final : public Kernel {
     check_per_tensor_or(ctx, 2, s.m, "a_zero_point");
     check_per_tensor_or(ctx, 3, s.n, "b_zero_point");
     ctx.set_output(0, DType::Int32, s.result);
+    ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
@@ -218,6 +219,7 @@ class QLinearMatMul final : public Kernel {
     check_per_tensor_or(ctx, 6, 1, "y_scale");
     check_per_tensor_or(ctx, 7, 1, "y_zero_point");
     ctx.set_output(0, ctx.dtype(7), s.result);
+    ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(3).shape(), ctx.node());
@@ -262,6 +264,7 @@ class IntegerConv final : public Kernel {
       expect(3, true, "w_zero_point");
     }
     ctx.set_output(0, qlinear_ ? ctx.dtype(7) : DType::Int32, shapes.out);
+    ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const size_t wi = qlinear_ ? 3 : 1;

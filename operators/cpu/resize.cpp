@@ -65,6 +65,7 @@ class Resize final : public Kernel {
             [&](size_t i) { return ctx.has_input(i); }, ctx.node(), scales, out))
       return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(0, ctx.dtype(0), out);
+    ctx.runs_reference_loop("");
   }
 
   void run(RunContext& ctx) const override {

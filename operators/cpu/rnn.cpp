@@ -90,6 +90,7 @@ class Recurrent final : public Kernel {
     const Shape state = layout_ ? Shape{batch, dirs_, hidden} : Shape{dirs_, batch, hidden};
     if (ctx.output_count() > 1) ctx.set_output(1, ctx.dtype(0), state);
     if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(0), state);
+    ctx.runs_reference_loop("");
   }
 
   void run(RunContext& ctx) const override {

@@ -30,8 +30,9 @@ inline Tensor cast_to(const Tensor& t, DType to) {
 }
 
 // Runs `op` on `inputs` (float64 values) computed in `dtype`; returns output 0 as float64.
+// `reference`, where given, receives why the op ran its reference loop ("" if it did not).
 inline Tensor run_op(const std::string& op, const std::vector<Tensor>& inputs, DType dtype,
-                     const AttrFn& attrs = {}, int opset = 13) {
+                     const AttrFn& attrs = {}, int opset = 13, std::string* reference = nullptr) {
   ModelBuilder b(opset);
   std::vector<std::string> names;
   NamedValues feeds;
@@ -43,7 +44,13 @@ inline Tensor run_op(const std::string& op, const std::vector<Tensor>& inputs, D
   b.output_any("out", static_cast<int>(dtype)).node(op, names, {"out"}, attrs, "op_under_test");
   const std::string bytes = b.bytes();
   Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = test_threads(2)});
-  Tensor out = s.run(feeds)[0].tensor();
+  RunProfile profile;
+  Tensor out = s.run(feeds, {}, {.profile = &profile})[0].tensor();
+  if (reference) {
+    *reference = "";
+    for (const ProfileEvent& e : profile.events)
+      if (e.node == "op_under_test") *reference = e.reference;
+  }
   Tensor d = Tensor::empty(DType::Double, out.shape());
   for (int64_t i = 0; i < out.numel(); ++i)
     d.data<double>()[i] = dtype == DType::Float ? out.data<float>()[i] : out.data<double>()[i];

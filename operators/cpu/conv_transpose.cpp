@@ -1,28 +1,146 @@
-// ConvTranspose: the gradient of Conv with respect to its input, as a reference scatter loop
-// over every float type (N-d, groups, dilations, output_padding, output_shape, auto_pad).
+// ConvTranspose: oneDNN's deconvolution for f32/bf16 up to 3 spatial axes (groups, dilations,
+// output_padding, output_shape, auto_pad; a fused activation from fuse_conv_activation), its
+// weights reordered once per plan; a reference scatter loop for every other float case.
 #include "operators/common/dispatch.hpp"
+#include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/epilogue.hpp"
+#include "operators/common/fused_activation.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/cpu/conv_transpose_geometry.hpp"
 #include "operators/registry.hpp"
+#include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
 
+// The graph's tensors are channels-first; the primitive picks its own (blocked) layouts, and
+// X and Y are reordered into and out of the run's scratch around it.
+struct DeconvState {
+  dnnl::deconvolution_forward prim;
+  dnnl::memory::desc scratch, weights, bias, user_weights;
+  dnnl_adapter::Staged src, dst;
+  Tensor packed_weights;
+  bool has_bias = false;
+};
+
 class ConvTranspose final : public Kernel {
  public:
-  explicit ConvTranspose(const Node& n) : attrs_(n) {}
+  explicit ConvTranspose(const Node& n) : attrs_(n), act_(FusedActivation::of(n)) {}
 
   void infer(InferContext& ctx) const override {
     const DeconvGeometry g = attrs_.resolve(ctx.shape(0), ctx.shape(1), ctx.node());
     Shape out{g.n, g.m};
     out.insert(out.end(), g.out.begin(), g.out.end());
-    if (ctx.has_input(2))
+    const bool bias = ctx.has_input(2);
+    if (bias)
       VOLT_CHECK(numel_of(ctx.shape(2)) == g.m, InvalidArgument,
                  ctx.node().describe() + ": bias must have " + std::to_string(g.m) + " values");
+    VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1) && (!bias || ctx.dtype(2) == ctx.dtype(0)),
+               InvalidModel, ctx.node().describe() + ": X, W and B must share one dtype");
     ctx.set_output(0, ctx.dtype(0), out);
+    const DType dt = ctx.dtype(0);
+    if (numel_of(out) == 0 || numel_of(ctx.shape(0)) == 0) return;
+    if (dt != DType::Float && dt != DType::BFloat16)
+      return ctx.runs_reference_loop(std::string("dtype ") + dtype_name(dt));
+    if (g.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
+    try {
+      ctx.set_state(dnnl_adapter::guarded(ctx.node(), [&] { return prepare(ctx, g, out); }));
+    } catch (const KernelUnsupported& u) {
+      ctx.runs_reference_loop(u.reason);
+    }
   }
 
   void run(RunContext& ctx) const override {
+    if (const auto* st = static_cast<const DeconvState*>(ctx.state_ptr()))
+      return run_dnnl(*st, ctx);
+    reference(ctx);
+    apply_epilogue(ctx.output(0), nullptr, act_, nullptr, ctx.node());
+  }
+
+ private:
+  std::shared_ptr<DeconvState> prepare(InferContext& ctx, const DeconvGeometry& g,
+                                       const Shape& out) const {
+    using dims = dnnl::memory::dims;
+    using tag = dnnl::memory::format_tag;
+    auto st = std::make_shared<DeconvState>();
+    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
+    const Shape& x = ctx.shape(0);
+    const int64_t cg = g.c / g.group, mg = g.m / g.group, k_sp = numel_of(g.kernel);
+    // oneDNN's deconvolution weights are [(G,) OC/G, IC/G, k...]; ONNX stores W as
+    // [C, M/G, k...], so the same bytes are described with the strides of that order.
+    Shape wshape, wstrides;
+    if (g.group > 1) {
+      wshape = {g.group, mg, cg};
+      wstrides = {cg * mg * k_sp, k_sp, mg * k_sp};
+    } else {
+      wshape = {g.m, g.c};
+      wstrides = {k_sp, g.m * k_sp};
+    }
+    int64_t stride = k_sp;
+    for (int64_t k : g.kernel) {
+      stride /= k;
+      wshape.push_back(k);
+      wstrides.push_back(stride);
+    }
+    st->user_weights = dnnl_adapter::strided_md(wshape, wstrides, dt);
+    auto any = [&](const Shape& s) {
+      return dnnl::memory::desc(dims(s.begin(), s.end()), dt, tag::any);
+    };
+    dims strides(g.strides.begin(), g.strides.end()), pl(g.pad_begin.begin(), g.pad_begin.end()),
+        pr, dil;
+    for (size_t i = 0; i < g.in.size(); ++i) {
+      // The padding at the end that makes oneDNN's size formula give ours (negative where
+      // output_padding or output_shape extends the output).
+      pr.push_back((g.in[i] - 1) * g.strides[i] + (g.kernel[i] - 1) * g.dilations[i] + 1 -
+                   g.pad_begin[i] - g.out[i]);
+      dil.push_back(g.dilations[i] - 1);  // oneDNN counts dilation from 0
+    }
+    dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
+    dnnl::post_ops ops;
+    act_.append_to(ops);
+    attr.set_post_ops(ops);
+    st->has_bias = ctx.has_input(2);
+    if (st->has_bias) st->bias = dnnl_adapter::plain_md({g.m}, dt);
+    const auto alg = dnnl::algorithm::deconvolution_direct;
+    const auto kind = dnnl::prop_kind::forward_inference;
+    const auto d = st->has_bias
+                       ? dnnl::deconvolution_forward::desc(kind, alg, any(x), any(wshape), st->bias,
+                                                           any(out), strides, dil, pl, pr)
+                       : dnnl::deconvolution_forward::desc(kind, alg, any(x), any(wshape), any(out),
+                                                           strides, dil, pl, pr);
+    const dnnl::deconvolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
+    st->prim = dnnl::deconvolution_forward(pd);
+    st->scratch = pd.scratchpad_desc();
+    st->weights = pd.weights_desc();
+    size_t bytes = st->scratch.get_size();
+    st->src = dnnl_adapter::Staged(dnnl_adapter::plain_md(x, dt), pd.src_desc(), true, bytes);
+    st->dst = dnnl_adapter::Staged(dnnl_adapter::plain_md(out, dt), pd.dst_desc(), false, bytes);
+    if (const Tensor* w = ctx.input_tensor(1))
+      st->packed_weights = dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights);
+    ctx.request_scratch(bytes);
+    return st;
+  }
+
+  void run_dnnl(const DeconvState& st, RunContext& ctx) const {
+    void* scratch = ctx.scratch();
+    void* y = ctx.output(0).raw();
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, st.src.in(ctx.input(0).raw(), scratch)},
+        {DNNL_ARG_DST, st.dst.out(y, scratch)}};
+    Tensor packed;  // weights computed at run time (training): reordered now
+    if (st.packed_weights.defined()) {
+      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw()));
+    } else {
+      packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st.weights.get_size())});
+      dnnl_adapter::reorder_now(st.user_weights, ctx.input(1).raw(), st.weights, packed.raw());
+      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, packed.raw()));
+    }
+    if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, ctx.input(2).raw()));
+    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
+    st.dst.finish(y, scratch);
+  }
+
+  void reference(RunContext& ctx) const {
     const Tensor &x = ctx.input(0), &w = ctx.input(1);
     const DeconvGeometry g = attrs_.resolve(x.shape(), w.shape(), ctx.node());
     Tensor& y = ctx.output(0);
@@ -81,8 +199,8 @@ class ConvTranspose final : public Kernel {
     });
   }
 
- private:
   ConvTransposeAttributes attrs_;
+  FusedActivation act_;
 };
 
 }  // namespace

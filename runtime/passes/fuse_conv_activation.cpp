@@ -1,7 +1,8 @@
 // Conv -> activation, Conv -> Add -> activation and Conv -> Add become one Conv with oneDNN
-// post-ops (residual as input 3; attributes volt.activation, volt.alpha, volt.beta). The
-// activations: Relu, LeakyRelu, and Clip with constant bounds (ReLU6 in MobileNets). Only where
-// the intermediate values have no other reader and are not graph outputs.
+// post-ops (residual as input 3; attributes volt.activation, volt.alpha, volt.beta), and
+// ConvTranspose -> activation one ConvTranspose. The activations: Relu, LeakyRelu, and Clip with
+// constant bounds (ReLU6 in MobileNets). Only where the intermediate values have no other reader
+// and are not graph outputs.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -11,10 +12,21 @@ Graph fuse_conv_activation(const Graph& graph) {
   std::vector<char> removed(g.nodes.size(), 0);
   const ValueUses uses(g);
   for (Node& conv : g.nodes) {
-    if (!is_onnx_op(conv, "Conv") || conv.outputs.size() != 1 || conv.has_attr("volt.activation") ||
-        conv.inputs.size() > 3)
+    const bool transposed = is_onnx_op(conv, "ConvTranspose");
+    if ((!is_onnx_op(conv, "Conv") && !transposed) || conv.outputs.size() != 1 ||
+        conv.has_attr("volt.activation") || conv.inputs.size() > 3)
       continue;
     std::string out = conv.outputs[0];
+    if (transposed) {  // the activation only (oneDNN's deconvolution takes eltwise post-ops)
+      auto next = uses.sole_reader(out);
+      if (!next || removed[*next]) continue;
+      auto attrs = activation_attributes(g, g.nodes[*next]);
+      if (attrs.empty()) continue;
+      conv.attributes.merge(attrs);
+      removed[*next] = 1;
+      conv.outputs[0] = g.nodes[*next].outputs[0];
+      continue;
+    }
     // A node another Conv already absorbed (the Add of two convolutions) is not fused twice.
     auto next = uses.sole_reader(out);
     if (next && removed[*next]) next.reset();

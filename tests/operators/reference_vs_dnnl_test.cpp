@@ -17,9 +17,14 @@ using testing::run_op;
 
 constexpr double kTol = 1e-4;
 
+// `fast`: the fp32 run must not fall back to the reference loop (a oneDNN primitive took it).
 void expect_same(const std::string& op, const std::vector<Tensor>& inputs, const AttrFn& attrs = {},
-                 int opset = 13) {
-  const Tensor f32 = run_op(op, inputs, DType::Float, attrs, opset);
+                 int opset = 13, bool fast = false) {
+  std::string reference;
+  const Tensor f32 = run_op(op, inputs, DType::Float, attrs, opset, &reference);
+  if (fast) {
+    EXPECT_EQ(reference, "") << op << " " << shape_str(inputs[0].shape());
+  }
   const Tensor f64 = run_op(op, inputs, DType::Double, attrs, opset);
   ASSERT_EQ(f32.shape(), f64.shape()) << op;
   EXPECT_LT(max_rel_diff(f32, f64), kTol) << op << " " << shape_str(inputs[0].shape());
@@ -50,8 +55,52 @@ TEST(ReferenceVsDnnl, Conv) {
       if (!c.pads.empty()) ModelBuilder::set_ints(n, "pads", c.pads);
       if (!c.auto_pad.empty()) ModelBuilder::set_string(n, "auto_pad", c.auto_pad);
     };
-    expect_same("Conv", {x, w, b}, attrs);
-    expect_same("Conv", {x, w}, attrs);
+    expect_same("Conv", {x, w, b}, attrs, 13, true);
+    expect_same("Conv", {x, w}, attrs, 13, true);
+  }
+}
+
+// ConvTranspose on oneDNN's deconvolution against the reference scatter loop: groups, strides,
+// dilations, output_padding (which makes oneDNN's end padding negative), output_shape and
+// auto_pad, 1-3 spatial axes.
+TEST(ReferenceVsDnnl, ConvTranspose) {
+  std::mt19937 rng(21);
+  struct Case {
+    Shape x, w;
+    int64_t group;
+    std::vector<int64_t> strides, pads, dilations, output_padding, output_shape;
+    std::string auto_pad;
+  };
+  const std::vector<Case> cases = {
+      {{1, 13, 9, 11}, {13, 5, 3, 3}, 1, {2, 2}, {1, 1, 1, 1}, {1, 1}, {1, 1}, {}, ""},
+      {{3, 12, 5, 7}, {12, 2, 4, 4}, 3, {2, 2}, {1, 1, 1, 1}, {1, 1}, {}, {}, ""},
+      {{2, 8, 6, 5}, {8, 1, 3, 3}, 8, {1, 2}, {0, 1, 2, 0}, {2, 1}, {0, 1}, {}, ""},
+      {{1, 6, 7, 7}, {6, 4, 2, 2}, 1, {2, 2}, {}, {1, 1}, {}, {15, 14}, ""},
+      {{1, 3, 17}, {3, 5, 4}, 1, {3}, {}, {2}, {}, {}, "SAME_UPPER"},
+      {{1, 4, 3, 5, 4},
+       {4, 3, 3, 3, 3},
+       1,
+       {2, 1, 2},
+       {1, 1, 1, 0, 1, 1},
+       {1, 1, 1},
+       {1, 0, 0},
+       {},
+       ""},
+  };
+  for (const auto& c : cases) {
+    const Tensor x = random_double(c.x, rng), w = random_double(c.w, rng),
+                 b = random_double({c.w[1] * c.group}, rng);
+    AttrFn attrs = [&](onnx::NodeProto& n) {
+      ModelBuilder::set_int(n, "group", c.group);
+      ModelBuilder::set_ints(n, "strides", c.strides);
+      ModelBuilder::set_ints(n, "dilations", c.dilations);
+      if (!c.pads.empty()) ModelBuilder::set_ints(n, "pads", c.pads);
+      if (!c.output_padding.empty()) ModelBuilder::set_ints(n, "output_padding", c.output_padding);
+      if (!c.output_shape.empty()) ModelBuilder::set_ints(n, "output_shape", c.output_shape);
+      if (!c.auto_pad.empty()) ModelBuilder::set_string(n, "auto_pad", c.auto_pad);
+    };
+    expect_same("ConvTranspose", {x, w, b}, attrs, 13, true);
+    expect_same("ConvTranspose", {x, w}, attrs, 13, true);
   }
 }
 

@@ -102,6 +102,25 @@ TEST(Passes, ConvClipAndLeakyReluFuseAsPostOps) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 8, 8}, rng)}});
 }
 
+// A U-Net decoder's ConvTranspose -> LeakyRelu: the activation becomes the deconvolution's
+// post-op, with the same values as the two ops at level 0.
+TEST(Passes, ConvTransposeTakesTheActivationAfterIt) {
+  ModelBuilder b;
+  std::mt19937 rng(3);
+  b.input("x", 1, {2, 6, 5, 5}).output("y", 1, {2, 4, 10, 10});
+  b.initializer("W", {6, 4, 2, 2}, random_values(96, rng))
+      .initializer("B", {4}, random_values(4, rng));
+  b.node("ConvTranspose", {"x", "W", "B"}, {"t"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+  });
+  b.node("LeakyRelu", {"t"}, {"y"}, [](auto& n) { ModelBuilder::set_float(n, "alpha", 0.1f); });
+  const std::string bytes = b.bytes();
+  const Graph fused = fuse_conv_activation(load(bytes));
+  EXPECT_EQ(count_op(fused, "LeakyRelu"), 0);
+  EXPECT_EQ(fused.nodes[0].attr_string("volt.activation", ""), "LeakyRelu");
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 6, 5, 5}, rng)}});
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

@@ -2,7 +2,9 @@
 // value is declared with; and the one way passes make new nodes.
 #include <limits>
 
+#include <map>
 #include "runtime/compiled_graph.hpp"
+
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -174,6 +176,50 @@ Node make_node(const std::string& name, const std::string& op, std::vector<std::
   n.inputs = std::move(ins);
   n.outputs = std::move(outs);
   return n;
+}
+
+Node cast_node(const std::string& in, const std::string& out, DType to) {
+  Node c = make_node(out, "Cast", {in}, {out}, 13);
+  Attribute a;
+  a.type = Attribute::Type::Int;
+  a.i = static_cast<int64_t>(to);
+  c.attributes["to"] = a;
+  return c;
+}
+
+void cast_graph_boundary(Graph& g, const Graph& original, DType outer, DType inner,
+                         const std::string& suffix) {
+  std::map<std::string, std::string> renamed;
+  for (const ValueInfo& in : g.inputs)
+    if (in.dtype == outer && in.kind == ValueInfo::Kind::Tensor && !g.is_initializer(in.name))
+      renamed[in.name] = in.name + "@" + suffix;
+  for (Node& n : g.nodes)
+    for (auto& in : n.inputs)
+      if (renamed.count(in)) in = renamed.at(in);
+  for (const auto& [name, cast] : renamed) g.nodes.push_back(cast_node(name, cast, inner));
+  for (const ValueInfo& out : g.outputs) {
+    if (out.dtype != outer || out.kind != ValueInfo::Kind::Tensor || renamed.count(out.name))
+      continue;
+    const std::string inside = out.name + "@" + suffix;
+    bool produced = false;
+    for (Node& n : g.nodes)
+      for (auto& o : n.outputs)
+        if (o == out.name) {
+          o = inside;
+          produced = true;
+        }
+    auto weight = original.initializers.find(out.name);
+    if (!produced && weight == original.initializers.end()) continue;
+    for (Node& n : g.nodes)
+      for (auto& in : n.inputs)
+        if (in == out.name) in = inside;
+    if (produced) {
+      g.nodes.push_back(cast_node(inside, out.name, outer));
+    } else {
+      g.initializers[inside] = g.initializers.at(out.name);
+      g.initializers[out.name] = weight->second;
+    }
+  }
 }
 
 }  // namespace volt

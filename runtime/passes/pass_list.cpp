@@ -13,6 +13,9 @@ bool on_cpu(const SessionOptions& o) {
 const std::vector<Pass>& optimization_passes() {
   static const std::vector<Pass> passes = {
       {"expand_gradient_ops", 0, expand_gradient_ops},
+      // fp16 models compute in fp32 on the CPU (it has no fp16 arithmetic; oneDNN's fp32
+      // primitives run at full speed): before the passes that fold and fuse, so they see fp32.
+      {"compute_fp16_in_fp32", 1, compute_fp16_in_fp32, on_cpu},
       {"remove_identities", 1, remove_identities},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},

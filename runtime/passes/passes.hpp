@@ -42,6 +42,7 @@ Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
+Graph compute_fp16_in_fp32(const Graph& graph);
 // How use_fp16 treats float weights: converted once (inference), or kept in fp32 and cast by a
 // node each run (mixed-precision training: the fp32 masters are what the optimizer updates, and
 // the gradient reaches them through the Cast).
@@ -122,6 +123,17 @@ class PatternRewrite {
 
 // Drops the nodes whose flag in `marked` (one per node) is set, keeping the others' order.
 void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked);
+
+// A Cast of `in` to `to`, writing `out` (node named after it).
+Node cast_node(const std::string& in, const std::string& out, DType to);
+
+// A pass that changes the graph's float type keeps the caller's: graph inputs of dtype `outer`
+// (not initializer-backed) enter through a Cast to `inner` ("<name>@<suffix>", which their
+// readers then read), and outputs of dtype `outer` leave through a Cast back from `inner` (their
+// producer writes "<name>@<suffix>"). An input passed straight through stays as it came; an
+// initializer that is an output keeps `original`'s value under its name, its readers a copy.
+void cast_graph_boundary(Graph& g, const Graph& original, DType outer, DType inner,
+                         const std::string& suffix);
 
 // An attribute of type String holding `s`.
 Attribute string_attribute(const std::string& s);

@@ -20,15 +20,6 @@ Tensor to_fp16(const Tensor& t) {
   return h;
 }
 
-Node cast_node(const std::string& in, const std::string& out, DType to) {
-  Node c = make_node(out, "Cast", {in}, {out}, 13);
-  Attribute a;
-  a.type = Attribute::Type::Int;
-  a.i = static_cast<int64_t>(to);
-  c.attributes["to"] = a;
-  return c;
-}
-
 // Every Gather reading `weight` as its data (and nothing else reading it), when its outputs are
 // not graph outputs; empty otherwise.
 std::vector<size_t> gather_only_readers(const Graph& g, const ValueUses& uses,
@@ -103,34 +94,7 @@ Graph use_fp16(const Graph& graph, Fp16Weights weights) {
           n.attributes.at(key).t.dtype() == DType::Float)
         n.attributes[key].t = to_fp16(n.attributes.at(key).t);
   }
-  // Float inputs (not initializer-backed) enter through a cast; readers read the cast.
-  std::map<std::string, std::string> renamed;
-  for (const auto& in : g.inputs)
-    if (in.dtype == DType::Float && in.kind == ValueInfo::Kind::Tensor &&
-        !g.is_initializer(in.name)) {
-      renamed[in.name] = in.name + "@fp16";
-      casts.push_back(cast_node(in.name, in.name + "@fp16", DType::Float16));
-    }
-  for (Node& n : g.nodes)
-    for (auto& in : n.inputs)
-      if (renamed.count(in)) in = renamed.at(in);
-  // Float outputs leave through a cast back to float: the producer writes name@fp16.
-  for (const auto& out : g.outputs) {
-    if (out.dtype != DType::Float || out.kind != ValueInfo::Kind::Tensor) continue;
-    const std::string half = out.name + "@fp16";
-    bool produced = false;
-    for (Node& n : g.nodes)
-      for (auto& o : n.outputs)
-        if (o == out.name) {
-          o = half;
-          produced = true;
-        }
-    if (!produced) continue;  // an input passed straight through keeps its type
-    for (Node& n : g.nodes)
-      for (auto& in : n.inputs)
-        if (in == out.name) in = half;
-    casts.push_back(cast_node(half, out.name, DType::Float));
-  }
+  cast_graph_boundary(g, graph, DType::Float, DType::Float16, "fp16");
   for (auto& c : casts) g.nodes.push_back(std::move(c));
   return g;
 }

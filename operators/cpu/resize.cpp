@@ -1,14 +1,19 @@
 // Resize (opsets 10 to 18: nearest, linear and cubic, every coordinate transformation mode,
 // every nearest rounding mode, exclude_outside, tf_crop_and_resize extrapolation, axes and
 // keep_aspect_ratio_policy) and Upsample. Separable: each axis maps an output coordinate to a
-// few (input index, weight) taps, and an output element sums the products over the axes.
+// few (input index, weight) taps, and an output element sums the products over the axes. fp32
+// resizes of the last two axes (images) run on a plane kernel over the same taps; the general
+// loop (double accumulation) serves the rest and is the reference.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
+#include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
@@ -31,6 +36,8 @@ class Resize final : public Kernel {
   Resize(const Node& n, bool upsample, bool backward = false)
       : upsample_(upsample),
         backward_(backward),
+        layout_(stored_layout(n)),
+        last_(layout_ != StoredLayout::ChannelsFirst),
         offset_(backward ? 1 : 0),
         opset_(backward ? static_cast<int>(n.attr_int("forward_opset", 13)) : n.opset) {
     a_.mode = n.attr_string("mode", "nearest");
@@ -59,36 +66,59 @@ class Resize final : public Kernel {
     if (backward_) return ctx.set_output(0, ctx.dtype(0), ctx.shape(1));  // dx is shaped like x
     std::vector<double> scales;
     Shape out;
+    const Shape x = last_ ? logical_shape(ctx.shape(0), true, ctx.node()) : ctx.shape(0);
     if (!resolve(
-            ctx.shape(0),
-            [&](size_t i) { return ctx.has_input(i) ? ctx.input_tensor(i) : nullptr; },
+            x, [&](size_t i) { return ctx.has_input(i) ? ctx.input_tensor(i) : nullptr; },
             [&](size_t i) { return ctx.has_input(i); }, ctx.node(), scales, out))
       return ctx.set_output_unknown(0, ctx.dtype(0));
-    ctx.set_output(0, ctx.dtype(0), out);
-    ctx.runs_reference_loop("");
+    ctx.set_output(0, ctx.dtype(0), last_ ? to_channels_last(out) : out);
+    // The fp32 plane kernel takes what resizes only the last two axes (checked again at run
+    // time on the taps, with tf_crop_and_resize's outside points declined there).
+    if (ctx.dtype(0) != DType::Float)
+      return ctx.runs_reference_loop(std::string("dtype ") + dtype_name(ctx.dtype(0)));
+    for (size_t d = 0; d + 2 < out.size(); ++d)
+      if (out[d] != x[d] || scales[d] != 1.0)
+        return ctx.runs_reference_loop("resizes an axis other than the last two");
+    if (a_.transform == "tf_crop_and_resize") ctx.runs_reference_loop("tf_crop_and_resize");
   }
 
   void run(RunContext& ctx) const override {
-    const Tensor& x = ctx.input(offset_);
+    const Tensor& stored = ctx.input(offset_);
+    const Shape xs = last_ ? logical_shape(stored.shape(), true, ctx.node()) : stored.shape();
     std::vector<double> scales;
     Shape out;
     resolve(
-        x.shape(),
+        xs,
         [&](size_t i) { return ctx.has_input(i + offset_) ? &ctx.input(i + offset_) : nullptr; },
         [&](size_t i) { return ctx.has_input(i + offset_); }, ctx.node(), scales, out);
     std::vector<double> roi;
     const size_t roi_input = 1 + offset_;
     if (!upsample_ && opset_ >= 11 && ctx.has_input(roi_input) && ctx.input(roi_input).numel() > 0)
       roi = to_doubles(ctx.input(roi_input));
-    const size_t r = x.rank();
+    const size_t r = xs.size();
     // Per axis and output coordinate: the taps, or "outside" for tf_crop_and_resize.
     std::vector<std::vector<std::vector<Tap>>> taps(r);
     std::vector<std::vector<char>> outside(r);
     for (size_t d = 0; d < r; ++d)
-      axis_taps(d, x.dim(d), out[d], scales[d], roi, r, taps[d], outside[d]);
+      axis_taps(d, xs[d], out[d], scales[d], roi, r, taps[d], outside[d]);
     Tensor& y = ctx.output(0);
+    if (backward_) return scatter(ctx.input(0), y, out, taps, outside, strides_of(xs), ctx);
+    if (stored.dtype() == DType::Float && planar(xs, out, taps, outside))
+      return last_ ? resize_channels_last(stored, y, xs, taps) : resize_planes(stored, y, taps);
+    if (!last_) return general(stored, y, out, taps, outside);
+    // Channels-last outside the plane kernels: the general loop on channels-first copies.
+    const Tensor x = channels_first_copy(stored, layout_);
+    Tensor y_first = allocate_tensor(y.dtype(), out);
+    general(x, y_first, out, taps, outside);
+    write_stored(y_first, layout_, y);
+  }
+
+ private:
+  void general(const Tensor& x, Tensor& y, const Shape& out,
+               const std::vector<std::vector<std::vector<Tap>>>& taps,
+               const std::vector<std::vector<char>>& outside) const {
+    const size_t r = x.rank();
     const auto st = strides_of(x.shape());
-    if (backward_) return scatter(ctx.input(0), y, out, taps, outside, st, ctx);
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
@@ -113,7 +143,136 @@ class Resize final : public Kernel {
     });
   }
 
- private:
+  // Whether only the last two axes (or the last) are resized and no output falls outside the
+  // input (tf_crop_and_resize): then the fp32 planes run on resize_planes (or, stored
+  // channels-last, on resize_channels_last). `x` is the logical (channels-first) shape.
+  static bool planar(const Shape& x, const Shape& out,
+                     const std::vector<std::vector<std::vector<Tap>>>& taps,
+                     const std::vector<std::vector<char>>& outside) {
+    const size_t r = x.size();
+    if (r < 2 || numel_of(x) == 0) return false;
+    for (size_t d = 0; d < r; ++d) {
+      for (char o : outside[d])
+        if (o) return false;
+      if (d + 2 < r && (out[d] != x[d] || !identity(taps[d]))) return false;
+    }
+    return true;
+  }
+
+  // N x H x W x C (the channels_last region's layout; `x` the logical N x C x H x W): each
+  // output pixel is the weighted sum of its taps' pixels, C contiguous values at a time, or a
+  // copy of one pixel for nearest.
+  static void resize_channels_last(const Tensor& stored, Tensor& y, const Shape& x,
+                                   const std::vector<std::vector<std::vector<Tap>>>& taps) {
+    const int64_t n = x[0], c = x[1], ih = x[2], iw = x[3];
+    const auto& rows = taps[2];
+    const auto& cols = taps[3];
+    const int64_t oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
+    const float* px = stored.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for collapse(2) if (n * oh * ow * c > 16384)
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t oy = 0; oy < oh; ++oy) {
+        const float* image = px + b * ih * iw * c;
+        float* dst_row = py + (b * oh + oy) * ow * c;
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          float* dst = dst_row + ox * c;
+          const auto& ry = rows[oy];
+          const auto& rx = cols[ox];
+          if (ry.size() == 1 && rx.size() == 1 && ry[0].weight == 1.0 && rx[0].weight == 1.0) {
+            std::copy_n(image + (ry[0].index * iw + rx[0].index) * c, c, dst);
+            continue;
+          }
+          std::fill_n(dst, c, 0.0f);
+          for (const Tap& ty : ry)
+            for (const Tap& tx : rx) {
+              const float w = static_cast<float>(ty.weight * tx.weight);
+              const float* src = image + (ty.index * iw + tx.index) * c;
+#pragma omp simd
+              for (int64_t k = 0; k < c; ++k) dst[k] += w * src[k];
+            }
+        }
+      }
+  }
+
+  static bool identity(const std::vector<std::vector<Tap>>& taps) {
+    for (size_t o = 0; o < taps.size(); ++o)
+      if (taps[o].size() != 1 || taps[o][0].index != static_cast<int64_t>(o) ||
+          taps[o][0].weight != 1.0)
+        return false;
+    return true;
+  }
+
+  // fp32 planes (every coordinate mode and interpolation: the taps carry them), parallel over
+  // planes, in two passes: each input row that an output row reads is first resized along the
+  // width into a buffer (K column taps per output column, zero weights padding the shorter
+  // ones, so the inner loop has a fixed trip count; a gather for nearest), then each output row
+  // is the weighted sum of its buffered rows (contiguous, vectorized), or a copy of one.
+  static void resize_planes(const Tensor& x, Tensor& y,
+                            const std::vector<std::vector<std::vector<Tap>>>& taps) {
+    const size_t r = x.rank();
+    const auto& rows = taps[r - 2];
+    const auto& cols = taps[r - 1];
+    const int64_t ih = x.dim(r - 2), iw = x.dim(r - 1);
+    const int64_t oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
+    const int64_t planes = x.numel() / (ih * iw);  // planar() declined empty inputs
+    size_t k = 1;
+    for (const auto& c : cols) k = std::max(k, c.size());
+    std::vector<int64_t> col_index(static_cast<size_t>(ow) * k, 0);
+    std::vector<float> col_weight(static_cast<size_t>(ow) * k, 0.0f);
+    bool gather = k == 1;
+    for (int64_t o = 0; o < ow; ++o)
+      for (size_t t = 0; t < cols[o].size(); ++t) {
+        col_index[o * k + t] = cols[o][t].index;
+        col_weight[o * k + t] = static_cast<float>(cols[o][t].weight);
+        gather = gather && cols[o][t].weight == 1.0;
+      }
+    std::vector<char> read(static_cast<size_t>(ih), 0);  // input rows some output row reads
+    for (const auto& row : rows)
+      for (const Tap& t : row) read[t.index] = 1;
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const int64_t* ci = col_index.data();
+    const float* cw = col_weight.data();
+#pragma omp parallel if (planes * oh * ow > 16384)
+    {
+      std::vector<float> buffer(static_cast<size_t>(ih * ow));
+#pragma omp for
+      for (int64_t p = 0; p < planes; ++p) {
+        const float* plane = px + p * ih * iw;
+        for (int64_t iy = 0; iy < ih; ++iy) {
+          if (!read[iy]) continue;
+          const float* src = plane + iy * iw;
+          float* dst = buffer.data() + iy * ow;
+          if (gather) {
+            for (int64_t o = 0; o < ow; ++o) dst[o] = src[ci[o]];
+            continue;
+          }
+          for (int64_t o = 0; o < ow; ++o) {
+            float v = 0.0f;
+            for (size_t t = 0; t < k; ++t) v += cw[o * k + t] * src[ci[o * k + t]];
+            dst[o] = v;
+          }
+        }
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          float* dst = py + (p * oh + oy) * ow;
+          const auto& row = rows[oy];
+          if (row.size() == 1 && row[0].weight == 1.0) {
+            std::copy_n(buffer.data() + row[0].index * ow, ow, dst);
+            continue;
+          }
+          std::fill_n(dst, ow, 0.0f);
+          for (const Tap& t : row) {
+            const float* src = buffer.data() + t.index * ow;
+            const float w = static_cast<float>(t.weight);
+#pragma omp simd
+            for (int64_t o = 0; o < ow; ++o) dst[o] += w * src[o];
+          }
+        }
+      }
+    }
+  }
+
   // dx[tap] += weight * dy over every output element and tap product.
   static void scatter(const Tensor& dyt, Tensor& dxt, const Shape& out,
                       const std::vector<std::vector<std::vector<Tap>>>& taps,
@@ -310,7 +469,9 @@ class Resize final : public Kernel {
   }
 
   bool upsample_, backward_;
-  size_t offset_;  // 1 in backward mode, where input 0 is the gradient
+  StoredLayout layout_;  // volt.layout: NHWC inside the channels_last region
+  bool last_;            // stored channels-last
+  size_t offset_;        // 1 in backward mode, where input 0 is the gradient
   int opset_;
   ResizeAttrs a_;
   std::vector<float> attr_scales_;

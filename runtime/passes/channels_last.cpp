@@ -3,15 +3,16 @@
 // CPU choose channels-last themselves; with their neighbours agreeing, a ResNet or MobileNet
 // runs from its first convolution to its global pool with no reorder at all.
 //
-// The region: every 2-D Conv with constant float weights, and from there the pools, elementwise
-// unary ops and binary ops (both operands in the region, or one a constant scalar) that read
-// region values. Region values are renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose
-// makes the channels-first value for any other reader (and for graph outputs) under the
-// original name, and one makes the channels-last copy of a Conv input that comes from outside.
-// Conv and pool nodes in the region get volt.layout = "NHWC". A Conv whose X comes from outside
-// (the network's first) reads it channels-first (volt.input_layout = "NCHW") and oneDNN's reorder
-// brings it into the primitive's layout: on a batch of 8 224x224 images, one thread, the
-// Transpose node took 1.26 ms and the reorder takes 0.38 ms.
+// The region: every 2-D Conv with constant float weights, and from there the pools, Resize and
+// Upsample (their scales and sizes stay in N, C, H, W order), elementwise unary ops and binary ops
+// (both operands in the region, or one a constant scalar) that read region values. Region values
+// are renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose makes the channels-first value for
+// any other reader (and for graph outputs) under the original name, and one makes the channels-last
+// copy of a Conv input that comes from outside. Conv, pool and Resize nodes in the region get
+// volt.layout = "NHWC". A Conv whose X comes from outside (the network's first) reads it
+// channels-first (volt.input_layout = "NCHW") and oneDNN's reorder brings it into the primitive's
+// layout: on a batch of 8 224x224 images, one thread, the Transpose node took 1.26 ms and the
+// reorder takes 0.38 ms.
 #include <set>
 
 #include "runtime/passes/passes.hpp"
@@ -19,7 +20,7 @@
 namespace volt {
 namespace {
 
-enum class Role { None, Conv, Pool, Unary, Binary };
+enum class Role { None, Conv, Pool, Unary, Binary, Resize };
 
 Role role_of(const Graph& g, const Node& n) {
   if (n.domain != kOnnxDomain || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty())
@@ -39,6 +40,8 @@ Role role_of(const Graph& g, const Node& n) {
     return dt == DType::Float || dt == DType::BFloat16 ? Role::Conv : Role::None;
   }
   if (pools.count(n.op_type)) return n.has_attr("volt.layout") ? Role::None : Role::Pool;
+  if (n.op_type == "Resize" || n.op_type == "Upsample")
+    return n.has_attr("volt.layout") ? Role::None : Role::Resize;
   if (unary.count(n.op_type)) return Role::Unary;
   if (binary.count(n.op_type) && n.inputs.size() == 2) return Role::Binary;
   return Role::None;
@@ -82,6 +85,7 @@ Graph use_channels_last(const Graph& graph) {
           break;
         case Role::Pool:
         case Role::Unary:
+        case Role::Resize:
           ok = region_value(n.inputs[0]);
           break;
         case Role::Binary: {
@@ -109,6 +113,7 @@ Graph use_channels_last(const Graph& graph) {
         return slot == 0 || slot == 3;
       case Role::Pool:
       case Role::Unary:
+      case Role::Resize:
         return slot == 0;
       case Role::Binary:
         return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
@@ -148,7 +153,7 @@ Graph use_channels_last(const Graph& graph) {
     }
     const std::string out = n.outputs[0];
     n.outputs[0] = out + kChannelsLastSuffix;
-    if (role[i] == Role::Conv || role[i] == Role::Pool)
+    if (role[i] == Role::Conv || role[i] == Role::Pool || role[i] == Role::Resize)
       n.attributes["volt.layout"] = string_attribute("NHWC");
     const std::string name = n.name;
     g.nodes.push_back(std::move(n));

@@ -121,6 +121,41 @@ TEST(Passes, ConvTransposeTakesTheActivationAfterIt) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 6, 5, 5}, rng)}});
 }
 
+// Resize between convolutions joins the channels-last region (a decoder, FPN or segmentation
+// head): no Transpose around it, and the same values as level 0, on the plane kernel (linear
+// by scales) and on the general loop over channels-first copies (tf_crop_and_resize by sizes).
+TEST(Passes, ResizeStaysChannelsLast) {
+  ModelBuilder b;
+  std::mt19937 rng(4);
+  b.input("x", 1, {2, 3, 6, 5}).output("y", 1, {2, 4, 12, 10}).output("z", 1, {2, 5, 7, 9});
+  b.initializer("W1", {5, 3, 3, 3}, random_values(135, rng))
+      .initializer("W2", {4, 5, 1, 1}, random_values(20, rng))
+      .initializer("roi0", {0}, {})
+      .initializer("scales", {4}, {1, 1, 2, 2})
+      .initializer("roi", {8}, {0, 0, 0.1f, 0.2f, 1, 1, 0.9f, 1.2f});
+  b.initializer_i64("sizes", {4}, {2, 5, 7, 9});
+  b.node("Conv", {"x", "W1"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c"}, {"r"});
+  b.node("Resize", {"r", "roi0", "scales"}, {"u"},
+         [](auto& n) { ModelBuilder::set_string(n, "mode", "linear"); });
+  b.node("Conv", {"u", "W2"}, {"y"});
+  b.node("Resize", {"r", "roi", "", "sizes"}, {"z"}, [](auto& n) {
+    ModelBuilder::set_string(n, "mode", "linear");
+    ModelBuilder::set_string(n, "coordinate_transformation_mode", "tf_crop_and_resize");
+    ModelBuilder::set_float(n, "extrapolation_value", 0.5f);
+  });
+  const std::string bytes = b.bytes();
+  const Graph g = use_channels_last(load(bytes));
+  int nhwc_resizes = 0;
+  for (const Node& n : g.nodes)
+    nhwc_resizes += n.op_type == "Resize" && n.attr_string("volt.layout", "") == "NHWC";
+  EXPECT_EQ(nhwc_resizes, 2);
+  EXPECT_EQ(count_op(g, "Transpose"), 2);  // y and z leave the region; nothing inside it
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 6, 5}, rng)}});
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

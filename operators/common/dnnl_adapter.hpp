@@ -48,6 +48,12 @@ void prepare_or_fall_back(InferContext& ctx, F&& prepare) {
   }
 }
 
+// Whether oneDNN chose its reference implementation ("ref:any"), a plain loop many times slower
+// than its jit kernels: kernels then try other layouts, or say so (runs_reference_loop).
+inline bool is_reference(const dnnl::primitive_desc_base& pd) {
+  return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+}
+
 // Byte offsets of buffers in a kernel's scratch: 64-byte (cache line, AVX-512) aligned.
 inline size_t align64(size_t bytes) {
   return (bytes + 63) / 64 * 64;

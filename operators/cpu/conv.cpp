@@ -207,12 +207,11 @@ class Conv final : public Kernel {
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
       // The primitive picks its layouts, except where the region stores blocks: then those.
       const auto blocked = StoredLayout::Blocked16;
-      const dnnl::memory::desc src_any =
-          x_layout_ == blocked ? activation_md(x, cdt, blocked)
-                               : dnnl::memory::desc(dims(x.begin(), x.end()), cdt, tag::any);
-      const dnnl::memory::desc dst_any =
-          layout_ == blocked ? activation_md(s.out, y_dt, blocked)
-                             : dnnl::memory::desc(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
+      const dnnl::memory::desc free_src(dims(x.begin(), x.end()), cdt, tag::any),
+          free_dst(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
+      dnnl::memory::desc src_any = x_layout_ == blocked ? activation_md(x, cdt, blocked) : free_src;
+      dnnl::memory::desc dst_any =
+          layout_ == blocked ? activation_md(s.out, y_dt, blocked) : free_dst;
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
@@ -242,8 +241,19 @@ class Conv final : public Kernel {
           } catch (const dnnl::error&) {
             // not on this CPU or with these post-ops: the direct algorithm
           }
-        return make_pd(dnnl::algorithm::convolution_direct);
+        auto direct = make_pd(dnnl::algorithm::convolution_direct);
+        // Layouts forced on it (blocks for a region whose X arrives channels-last: ConvNeXt's
+        // depthwise 7x7) can leave oneDNN only its reference implementation, 30x slower than
+        // its jit kernels: then the primitive picks its layouts and reorders stage the region's.
+        if (dnnl_adapter::is_reference(direct) && (src_any != free_src || dst_any != free_dst)) {
+          src_any = free_src;
+          dst_any = free_dst;
+          direct = make_pd(dnnl::algorithm::convolution_direct);
+        }
+        return direct;
       }();
+      if (dnnl_adapter::is_reference(pd))
+        ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
       st->prim = dnnl::convolution_forward(pd);
       st->src = pd.src_desc();
       st->dst = pd.dst_desc();

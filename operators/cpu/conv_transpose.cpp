@@ -109,6 +109,8 @@ class ConvTranspose final : public Kernel {
                        : dnnl::deconvolution_forward::desc(kind, alg, any(x), any(wshape), any(out),
                                                            strides, dil, pl, pr);
     const dnnl::deconvolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
+    if (dnnl_adapter::is_reference(pd))
+      ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
     st->prim = dnnl::deconvolution_forward(pd);
     st->scratch = pd.scratchpad_desc();
     st->weights = pd.weights_desc();

@@ -106,6 +106,8 @@ std::shared_ptr<MatMulState> make_matmul(
       d = std::make_unique<dnnl::matmul::desc>(a, b_any, out);
     }
     dnnl::matmul::primitive_desc pd(*d, attr, dnnl_adapter::engine());
+    if (dnnl_adapter::is_reference(pd))
+      ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
     st->prim = dnnl::matmul(pd);
     st->b = pd.weights_desc();
     st->scratch = pd.scratchpad_desc();

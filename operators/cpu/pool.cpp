@@ -141,6 +141,8 @@ class Pool final : public Kernel {
                                        strides, kernel, dil, pl, pr);
       dnnl::pooling_v2_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
                                                   dnnl_adapter::engine());
+      if (dnnl_adapter::is_reference(pd))
+        ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
       st->prim = dnnl::pooling_v2_forward(pd);
       st->scratch = pd.scratchpad_desc();
       ctx.request_scratch(st->scratch.get_size());

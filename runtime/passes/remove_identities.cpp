@@ -1,4 +1,4 @@
-// Identity nodes, and Dropout in inference form (no mask output, no training_mode input), pass
+// Identity nodes, and Dropout that passes X through (see passes_through), pass
 // their input through: their readers read the input directly and the node goes. Exporters leave
 // many (PyTorch's deduplicated weights are Identity nodes over one initializer), and they would
 // hide constant weights from the fusion passes. Kept where the output is a graph output or is
@@ -8,6 +8,25 @@
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
+namespace {
+
+// Dropout passes X through when it is not in training mode (no training_mode input, or a
+// constant false), or drops nothing (a constant ratio of 0, as exporters write Dropout in
+// training mode: torch's Swin), and no one reads its mask.
+bool passes_through(const Graph& g, const ValueUses& uses, const Node& n) {
+  if (n.has_output(1) &&
+      (!uses.readers(n.outputs[1]).empty() || uses.is_graph_output(n.outputs[1])))
+    return false;
+  if (!n.has_input(2)) return true;
+  const Tensor* training = constant_value(g, n.inputs[2]);
+  if (training && training->numel() == 1 && training->dtype() == DType::Bool &&
+      !*training->data<bool>())
+    return true;
+  const std::optional<float> ratio = n.has_input(1) ? constant_scalar(g, n.inputs[1]) : 0.5f;
+  return ratio && *ratio == 0.0f;
+}
+
+}  // namespace
 
 Graph remove_identities(const Graph& graph) {
   const ValueUses uses(graph);
@@ -16,8 +35,7 @@ Graph remove_identities(const Graph& graph) {
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& n = graph.nodes[i];
     const bool identity = is_onnx_op(n, "Identity") && n.inputs.size() == 1;
-    const bool dropout = is_onnx_op(n, "Dropout") && n.inputs.size() <= 2 &&
-                         (n.outputs.size() == 1 || !n.has_output(1));
+    const bool dropout = is_onnx_op(n, "Dropout") && passes_through(graph, uses, n);
     if ((!identity && !dropout) || n.outputs.empty() || !n.has_input(0) || !n.has_output(0))
       continue;
     const std::string& out = n.outputs[0];

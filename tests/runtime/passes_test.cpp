@@ -156,6 +156,59 @@ TEST(Passes, ResizeStaysChannelsLast) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 6, 5}, rng)}});
 }
 
+// Dropout goes where it passes X through: inference form, or training mode with a constant
+// ratio of 0 (torch's Swin exports so) and no reader of the mask; it stays where it drops.
+TEST(Passes, DropoutThatDropsNothingGoes) {
+  auto model = [](float ratio, bool mask_read) {
+    ModelBuilder b(13);
+    b.input("x", 1, {2, 3}).output("y", 1, {2, 3});
+    if (mask_read) b.output("m", 9, {2, 3});
+    b.initializer("ratio", {}, {ratio});
+    auto* t = b.proto().mutable_graph()->add_initializer();
+    t->set_name("training");
+    t->set_data_type(onnx::TensorProto::BOOL);
+    t->add_int32_data(1);
+    b.node("Dropout", {"x", "ratio", "training"}, {"d", "m"});
+    b.node("Relu", {"d"}, {"y"});
+    return b.bytes();
+  };
+  EXPECT_EQ(count_op(remove_identities(load(model(0.0f, false))), "Dropout"), 0);
+  EXPECT_EQ(count_op(remove_identities(load(model(0.0f, true))), "Dropout"), 1);
+  EXPECT_EQ(count_op(remove_identities(load(model(0.3f, false))), "Dropout"), 1);
+}
+
+// ConvNeXt's block: a depthwise 7x7 convolution whose X arrives channels-last (the Transpose
+// back from its LayerNorm/MatMul stage) in a region stored in blocks. Forced onto those layouts
+// oneDNN has only its reference convolution; the kernel lets it choose and stages instead.
+TEST(Passes, ConvolutionsNeverSettleForOneDnnReference) {
+  ModelBuilder b;
+  std::mt19937 rng(5);
+  b.input("x", 1, {1, 32, 14, 14}).output("y", 1, {1, 32, 14, 14});
+  for (const char* w : {"W1", "W2"}) b.initializer(w, {32, 1, 7, 7}, random_values(32 * 49, rng));
+  b.initializer("M", {32, 32}, random_values(32 * 32, rng));
+  auto dw = [](auto& n) {
+    ModelBuilder::set_int(n, "group", 32);
+    ModelBuilder::set_ints(n, "pads", {3, 3, 3, 3});
+  };
+  b.node("Conv", {"x", "W1"}, {"c1"}, dw);
+  b.node("Transpose", {"c1"}, {"t1"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {0, 2, 3, 1});
+  });
+  b.node("MatMul", {"t1", "M"}, {"m1"});
+  b.node("Transpose", {"m1"}, {"t2"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {0, 3, 1, 2});
+  });
+  b.node("Add", {"t2", "x"}, {"a1"});
+  b.node("Conv", {"a1", "W2"}, {"y"}, dw);
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  RunProfile profile;
+  s.run({{"x", random_tensor({1, 32, 14, 14}, rng)}}, {}, {.profile = &profile});
+  for (const ProfileEvent& e : profile.events)
+    EXPECT_TRUE(e.reference.empty()) << e.node << " (" << e.op << "): " << e.reference;
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 32, 14, 14}, rng)}}, 1e-4f);
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

@@ -1,17 +1,17 @@
 // RNN, GRU and LSTM: every direction, both layouts, custom activations with their alpha/beta,
 // clip, sequence_lens, initial states, peepholes, input_forget and linear_before_reset.
-// A reference loop in double precision.
+// fp32 on oneDNN's RNN primitives where they compute the same cell (rnn_dnnl); a reference
+// loop in double precision for the rest.
 #include <cmath>
 #include <functional>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/tensor_values.hpp"
+#include "operators/cpu/rnn_dnnl.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
 namespace {
-
-enum class Cell { Rnn, Gru, Lstm };
 
 using Activation = std::function<double(double)>;
 
@@ -66,6 +66,21 @@ class Recurrent final : public Kernel {
     }
     VOLT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs_), InvalidModel,
                n.describe() + ": expected " + std::to_string(per_dir * dirs_) + " activations");
+    spec_ = {cell, hidden_, dirs_, reverse_, layout_, linear_before_reset_, false, ""};
+    if (clip_ == 0 && !input_forget_) {
+      bool same = true;
+      for (const auto& name : names) same = same && name == names[0];
+      if (cell == Cell::Rnn) {
+        spec_.primitive_cell =
+            same && (names[0] == "Tanh" || names[0] == "Relu" || names[0] == "Sigmoid");
+        spec_.rnn_activation = names[0];
+      } else {
+        spec_.primitive_cell = true;
+        for (size_t i = 0; i < names.size(); ++i)
+          spec_.primitive_cell =
+              spec_.primitive_cell && names[i] == (i % per_dir == 0 ? "Sigmoid" : "Tanh");
+      }
+    }
     const auto alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
     size_t ai = 0, bi = 0;
     for (const auto& name : names) {
@@ -90,10 +105,15 @@ class Recurrent final : public Kernel {
     const Shape state = layout_ ? Shape{batch, dirs_, hidden} : Shape{dirs_, batch, hidden};
     if (ctx.output_count() > 1) ctx.set_output(1, ctx.dtype(0), state);
     if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(0), state);
-    ctx.runs_reference_loop("");
+    try {
+      ctx.set_state(prepare_dnnl_recurrent(ctx, spec_));
+    } catch (const KernelUnsupported& u) {
+      ctx.runs_reference_loop(u.reason);
+    }
   }
 
   void run(RunContext& ctx) const override {
+    if (ctx.state_ptr()) return run_dnnl_recurrent(ctx.state_ptr(), ctx, spec_);
     const Tensor& xt = ctx.input(0);
     const int64_t seq = layout_ ? xt.dim(1) : xt.dim(0), batch = layout_ ? xt.dim(0) : xt.dim(1),
                   in = xt.dim(2);
@@ -257,6 +277,7 @@ class Recurrent final : public Kernel {
   bool input_forget_, linear_before_reset_, reverse_ = false;
   int dirs_ = 1;
   std::vector<Activation> acts_;
+  RecurrentSpec spec_;
 };
 
 }  // namespace

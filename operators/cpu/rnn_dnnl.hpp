@@ -1,0 +1,33 @@
+// RNN, GRU and LSTM on oneDNN's RNN primitives, for what they compute: fp32, the default
+// activations (and Tanh, Relu or Sigmoid for RNN), no clip or input_forget, every sequence at
+// full length; both directions, both layouts, initial states, LSTM peepholes,
+// linear_before_reset GRU. Weights reordered once per plan into oneDNN's packed layout.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "operators/kernel.hpp"
+
+namespace volt {
+
+enum class Cell { Rnn, Gru, Lstm };
+
+struct RecurrentSpec {
+  Cell cell = Cell::Lstm;
+  int64_t hidden = 0;  // 0: from R
+  int dirs = 1;
+  bool reverse = false;
+  int64_t layout = 0;  // 1: batch-first
+  bool linear_before_reset = false;
+  // Whether oneDNN computes the cell: default activations (or a supported RNN one), no clip,
+  // no input_forget. `rnn_activation`: the RNN's ("Tanh", "Relu", "Sigmoid").
+  bool primitive_cell = false;
+  std::string rnn_activation;
+};
+
+// The prepared primitive for these input shapes and constant weights; throws
+// KernelUnsupported (with the reason) for what oneDNN does not compute.
+std::shared_ptr<void> prepare_dnnl_recurrent(InferContext& ctx, const RecurrentSpec& spec);
+void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec& spec);
+
+}  // namespace volt

@@ -1,8 +1,10 @@
 // Conv -> activation, Conv -> Add -> activation and Conv -> Add become one Conv with oneDNN
 // post-ops (residual as input 3; attributes volt.activation, volt.alpha, volt.beta), and
-// ConvTranspose -> activation one ConvTranspose. The activations: Relu, LeakyRelu, and Clip with
-// constant bounds (ReLU6 in MobileNets). Only where the intermediate values have no other reader
-// and are not graph outputs.
+// ConvTranspose -> activation one ConvTranspose. The activations: those activation_attributes
+// folds (Relu, LeakyRelu, Clip with constant bounds as MobileNets' ReLU6, Gelu, Sigmoid, Tanh,
+// Elu, HardSigmoid, HardSwish), and x * Sigmoid(x) and x * HardSigmoid(x) as Swish and HardSwish
+// (EfficientNet's SiLU, MobileNetV3's HardSwish as opset 13 exports them). Only where the
+// intermediate values have no other reader and are not graph outputs.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -17,14 +19,27 @@ Graph fuse_conv_activation(const Graph& graph) {
         conv.has_attr("volt.activation") || conv.inputs.size() > 3)
       continue;
     std::string out = conv.outputs[0];
+    // The activation after `out`: one node, or x * gate(x) (Swish, HardSwish written out).
+    auto absorb_activation = [&](std::optional<size_t> next) {
+      if (next) {
+        auto attrs = activation_attributes(g, g.nodes[*next]);
+        if (attrs.empty()) return;
+        conv.attributes.merge(attrs);
+        removed[*next] = 1;
+        out = g.nodes[*next].outputs[0];
+        return;
+      }
+      auto gated = gated_activation(g, uses, out);
+      if (!gated || removed[gated->gate] || removed[gated->mul]) return;
+      conv.attributes.merge(gated->attributes);
+      removed[gated->gate] = removed[gated->mul] = 1;
+      out = g.nodes[gated->mul].outputs[0];
+    };
     if (transposed) {  // the activation only (oneDNN's deconvolution takes eltwise post-ops)
       auto next = uses.sole_reader(out);
-      if (!next || removed[*next]) continue;
-      auto attrs = activation_attributes(g, g.nodes[*next]);
-      if (attrs.empty()) continue;
-      conv.attributes.merge(attrs);
-      removed[*next] = 1;
-      conv.outputs[0] = g.nodes[*next].outputs[0];
+      if (next && removed[*next]) continue;
+      absorb_activation(next);
+      conv.outputs[0] = out;
       continue;
     }
     // A node another Conv already absorbed (the Add of two convolutions) is not fused twice.
@@ -46,14 +61,8 @@ Graph fuse_conv_activation(const Graph& graph) {
       next = uses.sole_reader(out);
       if (next && removed[*next]) next.reset();
     }
-    if (next) {
-      auto attrs = activation_attributes(g, g.nodes[*next]);
-      if (!attrs.empty()) {
-        conv.attributes.merge(attrs);
-        removed[*next] = 1;
-        out = g.nodes[*next].outputs[0];
-      }
-    }
+    // A reader the loop removed already is someone else's (a residual Add): nothing to absorb.
+    if (!(next && removed[*next])) absorb_activation(next);
     conv.outputs[0] = out;
   }
   erase_marked(g.nodes, removed);

@@ -5,6 +5,8 @@
 #include <map>
 #include "runtime/compiled_graph.hpp"
 
+#include <cmath>
+
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -102,6 +104,16 @@ std::map<std::string, Attribute> activation_attributes(const Graph& g, const Nod
     const std::string approximate = act.attr_string("approximate", "none");
     if (approximate != "none" && approximate != "tanh") return {};
     kind.s = approximate == "tanh" ? "GeluTanh" : "Gelu";
+  } else if (is_onnx_op(act, "Sigmoid") || is_onnx_op(act, "Tanh") ||
+             is_onnx_op(act, "HardSwish")) {
+    kind.s = act.op_type;
+  } else if (is_onnx_op(act, "Elu")) {
+    kind.s = "Elu";
+    out["volt.alpha"] = float_attr(act.attr_float("alpha", 1.0f));
+  } else if (is_onnx_op(act, "HardSigmoid")) {
+    kind.s = "HardSigmoid";
+    out["volt.alpha"] = float_attr(act.attr_float("alpha", 0.2f));
+    out["volt.beta"] = float_attr(act.attr_float("beta", 0.5f));
   } else if (is_onnx_op(act, "Clip")) {
     float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
     if (act.opset < 11) {
@@ -124,6 +136,39 @@ std::map<std::string, Attribute> activation_attributes(const Graph& g, const Nod
   }
   out["volt.activation"] = kind;
   return out;
+}
+
+std::optional<GatedActivation> gated_activation(const Graph& g, const ValueUses& uses,
+                                                const std::string& v) {
+  const auto& readers = uses.readers(v);
+  if (readers.size() != 2 || uses.is_graph_output(v)) return std::nullopt;
+  for (int gate_first = 0; gate_first < 2; ++gate_first) {
+    const auto& gr = readers[gate_first ? 0 : 1];
+    const auto& mr = readers[gate_first ? 1 : 0];
+    if (gr.slot == ValueUses::kSubgraph || mr.slot == ValueUses::kSubgraph) continue;
+    const Node& gate = g.nodes[gr.node];
+    const Node& mul = g.nodes[mr.node];
+    if (gate.outputs.size() != 1 || !is_onnx_op(mul, "Mul") || mul.inputs.size() != 2) continue;
+    const std::string& s = gate.outputs[0];
+    if (uses.sole_reader(s) != mr.node ||
+        !((mul.inputs[0] == v && mul.inputs[1] == s) || (mul.inputs[1] == v && mul.inputs[0] == s)))
+      continue;
+    std::string kind;
+    if (is_onnx_op(gate, "Sigmoid")) kind = "Swish";
+    // x * HardSigmoid(x) with ONNX HardSwish's parameters (1/6, 1/2), as converters write it.
+    if (is_onnx_op(gate, "HardSigmoid") &&
+        std::abs(gate.attr_float("alpha", 0.2f) - 1.0f / 6.0f) < 1e-6f &&
+        gate.attr_float("beta", 0.5f) == 0.5f)
+      kind = "HardSwish";
+    if (kind.empty()) continue;
+    GatedActivation out{{}, gr.node, mr.node};
+    Attribute a;
+    a.type = Attribute::Type::String;
+    a.s = kind;
+    out.attributes["volt.activation"] = a;
+    return out;
+  }
+  return std::nullopt;
 }
 
 int declared_rank(const Graph& g, const std::string& name) {

@@ -89,9 +89,20 @@ bool is_onnx_op(const Node& n, const char* op);
 std::optional<float> constant_scalar(const Graph& g, const std::string& name);
 
 // The volt.* attributes (volt.activation, volt.alpha, volt.beta) that fold the activation node
-// `act` into the op before it: Relu, LeakyRelu, Clip with constant bounds, Gelu. Empty when
+// `act` into the op before it: Relu, LeakyRelu, Clip with constant bounds, Gelu, Sigmoid, Tanh,
+// Elu, HardSigmoid, HardSwish. Empty when
 // `act` is none of these or cannot be folded.
 std::map<std::string, Attribute> activation_attributes(const Graph& g, const Node& act);
+
+// x * gate(x) read from `v`'s two readers: the gate Sigmoid (Swish, SiLU) or HardSigmoid with
+// HardSwish's parameters, and a Mul of v and the gate, the gate's only reader. `attributes`
+// are the volt.* ones that fold both into v's producer; `gate` and `mul` the nodes it replaces.
+struct GatedActivation {
+  std::map<std::string, Attribute> attributes;
+  size_t gate, mul;
+};
+std::optional<GatedActivation> gated_activation(const Graph& g, const ValueUses& uses,
+                                                const std::string& v);
 
 // The rank of a value when the graph declares it (initializers, graph inputs, value_info); -1
 // when it does not.

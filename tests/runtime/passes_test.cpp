@@ -209,6 +209,47 @@ TEST(Passes, ConvolutionsNeverSettleForOneDnnReference) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 32, 14, 14}, rng)}}, 1e-4f);
 }
 
+// The activations converters write after convolutions fold into them: single nodes (Sigmoid,
+// Tanh, Elu, HardSigmoid, HardSwish) and x * gate(x) written out (SiLU as x * Sigmoid(x),
+// HardSwish as x * HardSigmoid(x; 1/6, 1/2)); a gate with other parameters stays a Mul.
+TEST(Passes, ConvTakesEveryActivationConvertersWrite) {
+  struct Case {
+    std::string gate;  // the op after the Conv
+    bool gated;        // then Mul(conv, gate)
+    float alpha, beta;
+    std::string fused;  // volt.activation, "" when nothing fuses
+  };
+  const std::vector<Case> cases = {
+      {"Sigmoid", true, 0, 0, "Swish"},
+      {"HardSigmoid", true, 1.0f / 6, 0.5f, "HardSwish"},
+      {"HardSigmoid", true, 0.2f, 0.5f, ""},
+      {"Sigmoid", false, 0, 0, "Sigmoid"},
+      {"Tanh", false, 0, 0, "Tanh"},
+      {"Elu", false, 0.7f, 0, "Elu"},
+      {"HardSigmoid", false, 0.3f, 0.4f, "HardSigmoid"},
+      {"HardSwish", false, 0, 0, "HardSwish"},
+  };
+  for (const auto& c : cases) {
+    ModelBuilder b(14);
+    std::mt19937 rng(6);
+    b.input("x", 1, {2, 3, 7, 6}).output("y", 1, {2, 8, 7, 6});
+    b.initializer("W", {8, 3, 3, 3}, random_values(216, rng, -2, 2));
+    b.node("Conv", {"x", "W"}, {"c"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    b.node(c.gate, {"c"}, {c.gated ? "g" : "y"}, [&](auto& n) {
+      if (c.gate == "HardSigmoid" || c.gate == "Elu") ModelBuilder::set_float(n, "alpha", c.alpha);
+      if (c.gate == "HardSigmoid") ModelBuilder::set_float(n, "beta", c.beta);
+    });
+    if (c.gated) b.node("Mul", {"g", "c"}, {"y"});
+    const std::string bytes = b.bytes();
+    const Graph fused = fuse_conv_activation(load(bytes));
+    EXPECT_EQ(fused.nodes[0].attr_string("volt.activation", ""), c.fused) << c.gate;
+    EXPECT_EQ(fused.nodes.size(), c.fused.empty() ? (c.gated ? 3u : 2u) : 1u) << c.gate;
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 7, 6}, rng)}}, 1e-5f);
+  }
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

@@ -20,6 +20,7 @@ const std::vector<Pass>& optimization_passes() {
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
+      {"fold_pad_into_conv", 2, fold_pad_into_conv},
       {"fuse_conv_activation", 2, fuse_conv_activation, on_cpu},
       {"fuse_gelu", 2, fuse_gelu},
       {"fuse_layer_norm", 2, fuse_layer_norm},

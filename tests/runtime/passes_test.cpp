@@ -250,6 +250,32 @@ TEST(Passes, ConvTakesEveryActivationConvertersWrite) {
   }
 }
 
+// An explicit zero Pad before a convolution joins the convolution's own pads; a Pad of another
+// value, or of the channel axis, stays.
+TEST(Passes, ZeroPadFoldsIntoTheConvolution) {
+  auto model = [](std::vector<int64_t> pads, float value) {
+    ModelBuilder b(13);
+    std::mt19937 rng(7);
+    b.input("x", 1, {2, 3, 6, 7}).output_any("y", 1);
+    b.initializer("W", {4, 3, 3, 3}, random_values(108, rng)).initializer("v", {}, {value});
+    b.initializer_i64("pads", {8}, pads);
+    b.node("Pad", {"x", "pads", "v"}, {"p"});
+    b.node("Conv", {"p", "W"}, {"y"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 0, 0, 1});
+      ModelBuilder::set_ints(n, "strides", {2, 1});
+    });
+    return b.bytes();
+  };
+  std::mt19937 rng(8);
+  const std::string folded = model({0, 0, 2, 1, 0, 0, 1, 3}, 0.0f);
+  const Graph g = fold_pad_into_conv(load(folded));
+  ASSERT_EQ(count_op(g, "Pad"), 0);
+  EXPECT_EQ(g.nodes[0].attr_ints("pads"), (std::vector<int64_t>{3, 1, 1, 4}));
+  expect_same_as_unoptimized(folded, {{"x", random_tensor({2, 3, 6, 7}, rng)}});
+  EXPECT_EQ(count_op(fold_pad_into_conv(load(model({0, 0, 2, 1, 0, 0, 1, 3}, 1.0f))), "Pad"), 1);
+  EXPECT_EQ(count_op(fold_pad_into_conv(load(model({0, 1, 2, 1, 0, 0, 1, 3}, 0.0f))), "Pad"), 1);
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

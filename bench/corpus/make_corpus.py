@@ -252,30 +252,24 @@ def control_flow(path):
     torch.manual_seed(0)
 
     class Body(nn.Module):
+        """A branch on the data and a loop whose trip count is the batch: If and Loop bodies."""
+
         def __init__(self):
             super().__init__()
             self.a, self.b = nn.Linear(64, 64), nn.Linear(64, 64)
 
-        def forward(self, x, steps: int):
+        def forward(self, x):
             if bool(x.sum() > 0):
                 x = torch.relu(self.a(x))
             else:
                 x = torch.tanh(self.b(x))
-            for _ in range(steps):
-                x = torch.relu(self.a(x)) + x
+            for _ in range(x.size(0)):
+                x = torch.relu(self.a(x)) * 0.5 + x
             return x
 
-    scripted = torch.jit.script(Body())
-
-    class Outer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = scripted
-
-        def forward(self, x):
-            return self.body(x, 4)
-
-    torch_export(Outer(), torch.randn(4, 64), path, 13, ["x"], ["y"], {"x": {0: "B"}, "y": {0: "B"}})
+    # A ScriptModule exported as it is (wrapped in a traced module the exporter fails).
+    torch_export(torch.jit.script(Body()), (torch.randn(4, 64),), path, 13, ["x"], ["y"],
+                 {"x": {0: "B"}, "y": {0: "B"}})
     return recipe([("x", ["B", 64], "float32", (-1, 1))], [1, 8], "If and Loop with real subgraphs")
 
 
@@ -306,7 +300,7 @@ def onnx_styles():
     import onnx_styles as s
     return {"keras_nhwc": s.keras_nhwc, "decomposed_activations": s.decomposed_activations,
             "resize_scales": s.resize_scales, "unfolded_bn_pad": s.unfolded_bn_pad,
-            "opset9_upsample": s.opset9_upsample}
+            "opset9_upsample": s.opset9_upsample, "tiny_op_chain": s.tiny_op_chain}
 
 
 def fp16_of(base):
@@ -358,7 +352,7 @@ MODELS = {
     "scripted_control_flow": control_flow,
     "text_classifier": text_classifier,
     "keras_nhwc": None, "decomposed_activations": None, "resize_scales": None, "unfolded_bn_pad": None,
-    "opset9_upsample": None,
+    "opset9_upsample": None, "tiny_op_chain": None,
     "resnet18_fp16": fp16_of("resnet18_op11"),
     "unet_fp16": fp16_of("unet_convtranspose"),
     "mobilenet_v3_large_fp16": fp16_of("mobilenet_v3_large_op17"),

@@ -132,3 +132,17 @@ def opset9_upsample(path):
     _save(path, nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["B", 3, 128, 128])],
           [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["B", 10])], inits, opset=9)
     return _recipe([("input", ["B", 3, 128, 128], "float32", (0, 1))], [1, 8], "opset 9")
+
+
+def tiny_op_chain(path):
+    """500 tiny nodes (Add and Mul by constants on [1, 16]): per-node overhead, not arithmetic."""
+    nodes, inits = [], [_c("a", RNG.uniform(-0.01, 0.01, 16)), _c("m", RNG.uniform(0.99, 1.01, 16))]
+    x = "input"
+    for i in range(500):
+        op, c = ("Add", "a") if i % 2 == 0 else ("Mul", "m")
+        nodes.append(helper.make_node(op, [x, c], [f"v{i}"]))
+        x = f"v{i}"
+    nodes.append(helper.make_node("Identity", [x], ["output"]))
+    _save(path, nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 16])],
+          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 16])], inits)
+    return _recipe([("input", [1, 16], "float32", (-1, 1))], [1], "per-node overhead")

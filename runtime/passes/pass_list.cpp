@@ -53,6 +53,17 @@ Graph run_passes(const Graph& graph, const SessionOptions& options) {
   for (const Pass& p : optimization_passes())
     if (options.optimization_level >= p.min_level && (!p.wanted || p.wanted(options)))
       g = p.apply(g);
+  // If, Loop and Scan bodies get what the main graph gets (a speech model whose network sits in
+  // the branches of an If ran them unfused). Weights they capture from the enclosing graph are
+  // not constants to them, so what needs constant weights (folding, packing) stays outside.
+  for (Node& n : g.nodes)
+    for (auto& [key, a] : n.attributes) {
+      if (a.type == Attribute::Type::Graph && a.g)
+        a.g = std::make_shared<Graph>(run_passes(*a.g, options));
+      if (a.type == Attribute::Type::Graphs)
+        for (auto& body : a.graphs)
+          if (body) body = std::make_shared<Graph>(run_passes(*body, options));
+    }
   return g;
 }
 

@@ -276,6 +276,60 @@ TEST(Passes, ZeroPadFoldsIntoTheConvolution) {
   EXPECT_EQ(count_op(fold_pad_into_conv(load(model({0, 1, 2, 1, 0, 0, 1, 3}, 0.0f))), "Pad"), 1);
 }
 
+// If branches go through the passes too: a Conv -> Relu inside a branch runs fused, with the
+// same values as level 0, on either branch.
+TEST(Passes, SubgraphBodiesAreOptimizedToo) {
+  std::mt19937 rng(9);
+  auto branch = [&](const char* act, const char* name) {
+    onnx::GraphProto g;
+    g.set_name(name);
+    auto* w = g.add_initializer();
+    w->set_name(std::string(name) + "_W");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {4, 3, 3, 3}) w->add_dims(d);
+    for (float v : random_values(108, rng)) w->add_float_data(v);
+    auto* conv = g.add_node();
+    conv->set_op_type("Conv");
+    conv->add_input("x");
+    conv->add_input(w->name());
+    conv->add_output(std::string(name) + "_c");
+    ModelBuilder::set_ints(*conv, "pads", {1, 1, 1, 1});
+    auto* a = g.add_node();
+    a->set_op_type(act);
+    a->add_input(conv->output(0));
+    a->add_output(std::string(name) + "_y");
+    auto* out = g.add_output();
+    out->set_name(a->output(0));
+    out->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    return g;
+  };
+  ModelBuilder b(13);
+  b.input("x", 1, {1, 3, 6, 6}).input("flag", 9, {}).output_any("y", 1);
+  b.node("If", {"flag"}, {"y"}, [&](onnx::NodeProto& n) {
+    for (auto [key, act] :
+         {std::pair{"then_branch", "Relu"}, std::pair{"else_branch", "Sigmoid"}}) {
+      auto* a = n.add_attribute();
+      a->set_name(key);
+      a->set_type(onnx::AttributeProto::GRAPH);
+      *a->mutable_g() = branch(act, key);
+    }
+  });
+  const std::string bytes = b.bytes();
+  const Tensor x = random_tensor({1, 3, 6, 6}, rng);
+  for (bool flag : {true, false}) {
+    Tensor f = Tensor::empty(DType::Bool, {});
+    *f.data<bool>() = flag;
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+    RunProfile profile;
+    s.run({{"x", x}, {"flag", f}}, {}, {.profile = &profile});
+    bool fused = false;
+    for (const ProfileEvent& e : profile.events)
+      fused |= e.op == (flag ? "Conv+Relu" : "Conv+Sigmoid");
+    EXPECT_TRUE(fused) << flag;
+    expect_same_as_unoptimized(bytes, {{"x", x}, {"flag", f}});
+  }
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

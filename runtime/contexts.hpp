@@ -74,12 +74,13 @@ class NodeRunContext final : public RunContext {
  public:
   // `captured`: the values of enclosing graphs this node's subgraphs read, by name.
   using Captured = std::vector<std::pair<const std::string*, const Value*>>;
-  NodeRunContext(const Node& node, std::vector<const Value*> inputs, std::vector<Value*> outputs,
-                 std::vector<char>* fresh, const void* state, void* scratch, int threads,
-                 const Captured* captured = nullptr)
+  // `inputs` and `outputs` are the caller's and must outlive the context (one per step: no copy).
+  NodeRunContext(const Node& node, const std::vector<const Value*>& inputs,
+                 const std::vector<Value*>& outputs, std::vector<char>* fresh, const void* state,
+                 void* scratch, int threads, const Captured* captured = nullptr)
       : node_(node),
-        inputs_(std::move(inputs)),
-        outputs_(std::move(outputs)),
+        inputs_(inputs),
+        outputs_(outputs),
         fresh_(fresh),
         state_(state),
         scratch_(scratch),
@@ -140,8 +141,8 @@ class NodeRunContext final : public RunContext {
     return outputs_[i];
   }
   const Node& node_;
-  std::vector<const Value*> inputs_;
-  std::vector<Value*> outputs_;
+  const std::vector<const Value*>& inputs_;
+  const std::vector<Value*>& outputs_;
   std::vector<char>* fresh_;
   const void* state_;
   void* scratch_;

@@ -165,7 +165,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       const void* state = st.state.get();
       const std::vector<TypeShape>* types = &st.output_types;
       // Steps whose shapes depend on run-time values choose and prepare their kernel now.
-      std::string kernel_name = st.def ? st.def->name : "";
+      static const std::string kNoKernel;
+      const std::string* kernel_name = st.def ? &st.def->name : &kNoKernel;
       std::unique_ptr<Kernel> run_kernel;
       std::unique_ptr<NodeInferContext> run_infer;
       if (!st.shapes_static) {
@@ -198,7 +199,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
             }
             run_kernel = std::move(k);
             run_infer = std::move(ictx);
-            kernel_name = def->name;
+            kernel_name = &def->name;
             chosen = def;
             break;
           }
@@ -262,7 +263,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         const double start = control->elapsed_us();
         kernel->run(ctx);
         profile->events.push_back({node.name.empty() ? node.op_type : node.name, node.fused_op(),
-                                   kernel_name, start, control->elapsed_us() - start,
+                                   *kernel_name, start, control->elapsed_us() - start,
                                    run_infer ? run_infer->reference : st.reference});
       } else {
         kernel->run(ctx);

@@ -1,6 +1,7 @@
 // Broadcasting binary ops (Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, comparisons, logic).
 // f32/bf16 with a same-shaped first operand run on oneDNN's binary primitive; the reference
 // loop covers every dtype and broadcast pattern.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -13,6 +14,17 @@
 
 namespace volt {
 namespace {
+
+// Whether `x` (leading 1s aside) is the trailing part of `out`, so that it repeats whole along
+// the leading axes.
+inline bool repeats_along_tail(const Shape& x, const Shape& out) {
+  size_t first = 0;
+  while (first < x.size() && x[first] == 1) ++first;
+  const size_t k = x.size() - first;
+  if (k == 0 || k > out.size()) return false;
+  return std::equal(x.begin() + static_cast<std::ptrdiff_t>(first), x.end(),
+                    out.end() - static_cast<std::ptrdiff_t>(k));
+}
 
 // Applies out[i] = f(a[ia], b[ib]) over the broadcast of a and b, one output row at a time:
 // the innermost loop has stride 0 or 1 in each operand, which the compiler vectorizes.
@@ -36,7 +48,25 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
     });
     return;
   }
+  // One operand whole, the other repeating along the trailing axes (a bias, a per-channel
+  // scale of channels-last data): no index arithmetic, no stride vectors.
   const Shape& os = out.shape();
+  if (a.shape() == os && repeats_along_tail(b.shape(), os)) {
+    const int64_t period = b.numel();
+    parallel_chunks(n / period, std::max<int64_t>(1, 32768 / period), [&](int64_t lo, int64_t hi) {
+      for (int64_t row = lo; row < hi; ++row)
+        for (int64_t j = 0; j < period; ++j) po[row * period + j] = f(pa[row * period + j], pb[j]);
+    });
+    return;
+  }
+  if (b.shape() == os && repeats_along_tail(a.shape(), os)) {
+    const int64_t period = a.numel();
+    parallel_chunks(n / period, std::max<int64_t>(1, 32768 / period), [&](int64_t lo, int64_t hi) {
+      for (int64_t row = lo; row < hi; ++row)
+        for (int64_t j = 0; j < period; ++j) po[row * period + j] = f(pa[j], pb[row * period + j]);
+    });
+    return;
+  }
   const size_t r = os.size();
   const auto sa = broadcast_strides(a.shape(), os), sb = broadcast_strides(b.shape(), os);
   const int64_t inner = os[r - 1], ia = sa[r - 1], ib = sb[r - 1];

@@ -194,3 +194,25 @@ TEST(ReferenceVsDnnl, BatchNormalization) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// The binary loop's fast path for an operand repeating along the trailing axes (a bias), on
+// either side of a non-commutative op, against the definition.
+TEST(BinaryLoop, TrailingBroadcastOnEitherSide) {
+  std::mt19937 rng(31);
+  const Tensor a = random_double({2, 3, 5}, rng), b = random_double({1, 3, 5}, rng),
+               c = random_double({5}, rng);
+  for (DType dt : {DType::Double, DType::Float}) {
+    const Tensor ab = run_op("Sub", {a, b}, dt), ca = run_op("Sub", {c, a}, dt);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = a.data<double>()[i];
+      EXPECT_NEAR(ab.data<double>()[i], x - b.data<double>()[i % 15], 1e-6);
+      EXPECT_NEAR(ca.data<double>()[i], c.data<double>()[i % 5] - x, 1e-6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace volt

@@ -51,29 +51,25 @@ def _convert_graph(g, boundary):
             if v.type.tensor_type.elem_type == TensorProto.FLOAT:
                 v.type.tensor_type.elem_type = TensorProto.FLOAT16
         return
-    casts_in = []
-    for v in g.input:
-        if v.type.tensor_type.elem_type != TensorProto.FLOAT:
-            continue
-        half = v.name + "_fp16"
+
+    def rename(old, new, outputs):
         for n in g.node:
-            for i, x in enumerate(n.input):
-                if x == v.name:
-                    n.input[i] = half
-        casts_in.append(helper.make_node("Cast", [v.name], [half], to=TensorProto.FLOAT16, name=half))
-    casts_out = []
-    for v in g.output:
-        if v.type.tensor_type.elem_type != TensorProto.FLOAT:
-            continue
-        half = v.name + "_fp16"
-        for n in g.node:
-            for i, x in enumerate(n.output):
-                if x == v.name:
-                    n.output[i] = half
-            for i, x in enumerate(n.input):
-                if x == v.name:
-                    n.input[i] = half
-        casts_out.append(helper.make_node("Cast", [half], [v.name], to=TensorProto.FLOAT, name=v.name + "_cast"))
+            fields = (n.input, n.output) if outputs else (n.input,)
+            for names in fields:
+                for i, x in enumerate(names):
+                    if x == old:
+                        names[i] = new
+
+    floats = lambda vs: [v for v in vs if v.type.tensor_type.elem_type == TensorProto.FLOAT]
+    casts_in, casts_out = [], []
+    for v in floats(g.input):
+        rename(v.name, v.name + "_fp16", False)
+        casts_in.append(helper.make_node("Cast", [v.name], [v.name + "_fp16"], to=TensorProto.FLOAT16,
+                                         name=v.name + "_fp16"))
+    for v in floats(g.output):
+        rename(v.name, v.name + "_fp16", True)
+        casts_out.append(helper.make_node("Cast", [v.name + "_fp16"], [v.name], to=TensorProto.FLOAT,
+                                          name=v.name + "_cast"))
     nodes = casts_in + list(g.node) + casts_out
     del g.node[:]
     g.node.extend(nodes)

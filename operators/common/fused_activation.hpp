@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "runtime/error.hpp"
 #include "runtime/graph.hpp"
@@ -39,29 +40,20 @@ struct FusedActivation {
     FusedActivation a;
     const std::string k = n.attr_string(prefix + "activation", "");
     if (k.empty()) return a;
-    if (k == "Relu")
-      a.kind = Kind::Relu;
-    else if (k == "LeakyRelu")
-      a.kind = Kind::LeakyRelu;
-    else if (k == "Clip")
-      a.kind = Kind::Clip;
-    else if (k == "Gelu")
-      a.kind = Kind::Gelu;
-    else if (k == "GeluTanh")
-      a.kind = Kind::GeluTanh;
-    else if (k == "Sigmoid")
-      a.kind = Kind::Sigmoid;
-    else if (k == "Tanh")
-      a.kind = Kind::Tanh;
-    else if (k == "Elu")
-      a.kind = Kind::Elu;
-    else if (k == "HardSigmoid")
-      a.kind = Kind::HardSigmoid;
-    else if (k == "Swish")
-      a.kind = Kind::Swish;
-    else if (k == "HardSwish")
-      a.kind = Kind::HardSwish;
-    else
+    static const std::pair<const char*, Kind> kNames[] = {{"Relu", Kind::Relu},
+                                                          {"LeakyRelu", Kind::LeakyRelu},
+                                                          {"Clip", Kind::Clip},
+                                                          {"Gelu", Kind::Gelu},
+                                                          {"GeluTanh", Kind::GeluTanh},
+                                                          {"Sigmoid", Kind::Sigmoid},
+                                                          {"Tanh", Kind::Tanh},
+                                                          {"Elu", Kind::Elu},
+                                                          {"HardSigmoid", Kind::HardSigmoid},
+                                                          {"Swish", Kind::Swish},
+                                                          {"HardSwish", Kind::HardSwish}};
+    for (const auto& [name, kind] : kNames)
+      if (k == name) a.kind = kind;
+    if (a.kind == Kind::None)
       fail(ErrorCode::InvalidModel, n.describe() + ": unknown fused activation '" + k + "'");
     a.alpha = n.attr_float(prefix + "alpha", 0.0f);
     a.beta = n.attr_float(prefix + "beta", std::numeric_limits<float>::max());

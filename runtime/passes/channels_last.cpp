@@ -4,7 +4,8 @@
 // runs from its first convolution to its global pool with no reorder at all.
 //
 // The region: every 2-D Conv with constant float weights, and from there the pools, Resize and
-// Upsample (their scales and sizes stay in N, C, H, W order), elementwise unary ops and binary ops
+// Upsample (their scales and sizes stay in N, C, H, W order), Concat along the channels (of
+// region values only; its axis becomes 3), elementwise unary ops and binary ops
 // (both operands in the region, or one a constant scalar) that read region values. Region values
 // are renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose makes the channels-first value for
 // any other reader (and for graph outputs) under the original name, and one makes the channels-last
@@ -20,7 +21,7 @@
 namespace volt {
 namespace {
 
-enum class Role { None, Conv, Pool, Unary, Binary, Resize };
+enum class Role { None, Conv, Pool, Unary, Binary, Resize, Concat };
 
 Role role_of(const Graph& g, const Node& n) {
   if (n.domain != kOnnxDomain || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty())
@@ -42,6 +43,9 @@ Role role_of(const Graph& g, const Node& n) {
   if (pools.count(n.op_type)) return n.has_attr("volt.layout") ? Role::None : Role::Pool;
   if (n.op_type == "Resize" || n.op_type == "Upsample")
     return n.has_attr("volt.layout") ? Role::None : Role::Resize;
+  // Along the channels (SqueezeNet's fire modules, DenseNet, Inception): axis 3 channels-last.
+  if (n.op_type == "Concat" && (n.attr_int("axis", 0) == 1 || n.attr_int("axis", 0) == -3))
+    return Role::Concat;
   if (unary.count(n.op_type)) return Role::Unary;
   if (binary.count(n.op_type) && n.inputs.size() == 2) return Role::Binary;
   return Role::None;
@@ -88,6 +92,9 @@ Graph use_channels_last(const Graph& graph) {
         case Role::Resize:
           ok = region_value(n.inputs[0]);
           break;
+        case Role::Concat:
+          for (const std::string& v : n.inputs) ok = ok && !v.empty() && region_value(v);
+          break;
         case Role::Binary: {
           const bool a = region_value(n.inputs[0]), b = region_value(n.inputs[1]);
           ok = (a && b) || (a && scalar_constant(graph, n.inputs[1])) ||
@@ -117,6 +124,8 @@ Graph use_channels_last(const Graph& graph) {
         return slot == 0;
       case Role::Binary:
         return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
+      case Role::Concat:
+        return true;
       case Role::None:
         return false;
     }
@@ -155,6 +164,7 @@ Graph use_channels_last(const Graph& graph) {
     n.outputs[0] = out + kChannelsLastSuffix;
     if (role[i] == Role::Conv || role[i] == Role::Pool || role[i] == Role::Resize)
       n.attributes["volt.layout"] = string_attribute("NHWC");
+    if (role[i] == Role::Concat) n.attributes["axis"].i = 3;
     const std::string name = n.name;
     g.nodes.push_back(std::move(n));
     // Channels-first for whoever else reads it.

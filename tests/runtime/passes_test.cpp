@@ -330,6 +330,31 @@ TEST(Passes, SubgraphBodiesAreOptimizedToo) {
   }
 }
 
+// A fire module (SqueezeNet): two convolutions concatenated along the channels and read by the
+// next convolution stay channels-last, the Concat along axis 3.
+TEST(Passes, ChannelConcatStaysChannelsLast) {
+  ModelBuilder b;
+  std::mt19937 rng(10);
+  b.input("x", 1, {2, 3, 6, 5}).output("y", 1, {2, 4, 6, 5});
+  b.initializer("W1", {5, 3, 1, 1}, random_values(15, rng))
+      .initializer("W2", {6, 3, 3, 3}, random_values(162, rng))
+      .initializer("W3", {4, 11, 1, 1}, random_values(44, rng));
+  b.node("Conv", {"x", "W1"}, {"a"});
+  b.node("Conv", {"x", "W2"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Concat", {"a", "c"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  b.node("Conv", {"cat", "W3"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = use_channels_last(load(bytes));
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Concat") {
+      EXPECT_EQ(n.attr_int("axis", 0), 3);
+    }
+  EXPECT_EQ(count_op(g, "Transpose"), 1);  // y leaves the region; nothing inside it
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 6, 5}, rng)}});
+}
+
 TEST(Passes, ClipWithBoundsComputedAtRunTimeIsNotFused) {
   ModelBuilder b;
   std::mt19937 rng(2);

@@ -51,19 +51,17 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
   // One operand whole, the other repeating along the trailing axes (a bias, a per-channel
   // scale of channels-last data): no index arithmetic, no stride vectors.
   const Shape& os = out.shape();
-  if (a.shape() == os && repeats_along_tail(b.shape(), os)) {
-    const int64_t period = b.numel();
+  const bool a_whole = a.shape() == os && repeats_along_tail(b.shape(), os);
+  if (a_whole || (b.shape() == os && repeats_along_tail(a.shape(), os))) {
+    const int64_t period = a_whole ? b.numel() : a.numel();
     parallel_chunks(n / period, std::max<int64_t>(1, 32768 / period), [&](int64_t lo, int64_t hi) {
-      for (int64_t row = lo; row < hi; ++row)
-        for (int64_t j = 0; j < period; ++j) po[row * period + j] = f(pa[row * period + j], pb[j]);
-    });
-    return;
-  }
-  if (b.shape() == os && repeats_along_tail(a.shape(), os)) {
-    const int64_t period = a.numel();
-    parallel_chunks(n / period, std::max<int64_t>(1, 32768 / period), [&](int64_t lo, int64_t hi) {
-      for (int64_t row = lo; row < hi; ++row)
-        for (int64_t j = 0; j < period; ++j) po[row * period + j] = f(pa[j], pb[row * period + j]);
+      for (int64_t row = lo; row < hi; ++row) {
+        const int64_t base = row * period;
+        if (a_whole)
+          for (int64_t j = 0; j < period; ++j) po[base + j] = f(pa[base + j], pb[j]);
+        else
+          for (int64_t j = 0; j < period; ++j) po[base + j] = f(pa[j], pb[base + j]);
+      }
     });
     return;
   }

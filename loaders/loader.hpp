@@ -21,9 +21,11 @@ Model load_model_from_bytes(const void* data, size_t size, const std::string& so
 // OptionalProto, chosen by `kind`.
 Value read_value_pb(const std::string& path, ValueInfo::Kind kind);
 
-// Writes `original_bytes` (a ModelProto) with every initializer replaced by `initializers`; when
-// they hold more than `external_above` bytes in all, their data goes to OUT.data beside it (ONNX
-// external data: protobuf cannot hold over 2 GiB). The model file is replaced atomically.
+// Writes `original_bytes` (a ModelProto) with every initializer replaced by `initializers`; a
+// tensor named like a Constant node's output or like an initializer of a subgraph replaces that
+// one in place. When the main graph's weights hold more than `external_above` bytes in all, their
+// data goes to OUT.data beside it (ONNX external data: protobuf cannot hold over 2 GiB). The
+// model file is replaced atomically.
 constexpr size_t kExportExternalAbove = size_t{3} << 29;  // 1.5 GiB
 void write_model_with_weights(const std::string& original_bytes, const std::string& source,
                               const std::map<std::string, Tensor>& initializers,

@@ -1,13 +1,15 @@
 // Writes a model back to ONNX: the original ModelProto with its initializers replaced by given
-// tensors (trained weights). Weights over 1.5 GiB in all (by default) go to an external data file
-// next to the model, since protobuf cannot hold more than 2 GiB. The model is written to a
-// temporary file and renamed.
+// tensors (trained weights); a tensor named like a Constant node's output, or like an
+// initializer of a subgraph, replaces that one instead. Weights over 1.5 GiB in all (by default) go
+// to an external data file next to the model, since protobuf cannot hold more than 2 GiB. The model
+// is written to a temporary file and renamed.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "loaders/loader.hpp"
 #include "onnx/onnx_pb.h"
@@ -44,6 +46,36 @@ void atomic_write(const std::string& path, const std::string& bytes) {
   }
 }
 
+// Replaces, in `g` and its subgraphs, the Constant nodes and (below the main graph) the
+// initializers named like an entry of `tensors`; records the names replaced.
+void replace_nested(onnx::GraphProto& g, const std::map<std::string, Tensor>& tensors, bool top,
+                    std::set<std::string>& replaced) {
+  if (!top)
+    for (auto& p : *g.mutable_initializer()) {
+      auto it = tensors.find(p.name());
+      if (it == tensors.end()) continue;
+      const std::string name = p.name();  // fill_proto clears p
+      fill_proto(p, name, it->second, true);
+      replaced.insert(p.name());
+    }
+  for (auto& n : *g.mutable_node()) {
+    const bool constant = n.op_type() == "Constant" &&
+                          (n.domain().empty() || n.domain() == "ai.onnx") && n.output_size() == 1;
+    for (auto& a : *n.mutable_attribute()) {
+      if (constant && a.name() == "value" && a.has_t()) {
+        auto it = tensors.find(n.output(0));
+        if (it != tensors.end()) {
+          const std::string name = a.t().name();
+          fill_proto(*a.mutable_t(), name, it->second, true);
+          replaced.insert(n.output(0));
+        }
+      }
+      if (a.has_g()) replace_nested(*a.mutable_g(), tensors, false, replaced);
+      for (auto& sg : *a.mutable_graphs()) replace_nested(sg, tensors, false, replaced);
+    }
+  }
+}
+
 }  // namespace
 
 void write_model_with_weights(const std::string& original_bytes, const std::string& source,
@@ -53,8 +85,18 @@ void write_model_with_weights(const std::string& original_bytes, const std::stri
   VOLT_CHECK(proto.ParseFromString(original_bytes), InvalidModel,
              source + ": cannot re-read the model to export it");
   auto* g = proto.mutable_graph();
+  // Values the trainer took from Constant nodes or from subgraphs go back there; the rest are
+  // the main graph's initializers.
+  std::set<std::string> nested;
+  replace_nested(*g, initializers, true, nested);
+  std::set<std::string> main_names;
+  for (const auto& p : g->initializer()) main_names.insert(p.name());
+  for (const auto& s : g->sparse_initializer()) main_names.insert(s.values().name());
+  std::map<std::string, Tensor> main;
+  for (const auto& [name, t] : initializers)
+    if (!nested.count(name) || main_names.count(name)) main[name] = t;
   size_t total = 0;
-  for (const auto& [_, t] : initializers) total += t.nbytes();
+  for (const auto& [_, t] : main) total += t.nbytes();
   const bool external = total > external_above;
   const std::filesystem::path out(out_path);
   const std::string data_name = out.filename().string() + ".data";
@@ -69,11 +111,11 @@ void write_model_with_weights(const std::string& original_bytes, const std::stri
   // Dense initializers replace the sparse ones they came from.
   google::protobuf::RepeatedPtrField<onnx::SparseTensorProto> kept_sparse;
   for (const auto& s : g->sparse_initializer())
-    if (!initializers.count(s.values().name())) *kept_sparse.Add() = s;
+    if (!main.count(s.values().name())) *kept_sparse.Add() = s;
   *g->mutable_sparse_initializer() = std::move(kept_sparse);
   g->clear_initializer();
   int64_t offset = 0;
-  for (const auto& [name, t] : initializers) {
+  for (const auto& [name, t] : main) {
     onnx::TensorProto* p = g->add_initializer();
     const bool to_file = external && t.dtype() != DType::String;
     fill_proto(*p, name, t, !to_file);

@@ -70,6 +70,24 @@ class ModelBuilder {
     for (int64_t v : values) t->add_int64_data(v);
     return *this;
   }
+  // Makes `n` a Constant holding a float tensor.
+  static void set_float_tensor(onnx::NodeProto& n, const std::string& key,
+                               const std::vector<int64_t>& dims, const std::vector<float>& values) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::TENSOR);
+    auto* t = a->mutable_t();
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+  }
+  // A subgraph attribute (If's branches, Loop's body): the graph another builder made.
+  static void set_graph(onnx::NodeProto& n, const std::string& key, const ModelBuilder& body) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    *a->mutable_g() = body.m_.graph();
+  }
   onnx::ModelProto& proto() { return m_; }
   std::string bytes() const { return m_.SerializeAsString(); }
   void save(const std::string& path) const {

@@ -24,7 +24,22 @@ GradFn grad_fn_of(const Node& n) {
                                                       {"Sin", GradFn::Sin},
                                                       {"Cos", GradFn::Cos},
                                                       {"Clip", GradFn::Clip},
-                                                      {"Gelu", GradFn::Gelu}};
+                                                      {"Gelu", GradFn::Gelu},
+                                                      {"HardSigmoid", GradFn::HardSigmoid},
+                                                      {"HardSwish", GradFn::HardSwish},
+                                                      {"Celu", GradFn::Celu},
+                                                      {"Softsign", GradFn::Softsign},
+                                                      {"ThresholdedRelu", GradFn::ThresholdedRelu},
+                                                      {"Shrink", GradFn::Shrink},
+                                                      {"Tan", GradFn::Tan},
+                                                      {"Asin", GradFn::Asin},
+                                                      {"Acos", GradFn::Acos},
+                                                      {"Atan", GradFn::Atan},
+                                                      {"Sinh", GradFn::Sinh},
+                                                      {"Cosh", GradFn::Cosh},
+                                                      {"Asinh", GradFn::Asinh},
+                                                      {"Acosh", GradFn::Acosh},
+                                                      {"Atanh", GradFn::Atanh}};
   const std::string f = n.attr_string("fn", "");
   auto it = names.find(f);
   VOLT_CHECK(it != names.end(), InvalidModel, n.describe() + ": no derivative for '" + f + "'");
@@ -34,7 +49,11 @@ GradFn grad_fn_of(const Node& n) {
 }
 
 float grad_fn_alpha(const Node& n, GradFn f) {
-  return n.attr_float("alpha", f == GradFn::LeakyRelu ? 0.01f : 1.0f);
+  const float fallback = f == GradFn::LeakyRelu     ? 0.01f
+                         : f == GradFn::HardSigmoid ? 0.2f
+                         : f == GradFn::Shrink      ? 0.5f
+                                                    : 1.0f;
+  return n.attr_float("alpha", fallback);
 }
 
 }  // namespace volt

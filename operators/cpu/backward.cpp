@@ -38,14 +38,17 @@ Shape shape_from(const Tensor& t, const Node& node) {
   return to_int64_vector(t, node, "shape");
 }
 
+// Output 0 is typed like input 0 and shaped by the values of input `shape_input`, when known.
+void infer_shaped_by(InferContext& ctx, size_t shape_input) {
+  const Tensor* s = ctx.input_tensor(shape_input);
+  if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
+  ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
+}
+
 class SumToShape final : public Kernel {
  public:
   explicit SumToShape(const Node&) {}
-  void infer(InferContext& ctx) const override {
-    const Tensor* s = ctx.input_tensor(1);
-    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
-    ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
-  }
+  void infer(InferContext& ctx) const override { infer_shaped_by(ctx, 1); }
   void run(RunContext& ctx) const override {
     const Tensor& g = ctx.input(0);
     Tensor& out = ctx.output(0);
@@ -137,6 +140,21 @@ inline C derivative(C x, C y, C alpha) {
     const C c = std::sqrt(2 / pi), u = c * (x + C(0.044715) * x * x * x), t = std::tanh(u);
     return C(0.5) * (1 + t) + C(0.5) * x * (1 - t * t) * c * (1 + 3 * C(0.044715) * x * x);
   }
+  if constexpr (F == Fn::HardSigmoid) return y > 0 && y < 1 ? alpha : C(0);
+  if constexpr (F == Fn::HardSwish) return x < -3 ? C(0) : (x > 3 ? C(1) : x / 3 + C(0.5));
+  if constexpr (F == Fn::Celu) return x >= 0 ? C(1) : std::exp(x / alpha);
+  if constexpr (F == Fn::Softsign) return 1 / ((1 + std::abs(x)) * (1 + std::abs(x)));
+  if constexpr (F == Fn::ThresholdedRelu) return x > alpha ? C(1) : C(0);
+  if constexpr (F == Fn::Shrink) return x < -alpha || x > alpha ? C(1) : C(0);
+  if constexpr (F == Fn::Tan) return 1 + y * y;
+  if constexpr (F == Fn::Asin) return 1 / std::sqrt(1 - x * x);
+  if constexpr (F == Fn::Acos) return -1 / std::sqrt(1 - x * x);
+  if constexpr (F == Fn::Atan) return 1 / (1 + x * x);
+  if constexpr (F == Fn::Sinh) return std::cosh(x);
+  if constexpr (F == Fn::Cosh) return std::sinh(x);
+  if constexpr (F == Fn::Asinh) return 1 / std::sqrt(x * x + 1);
+  if constexpr (F == Fn::Acosh) return 1 / std::sqrt(x * x - 1);
+  if constexpr (F == Fn::Atanh) return 1 / (1 - x * x);
   return C(0);
 }
 
@@ -164,6 +182,21 @@ __attribute__((always_inline)) inline void with_fn(Fn f, Body body) {
     VOLT_FN_CASE(Clip)
     VOLT_FN_CASE(Gelu)
     VOLT_FN_CASE(GeluTanh)
+    VOLT_FN_CASE(HardSigmoid)
+    VOLT_FN_CASE(HardSwish)
+    VOLT_FN_CASE(Celu)
+    VOLT_FN_CASE(Softsign)
+    VOLT_FN_CASE(ThresholdedRelu)
+    VOLT_FN_CASE(Shrink)
+    VOLT_FN_CASE(Tan)
+    VOLT_FN_CASE(Asin)
+    VOLT_FN_CASE(Acos)
+    VOLT_FN_CASE(Atan)
+    VOLT_FN_CASE(Sinh)
+    VOLT_FN_CASE(Cosh)
+    VOLT_FN_CASE(Asinh)
+    VOLT_FN_CASE(Acosh)
+    VOLT_FN_CASE(Atanh)
 #undef VOLT_FN_CASE
   }
 }
@@ -332,11 +365,7 @@ class MatMulGrad final : public Kernel {
 class GatherGrad final : public Kernel {
  public:
   explicit GatherGrad(const Node& n) : axis_(n.attr_int("axis", 0)) {}
-  void infer(InferContext& ctx) const override {
-    const Tensor* s = ctx.input_tensor(2);
-    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
-    ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
-  }
+  void infer(InferContext& ctx) const override { infer_shaped_by(ctx, 2); }
   void run(RunContext& ctx) const override {
     const Shape data = shape_from(ctx.input(2), ctx.node());
     const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
@@ -383,11 +412,7 @@ class ReduceGrad final : public Kernel {
         noop_(n.attr_int("noop_with_empty_axes", 0) != 0),
         mean_(n.attr_int("mean", 0) != 0),
         attr_axes_(n.attr_ints("axes")) {}
-  void infer(InferContext& ctx) const override {
-    const Tensor* s = ctx.input_tensor(1);
-    if (!s) return ctx.set_output_unknown(0, ctx.dtype(0));
-    ctx.set_output(0, ctx.dtype(0), shape_from(*s, ctx.node()));
-  }
+  void infer(InferContext& ctx) const override { infer_shaped_by(ctx, 1); }
   void run(RunContext& ctx) const override {
     const Shape x = shape_from(ctx.input(1), ctx.node());
     std::vector<int64_t> axes =
@@ -548,6 +573,65 @@ class DropoutGrad final : public Kernel {
   }
 };
 
+// The gradient of Tile: each element of x receives the sum of its copies. Inputs (dy, shape of x).
+class TileGrad final : public Kernel {
+ public:
+  explicit TileGrad(const Node&) {}
+  void infer(InferContext& ctx) const override { infer_shaped_by(ctx, 1); }
+  void run(RunContext& ctx) const override {
+    const Shape x = shape_from(ctx.input(1), ctx.node());
+    const Shape& y = ctx.input(0).shape();
+    VOLT_CHECK(x.size() == y.size(), InvalidModel,
+               ctx.node().describe() + ": TileGrad: ranks differ");
+    const auto dy = to_doubles(ctx.input(0));
+    std::vector<double> dx(static_cast<size_t>(numel_of(x)), 0.0);
+    std::vector<int64_t> at(y.size(), 0);
+    for (size_t e = 0; e < dy.size(); ++e) {
+      int64_t off = 0;
+      for (size_t d = 0; d < x.size(); ++d) off = off * x[d] + at[d] % x[d];
+      dx[static_cast<size_t>(off)] += dy[e];
+      for (size_t d = y.size(); d-- > 0;) {
+        if (++at[d] < y[d]) break;
+        at[d] = 0;
+      }
+    }
+    from_doubles(ctx.output(0), dx);
+  }
+};
+
+// The gradient of DepthToSpace in CRD mode (DCR's is SpaceToDepth):
+// dx[n, c*b*b + i*b + j, h, w] = dy[n, c, h*b + i, w*b + j].
+class DepthToSpaceGrad final : public Kernel {
+ public:
+  explicit DepthToSpaceGrad(const Node& n) : b_(n.attr_int("blocksize", 0)) {}
+  void infer(InferContext& ctx) const override {
+    const Shape& y = ctx.shape(0);
+    if (y.size() != 4 || b_ <= 0) return ctx.set_output_unknown(0, ctx.dtype(0));
+    ctx.set_output(0, ctx.dtype(0), {y[0], y[1] * b_ * b_, y[2] / b_, y[3] / b_});
+  }
+  void run(RunContext& ctx) const override {
+    const Shape& y = ctx.input(0).shape();
+    VOLT_CHECK(y.size() == 4 && b_ > 0 && y[2] % b_ == 0 && y[3] % b_ == 0, InvalidModel,
+               ctx.node().describe() + ": DepthToSpaceGrad: bad shape or blocksize");
+    const int64_t N = y[0], C = y[1], H = y[2] / b_, W = y[3] / b_;
+    const auto dy = to_doubles(ctx.input(0));
+    std::vector<double> dx(dy.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t i = 0; i < b_; ++i)
+          for (int64_t j = 0; j < b_; ++j)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t w = 0; w < W; ++w)
+                dx[static_cast<size_t>((((n * C + c) * b_ + i) * b_ + j) * H * W + h * W + w)] =
+                    dy[static_cast<size_t>(((n * C + c) * H * b_ + h * b_ + i) * W * b_ + w * b_ +
+                                           j)];
+    from_doubles(ctx.output(0), dx);
+  }
+
+ private:
+  int64_t b_;
+};
+
 }  // namespace
 
 VOLT_REGISTER_KERNEL(sum_to_shape, volt_kernel("SumToShape", make_kernel<SumToShape>));
@@ -566,6 +650,9 @@ VOLT_REGISTER_KERNEL(gather_grad, volt_kernel("GatherGrad", make_kernel<GatherGr
 VOLT_REGISTER_KERNEL(reduce_grad, volt_kernel("ReduceGrad", make_kernel<ReduceGrad>));
 VOLT_REGISTER_KERNEL(softmax_grad, volt_kernel("SoftmaxGrad", make_kernel<SoftmaxGrad>));
 VOLT_REGISTER_KERNEL(loss_grad, volt_kernel("LossGrad", make_kernel<LossGrad>));
+VOLT_REGISTER_KERNEL(tile_grad, volt_kernel("TileGrad", make_kernel<TileGrad>));
+VOLT_REGISTER_KERNEL(depth_to_space_grad,
+                     volt_kernel("DepthToSpaceGrad", make_kernel<DepthToSpaceGrad>));
 VOLT_REGISTER_KERNEL(dropout_grad, volt_kernel("DropoutGrad", make_kernel<DropoutGrad>));
 
 }  // namespace volt

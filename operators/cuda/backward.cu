@@ -52,6 +52,36 @@ __device__ inline float derivative(GradFn f, float x, float y, float alpha) {
       const float c = sqrtf(2.f / kPi), u = c * (x + 0.044715f * x * x * x), t = tanhf(u);
       return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * 0.044715f * x * x);
     }
+    case GradFn::HardSigmoid:
+      return y > 0.f && y < 1.f ? alpha : 0.f;
+    case GradFn::HardSwish:
+      return x < -3.f ? 0.f : (x > 3.f ? 1.f : x / 3.f + 0.5f);
+    case GradFn::Celu:
+      return x >= 0.f ? 1.f : expf(x / alpha);
+    case GradFn::Softsign:
+      return 1.f / ((1.f + fabsf(x)) * (1.f + fabsf(x)));
+    case GradFn::ThresholdedRelu:
+      return x > alpha ? 1.f : 0.f;
+    case GradFn::Shrink:
+      return x < -alpha || x > alpha ? 1.f : 0.f;
+    case GradFn::Tan:
+      return 1.f + y * y;
+    case GradFn::Asin:
+      return rsqrtf(1.f - x * x);
+    case GradFn::Acos:
+      return -rsqrtf(1.f - x * x);
+    case GradFn::Atan:
+      return 1.f / (1.f + x * x);
+    case GradFn::Sinh:
+      return coshf(x);
+    case GradFn::Cosh:
+      return sinhf(x);
+    case GradFn::Asinh:
+      return rsqrtf(x * x + 1.f);
+    case GradFn::Acosh:
+      return rsqrtf(x * x - 1.f);
+    case GradFn::Atanh:
+      return 1.f / (1.f - x * x);
   }
   return 0.f;
 }

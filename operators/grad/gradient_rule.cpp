@@ -2,19 +2,26 @@
 
 namespace volt {
 namespace {
-std::map<std::pair<std::string, std::string>, GradientRule>& rules() {
-  static std::map<std::pair<std::string, std::string>, GradientRule> r;
+std::map<std::pair<std::string, std::string>, GradientRuleEntry>& rules() {
+  static std::map<std::pair<std::string, std::string>, GradientRuleEntry> r;
   return r;
 }
 }  // namespace
 
-void register_gradient_rule(const std::string& domain, const std::string& op, GradientRule rule) {
-  rules()[{canonical_domain(domain), op}] = std::move(rule);
+void register_gradient_rule(const std::string& domain, const std::string& op, GradientRule rule,
+                            Differentiable differentiable) {
+  rules()[{canonical_domain(domain), op}] = {std::move(rule), std::move(differentiable)};
 }
 
-const GradientRule* find_gradient_rule(const std::string& domain, const std::string& op) {
+const GradientRuleEntry* find_gradient_rule(const std::string& domain, const std::string& op) {
   auto it = rules().find({canonical_domain(domain), op});
   return it == rules().end() ? nullptr : &it->second;
+}
+
+std::vector<std::pair<std::string, std::string>> gradient_rule_ops() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, _] : rules()) out.push_back(key);
+  return out;
 }
 
 Attribute int_attr(int64_t v) {

@@ -4,6 +4,7 @@
 // memory-planned and run like any other. The engine that walks the graph is
 // runtime/training/autodiff.cpp.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -14,6 +15,16 @@
 #include "runtime/graph.hpp"
 
 namespace volt {
+
+// What to differentiate: y (seeded with dL/dy, "" meaning ones shaped like y; more outputs and
+// their seeds in `also`) with respect to `wrt`. Backward nodes are named from `prefix`.
+struct GradientRequest {
+  std::string y;
+  std::string seed;
+  std::vector<std::string> wrt;
+  std::vector<std::pair<std::string, std::string>> also = {};
+  std::string prefix = "grad/";
+};
 
 class GradEmitter {
  public:
@@ -42,6 +53,15 @@ class GradEmitter {
   // Adds an initializer holding `t`.
   virtual std::string constant(const Tensor& t) = 0;
 
+  // Values the node's subgraphs read from the enclosing scopes (If, Loop, Scan bodies).
+  virtual std::vector<std::string> captures() const = 0;
+  // Whether a captured value leads back to a value a gradient is asked for; adds to its gradient.
+  virtual bool needs_grad_of(const std::string& value) const = 0;
+  virtual void add_grad(const std::string& value, const std::string& grad) = 0;
+  // Differentiates a subgraph of the node (a copy the rule owns): appends the backward nodes to
+  // `body` and returns the gradients of `request.wrt` (see runtime/training/autodiff.hpp).
+  virtual std::vector<std::string> differentiate(Graph& body, const GradientRequest& request) = 0;
+
   // Helpers.
   std::string emit1(const std::string& op, const std::vector<std::string>& inputs,
                     std::map<std::string, Attribute> attrs = {},
@@ -63,18 +83,57 @@ class GradEmitter {
 
 using GradientRule = std::function<void(GradEmitter&)>;
 
+// Which inputs of an op carry a gradient. Shapes, indices, axes, conditions and the like do not
+// (a value that reaches the loss only through them is not trainable); neither do the inputs of
+// ops whose derivative is zero almost everywhere (Floor, Sign, comparisons). A rule must give a
+// gradient to every differentiable input that needs one: autodiff checks it.
+struct Differentiable {
+  static Differentiable all() { return {true, {}, false}; }
+  static Differentiable inputs(std::vector<size_t> listed, bool captures = false) {
+    return {false, std::move(listed), captures};
+  }
+  static Differentiable none() { return {false, {}, false}; }
+  bool input(size_t i) const {
+    return every || std::find(listed.begin(), listed.end(), i) != listed.end();
+  }
+  bool every = true;
+  std::vector<size_t> listed;
+  bool captured = false;  // values the node's subgraphs capture (If)
+};
+
+struct GradientRuleEntry {
+  GradientRule rule;
+  Differentiable differentiable;
+};
+
 // Registration at the bottom of each rule file, like kernels.
-void register_gradient_rule(const std::string& domain, const std::string& op, GradientRule rule);
-const GradientRule* find_gradient_rule(const std::string& domain, const std::string& op);
+void register_gradient_rule(const std::string& domain, const std::string& op, GradientRule rule,
+                            Differentiable differentiable = Differentiable::all());
+const GradientRuleEntry* find_gradient_rule(const std::string& domain, const std::string& op);
+// Every registered (domain, op), for the tests that enumerate them.
+std::vector<std::pair<std::string, std::string>> gradient_rule_ops();
 
 struct GradientRuleRegistrar {
-  GradientRuleRegistrar(const std::string& domain, const std::string& op, GradientRule rule) {
-    register_gradient_rule(domain, op, std::move(rule));
+  GradientRuleRegistrar(const std::string& domain, const std::string& op, GradientRule rule,
+                        Differentiable differentiable = Differentiable::all()) {
+    register_gradient_rule(domain, op, std::move(rule), std::move(differentiable));
   }
 };
+// A rule whose every input is differentiable.
 #define VOLT_REGISTER_GRADIENT(id, op, ...)                                 \
   static const ::volt::GradientRuleRegistrar volt_gradient_registrar_##id { \
     ::volt::kOnnxDomain, op, __VA_ARGS__                                    \
+  }
+// A rule for the listed inputs only: VOLT_REGISTER_GRADIENT_OF(id, op, {0, 2}, rule).
+#define VOLT_REGISTER_GRADIENT_OF(id, op, listed, ...)                          \
+  static const ::volt::GradientRuleRegistrar volt_gradient_registrar_##id {     \
+    ::volt::kOnnxDomain, op, __VA_ARGS__, ::volt::Differentiable::inputs listed \
+  }
+// An op whose derivative is zero almost everywhere (or whose outputs are not numbers): declared,
+// so that it is neither an error nor a path for gradients.
+#define VOLT_REGISTER_ZERO_GRADIENT(id, op)                                              \
+  static const ::volt::GradientRuleRegistrar volt_gradient_registrar_##id {              \
+    ::volt::kOnnxDomain, op, [](::volt::GradEmitter&) {}, ::volt::Differentiable::none() \
   }
 
 // Attribute constructors for rules.

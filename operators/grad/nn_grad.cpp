@@ -123,10 +123,10 @@ VOLT_REGISTER_GRADIENT(max_pool, "MaxPool", pool("max", false));
 VOLT_REGISTER_GRADIENT(average_pool, "AveragePool", pool("average", false));
 VOLT_REGISTER_GRADIENT(global_average_pool, "GlobalAveragePool", pool("average", true));
 VOLT_REGISTER_GRADIENT(global_max_pool, "GlobalMaxPool", pool("max", true));
-VOLT_REGISTER_GRADIENT(batch_norm, "BatchNormalization", batch_norm);
+VOLT_REGISTER_GRADIENT_OF(batch_norm, "BatchNormalization", ({0, 1, 2}), batch_norm);
 VOLT_REGISTER_GRADIENT(layer_norm, "LayerNormalization", layer_norm);
-VOLT_REGISTER_GRADIENT(slice, "Slice", slice);
-VOLT_REGISTER_GRADIENT(resize, "Resize", resize(false));
-VOLT_REGISTER_GRADIENT(upsample, "Upsample", resize(true));
+VOLT_REGISTER_GRADIENT_OF(slice, "Slice", ({0}), slice);
+VOLT_REGISTER_GRADIENT_OF(resize, "Resize", ({0}), resize(false));
+VOLT_REGISTER_GRADIENT_OF(upsample, "Upsample", ({0}), resize(true));
 
 }  // namespace volt

@@ -20,6 +20,7 @@ Graph expand_gradient_ops(const Graph& graph) {
     GradientRequest req;
     req.y = n.attr_string("y", "");
     req.wrt = n.attr_strings("xs");
+    req.prefix = "grad/" + n.name + "/";  // several Gradient nodes: distinct backward names
     const auto grads = append_gradients(g, req, n.describe());
     for (size_t i = 0; i < grads.size() && i < n.outputs.size(); ++i) {
       Node id;

@@ -22,6 +22,7 @@
 #include "runtime/training/checkpoint.hpp"
 #include "runtime/training/loss_scaler.hpp"
 #include "runtime/training/optimizer.hpp"
+#include "runtime/training/parameters.hpp"
 #include "runtime/training/train_config.hpp"
 
 namespace volt {
@@ -128,6 +129,12 @@ struct Trainer::Impl {
                  path + ": the label input '" + cfg.label +
                      "' collides with a model input; set the 'label' option");
 
+    if (const Node* q = first_quantized_node(g))
+      fail(ErrorCode::InvalidArgument,
+           path + ": " + q->describe() + ": the model is quantized (" + q->op_type +
+               "), and a quantized model cannot be fine-tuned; fine-tune the float model, then "
+               "quantize it");
+    lift_parameters(model.graph, cfg.trainable);
     for (auto& [name, t] : model.graph.initializers) {
       if (!is_float(t.dtype())) continue;
       weights[name] = t.clone();
@@ -135,12 +142,8 @@ struct Trainer::Impl {
       // a view of the mapped weights file, is released: one copy of each table, not two.
       t = weights[name];
       weight_values[name] = weights[name];
-      const bool chosen = cfg.trainable.empty() || has_prefix(name, cfg.trainable);
-      if (chosen && !has_prefix(name, cfg.freeze)) trainable.push_back(name);
     }
-    VOLT_CHECK(
-        !trainable.empty(), InvalidArgument,
-        path + ": no float initializer matches the trainable/freeze options; nothing to train");
+    choose_trainable(path);
     for (const auto& name : trainable)
       VOLT_CHECK(!mixed || weights.at(name).dtype() == DType::Float, InvalidArgument,
                  path + ": precision mixed_fp16 keeps fp32 master weights, and '" + name + "' is " +
@@ -154,6 +157,60 @@ struct Trainer::Impl {
     ev.outputs = {output_info(eval_loss)};
     eval = runner(std::move(ev));
     train_graphs[{}] = build_training({});
+  }
+
+  // The weights to train. By default every float constant with more than one element through
+  // which a gradient reaches the loss (not shapes, indices, scales of Resize, running
+  // statistics); with `trainable` / `freeze` prefixes, the ones they choose, each of which must
+  // get a gradient: a chosen weight the loss does not depend on, or only through values
+  // without a gradient, is an error rather than a weight that silently never moves.
+  void choose_trainable(const std::string& path) {
+    Graph tr = model.graph;
+    to_training_mode(tr);
+    const std::string loss = add_loss(tr);
+    const GradientReach reach = gradient_reach(tr, loss);
+    std::set<std::string> statistics;  // updated by the steps, not by gradients
+    for (const auto& [_, init] : running_stats) statistics.insert(init);
+    for (const auto& [name, t] : weights) {
+      if (statistics.count(name)) continue;
+      const bool chosen = cfg.trainable.empty() ? default_parameter_size(t.numel())
+                                                : has_prefix(name, cfg.trainable);
+      if (!chosen || has_prefix(name, cfg.freeze)) continue;
+      if (reach.differentiable.count(name)) {
+        trainable.push_back(name);
+        continue;
+      }
+      if (cfg.trainable.empty()) continue;  // the default takes only what can learn
+      fail(ErrorCode::InvalidArgument,
+           path + ": trainable weight '" + name + "' " +
+               (reach.reaches.count(name)
+                    ? "reaches the loss only through inputs that carry no gradient (" +
+                          gradient_cuts(tr, loss, name) + ")"
+                    : "does not affect the loss (read by " + readers_of(tr, name) + ")") +
+               "; freeze it or leave it out of 'trainable'");
+    }
+    VOLT_CHECK(!trainable.empty(), InvalidArgument,
+               path +
+                   ": no float weight matches the trainable/freeze options and gets a gradient "
+                   "of the loss; nothing to train");
+  }
+
+  // The nodes that read `value` (in the graph or in its subgraphs), for messages.
+  static std::string readers_of(const Graph& g, const std::string& value) {
+    std::string out;
+    for (const Node& n : g.nodes) {
+      bool reads = std::find(n.inputs.begin(), n.inputs.end(), value) != n.inputs.end();
+      for (const auto& [_, a] : n.attributes) {
+        std::vector<std::shared_ptr<Graph>> subs = a.graphs;
+        if (a.g) subs.push_back(a.g);
+        for (const auto& sg : subs) {
+          const auto free = free_values(*sg);
+          reads = reads || std::find(free.begin(), free.end(), value) != free.end();
+        }
+      }
+      if (reads) out += (out.empty() ? "" : ", ") + n.describe();
+    }
+    return out.empty() ? "no node" : out;
   }
 
   // The model's forward graph in the training precision: with mixed_fp16, fp16 compute from fp32

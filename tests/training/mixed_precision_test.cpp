@@ -86,8 +86,10 @@ std::string overflowing_linear_model() {
 
 TEST(MixedFp16, OverflowSkipsTheStepHalvesTheScaleAndKeepsTheWeights) {
   const std::string path = overflowing_linear_model();
-  const TrainOptions options = {
-      {"loss", "mse"}, {"learning_rate", "0.001"}, {"precision", "mixed_fp16"}};
+  const TrainOptions options = {{"loss", "mse"},
+                                {"learning_rate", "0.001"},
+                                {"precision", "mixed_fp16"},
+                                {"trainable", "W"}};  // one element: not a weight by default
   Trainer tr(path, options);
   const NamedValues batch = {{"x", Tensor::from<float>({10}, {1, 1})},
                              {"label", Tensor::from<float>({0}, {1, 1})}};
@@ -113,7 +115,7 @@ TEST(MixedFp16, OverflowSkipsTheStepHalvesTheScaleAndKeepsTheWeights) {
   EXPECT_EQ(resumed.skipped_steps(), 8);
   EXPECT_EQ(resumed.steps(), 1);
   // An fp32 trainer reads the same checkpoint (the scaler's entries are not weights).
-  Trainer fp32(path, {{"loss", "mse"}, {"learning_rate", "0.001"}});
+  Trainer fp32(path, {{"loss", "mse"}, {"learning_rate", "0.001"}, {"trainable", "W"}});
   fp32.load_checkpoint(ckpt);
   EXPECT_EQ(fp32.weight("W").data<float>()[0], tr.weight("W").data<float>()[0]);
   fs::remove(ckpt);

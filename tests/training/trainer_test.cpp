@@ -190,15 +190,5 @@ TEST(Trainer, MismatchedCheckpointsAreRefusedAndChangeNothing) {
   fs::remove(path);
 }
 
-TEST(Trainer, AnOpWithoutAGradientRuleIsNamedAtCreation) {
-  ModelBuilder b;
-  b.input("x", 1, {2, 3}).output("y", 1, {2, 3}).initializer("W", {3}, {1, 2, 3});
-  b.node("Mul", {"x", "W"}, {"m"}).node("Floor", {"m"}, {"y"}, {}, "round_down");
-  const std::string path = temp("floor.onnx");
-  b.save(path);
-  EXPECT_VOLT_ERROR(Trainer(path, {{"loss", "mse"}}), NotImplemented, "round_down", "Floor");
-  fs::remove(path);
-}
-
 }  // namespace
 }  // namespace volt

@@ -121,11 +121,13 @@ void volt_session_free(volt_session* s);
 
 /* Fine-tuning. Option keys: loss (cross_entropy | mse | model_output), prediction, label,
  * optimizer (sgd | adam | adamw | adagrad), learning_rate, momentum, nesterov, beta1, beta2,
- * epsilon, weight_decay, max_grad_norm, trainable, freeze (comma-separated initializer name
- * prefixes), threads, device (cpu | cuda:N), precision (fp32 | mixed_fp16: fp16 compute, fp32
- * master weights, dynamic loss scaling), seed, sparse_gradients (auto | off: embedding tables
- * read only by Gather get row-sparse gradients), lazy_update (on | off: with row-sparse
- * gradients, update only the touched rows). An unknown key or bad value is an error. */
+ * epsilon, weight_decay, max_grad_norm, trainable, freeze (comma-separated weight name prefixes:
+ * initializers, float Constant outputs, weights inside If branches; by default every float
+ * constant with more than one element that a gradient of the loss reaches), threads, device (cpu |
+ * cuda:N), precision (fp32 | mixed_fp16: fp16 compute, fp32 master weights, dynamic loss scaling),
+ * seed, sparse_gradients (auto | off: embedding tables read only by Gather get row-sparse
+ * gradients), lazy_update (on | off: with row-sparse gradients, update only the touched rows). An
+ * unknown key or bad value is an error. */
 volt_train_options* volt_train_options_create(void);
 volt_status volt_train_options_set(volt_train_options* o, const char* key, const char* value);
 void volt_train_options_free(volt_train_options* o);

@@ -446,7 +446,9 @@ class Session {
 //   loss = cross_entropy | mse | model_output      prediction = output name (default: the first)
 //   label = name of the label input (default "label")   optimizer = sgd | adam | adamw
 //   learning_rate, momentum, nesterov, beta1, beta2, epsilon, weight_decay, max_grad_norm
-//   trainable / freeze = comma-separated initializer name prefixes
+//   trainable / freeze = comma-separated weight name prefixes (initializers, float Constant
+//     outputs, weights inside If branches); by default every float constant with more than one
+//     element that a gradient of the loss reaches
 //   threads, device (cpu | cuda:N), precision (fp32 | mixed_fp16), seed
 // device = cuda:N runs the forward and backward graphs there (ops without a CUDA kernel on the
 // host, as in inference); weights, their optimizer state and the update stay on the host.
@@ -481,7 +483,7 @@ class Trainer {
   // after 2000 clean steps) and the steps skipped for overflow. 1 and 0 in fp32.
   float loss_scale() const;
   int64_t skipped_steps() const;
-  const std::vector<std::string>& trainable() const;    // initializer names being trained
+  const std::vector<std::string>& trainable() const;    // names of the weights being trained
   const Tensor& weight(const std::string& name) const;  // current value of an initializer
 
   // Weights, optimizer state, step and learning rate, written atomically.

@@ -1,4 +1,5 @@
-// Gradient rules of the network layers: Conv, ConvTranspose, pooling, BatchNormalization,
+// Gradient rules of the network layers: Conv, ConvTranspose, pooling (max, average, Lp, and
+// MaxUnpool), BatchNormalization,
 // LayerNormalization, Slice and Resize, through volt's backward kernels.
 #include "operators/grad/gradient_rule.hpp"
 #include "runtime/error.hpp"
@@ -66,6 +67,41 @@ GradientRule pool(const char* kind, bool global) {
   };
 }
 
+// Lp pooling: y = (sum over the window of |x|^p)^(1/p), so dy/dx = sign(x) |x|^(p-1) y^(1-p).
+// The sum's adjoint is the average's (with the padding counted) times the window's size.
+void lp_pool(GradEmitter& e, bool global) {
+  if (!e.needs_grad(0)) return;
+  const Node& n = e.node();
+  const std::string x = e.input(0), y = e.output(0);
+  const float p = static_cast<float>(n.attr_int("p", 2));
+  auto power = [&](const std::string& v, float k) {
+    return e.emit1("Pow", {v, e.emit1("CastLike", {e.constant(Tensor::scalar(k)), v})});
+  };
+  const std::string local =
+      e.emit1("Mul", {e.emit1("Sign", {x}), power(e.emit1("Abs", {x}), p - 1)});
+  const std::string g = e.emit1("Mul", {e.grad_of_output(0), power(y, 1 - p)});
+  if (global) {  // one window: g broadcasts over it
+    e.set_grad(0, e.emit1("Mul", {local, g}));
+    return;
+  }
+  auto attrs = copy_attrs(n, kWindow);
+  attrs["kind"] = string_attr("average");
+  attrs["global"] = int_attr(0);
+  attrs["count_include_pad"] = int_attr(1);
+  float window = 1;
+  for (int64_t k : n.attr_ints("kernel_shape")) window *= static_cast<float>(k);
+  const std::string spread = e.emit1("PoolGrad", {e.scale(g, window), x, y}, attrs, kVoltDomain);
+  e.set_grad(0, e.emit1("Mul", {local, spread}));
+}
+
+// MaxUnpool puts x[i] at y.flat[indices[i]]: the gradient reads it back from there.
+void max_unpool(GradEmitter& e) {
+  if (!e.needs_grad(0)) return;
+  const std::string flat =
+      e.emit1("Reshape", {e.grad_of_output(0), e.constant(Tensor::from<int64_t>({-1}, {1}))});
+  e.set_grad(0, e.emit1("Gather", {flat, e.input(1)}));
+}
+
 void batch_norm(GradEmitter& e) {
   const Node& n = e.node();
   auto attrs = copy_attrs(n, {"epsilon"});
@@ -123,6 +159,9 @@ VOLT_REGISTER_GRADIENT(max_pool, "MaxPool", pool("max", false));
 VOLT_REGISTER_GRADIENT(average_pool, "AveragePool", pool("average", false));
 VOLT_REGISTER_GRADIENT(global_average_pool, "GlobalAveragePool", pool("average", true));
 VOLT_REGISTER_GRADIENT(global_max_pool, "GlobalMaxPool", pool("max", true));
+VOLT_REGISTER_GRADIENT(lp_pool, "LpPool", [](GradEmitter& e) { lp_pool(e, false); });
+VOLT_REGISTER_GRADIENT(global_lp_pool, "GlobalLpPool", [](GradEmitter& e) { lp_pool(e, true); });
+VOLT_REGISTER_GRADIENT_OF(max_unpool, "MaxUnpool", ({0}), max_unpool);
 VOLT_REGISTER_GRADIENT_OF(batch_norm, "BatchNormalization", ({0, 1, 2}), batch_norm);
 VOLT_REGISTER_GRADIENT(layer_norm, "LayerNormalization", layer_norm);
 VOLT_REGISTER_GRADIENT_OF(slice, "Slice", ({0}), slice);

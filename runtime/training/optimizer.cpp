@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/optimizer_math.hpp"
 #include "operators/common/parallel.hpp"
@@ -141,6 +142,37 @@ void apply_rule(const TrainConfig& c, Tensor& x, const Tensor& grad, Tensor* s1,
 
 }  // namespace
 
+namespace {
+
+bool sixteen_bit(const Tensor& t) {
+  return t.dtype() == DType::Float16 || t.dtype() == DType::BFloat16;
+}
+
+// Elements [begin, end) of the fp32 master copied into the 16-bit weight.
+void store_master(const Tensor& master, Tensor& x, int64_t begin, int64_t end) {
+  const float* m = master.data<float>();
+  if (x.dtype() == DType::Float16) {
+    Float16* p = x.data<Float16>();
+    for (int64_t i = begin; i < end; ++i) p[i] = Float16(m[i]);
+  } else {
+    BFloat16* p = x.data<BFloat16>();
+    for (int64_t i = begin; i < end; ++i) p[i] = BFloat16(m[i]);
+  }
+}
+
+}  // namespace
+
+// 16-bit weights are updated through an fp32 master copy with fp32 state: in their own
+// precision an update smaller than half an ulp of the weight is lost, and Adam's v (squares of
+// gradients) underflows to zero, which turns its step into m / epsilon.
+Tensor& Optimizer::updated_copy(const std::string& name, Tensor& x) {
+  if (!sixteen_bit(x)) return x;
+  auto& m = state_["master"];
+  auto it = m.find(name);
+  if (it == m.end()) it = m.emplace(name, converted(x, DType::Float)).first;
+  return it->second;
+}
+
 std::pair<Tensor*, Tensor*> Optimizer::slots_for(const std::string& name, const Tensor& x) {
   const std::string& o = c_.optimizer;
   if (o == "sgd") return {c_.momentum > 0 ? &slot("velocity", name, x) : nullptr, nullptr};
@@ -152,12 +184,14 @@ void Optimizer::step(std::map<std::string, Tensor>& params,
                      const std::map<std::string, Tensor>& grads, double lr, int64_t t) {
   for (const auto& [name, grad] : grads) {
     Tensor& x = params.at(name);
-    auto [s1, s2] = slots_for(name, x);
+    Tensor& target = updated_copy(name, x);
+    auto [s1, s2] = slots_for(name, target);
     const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
     apply_rule(
-        c_, x, grad, s1, s2, lr, t, chunks,
+        c_, target, &target == &x ? grad : converted(grad, DType::Float), s1, s2, lr, t, chunks,
         [n](int64_t k) { return std::min(kChunk, n - k * kChunk); },
         [](int64_t k) { return k * kChunk; }, [](int64_t k) { return k * kChunk; }, name);
+    if (&target != &x) store_master(target, x, 0, n);
   }
 }
 
@@ -168,11 +202,16 @@ void Optimizer::step_rows(std::map<std::string, Tensor>& params,
     Tensor& x = params.at(name);
     const int64_t width = x.dim(0) ? x.numel() / x.dim(0) : 0;
     const int64_t* rows = g.rows().data<int64_t>();
-    auto [s1, s2] = slots_for(name, x);
+    Tensor& target = updated_copy(name, x);
+    auto [s1, s2] = slots_for(name, target);
     apply_rule(
-        c_, x, g.values(), s1, s2, lr, t, g.row_count(), [width](int64_t) { return width; },
+        c_, target, &target == &x ? g.values() : converted(g.values(), DType::Float), s1, s2, lr, t,
+        g.row_count(), [width](int64_t) { return width; },
         [rows, width](int64_t k) { return rows[k] * width; },
         [width](int64_t k) { return k * width; }, name);
+    if (&target != &x)
+      for (int64_t k = 0; k < g.row_count(); ++k)
+        store_master(target, x, rows[k] * width, (rows[k] + 1) * width);
   }
 }
 
@@ -193,7 +232,9 @@ void Optimizer::load(const Checkpoint& c, const std::map<std::string, Tensor>& p
     auto p = params.find(name);
     VOLT_CHECK(p != params.end(), InvalidArgument,
                source + ": optimizer state for '" + name + "', which the model does not train");
-    VOLT_CHECK(p->second.shape() == t.shape() && p->second.dtype() == t.dtype(), InvalidArgument,
+    // 16-bit weights keep fp32 state (and an fp32 master copy).
+    const DType state_type = sixteen_bit(p->second) ? DType::Float : p->second.dtype();
+    VOLT_CHECK(p->second.shape() == t.shape() && t.dtype() == state_type, InvalidArgument,
                source + ": optimizer state '" + key + "' is " + dtype_name(t.dtype()) +
                    shape_str(t.shape()) + ", the parameter is " + dtype_name(p->second.dtype()) +
                    shape_str(p->second.shape()));

@@ -25,6 +25,9 @@ class Optimizer {
 
  private:
   Tensor& slot(const std::string& kind, const std::string& name, const Tensor& like);
+  // The tensor the rule updates: x itself, or for a 16-bit x its fp32 master copy (x is then
+  // rewritten from it after each update).
+  Tensor& updated_copy(const std::string& name, Tensor& x);
   // The state tensors the configured rule keeps for a parameter (nullptr where none).
   std::pair<Tensor*, Tensor*> slots_for(const std::string& name, const Tensor& x);
   TrainConfig c_;

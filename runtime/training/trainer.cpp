@@ -374,10 +374,22 @@ struct Trainer::Impl {
     if (cfg.loss == "model_output") return prediction;
     ValueInfo label;
     label.name = cfg.label;
+    DType predicted = DType::Undefined;
+    for (const auto& o : model.graph.outputs)
+      if (o.name == prediction) predicted = o.dtype;
+    // A 16-bit prediction (a model stored in fp16) is compared in fp32: an fp16 loss would round
+    // away the small errors fine-tuning reduces, and its square overflows past 256.
+    const bool widen = predicted == DType::Float16 || predicted == DType::BFloat16;
+    auto as_float = [&](const std::string& v) {
+      if (!widen) return v;
+      g.nodes.push_back(make_node("volt/float/" + v, "Cast", {v}, {"volt/float/" + v},
+                                  {{"to", int_attr(static_cast<int64_t>(DType::Float))}}));
+      return "volt/float/" + v;
+    };
     if (cfg.loss == "cross_entropy") {
       label.dtype = DType::Int64;
       g.initializers["volt/flat_labels"] = Tensor::from<int64_t>({-1}, {1});
-      g.nodes.push_back(make_node("volt/flatten_prediction", "Flatten", {prediction},
+      g.nodes.push_back(make_node("volt/flatten_prediction", "Flatten", {as_float(prediction)},
                                   {"volt/logits"}, {{"axis", int_attr(-1)}}));
       g.nodes.push_back(make_node("volt/flatten_label", "Reshape", {cfg.label, "volt/flat_labels"},
                                   {"volt/labels"}));
@@ -385,9 +397,9 @@ struct Trainer::Impl {
                                   {"volt/logits", "volt/labels"}, {"volt/loss"},
                                   {{"reduction", string_attr("mean")}}));
     } else {  // mse
-      for (const auto& o : model.graph.outputs)
-        if (o.name == prediction) label.dtype = o.dtype;
-      g.nodes.push_back(make_node("volt/error", "Sub", {prediction, cfg.label}, {"volt/error"}));
+      label.dtype = predicted;
+      g.nodes.push_back(make_node("volt/error", "Sub", {as_float(prediction), as_float(cfg.label)},
+                                  {"volt/error"}));
       g.nodes.push_back(
           make_node("volt/squared", "Mul", {"volt/error", "volt/error"}, {"volt/squared"}));
       g.nodes.push_back(make_node("volt/loss", "ReduceMean", {"volt/squared"}, {"volt/loss"},

@@ -167,6 +167,34 @@ GRADCHECK(UnaryOps) {
 GRADCHECK(MatMulAndGemm) {
   check({"MatMul", {rnd({3, 1, 5, 4}, -1, 1, 11), rnd({2, 4, 3}, -1, 1, 12)}, {0, 1}});
   check({"MatMul", {rnd({4}, -1, 1, 13), rnd({3, 4, 2}, -1, 1, 14)}, {0, 1}});
+  auto equation = [](const std::string& eq) {
+    return [=](onnx::NodeProto& n) { ModelBuilder::set_string(n, "equation", eq); };
+  };
+  check({"Einsum",
+         {rnd({2, 3}, -1, 1, 102), rnd({3, 4}, -1, 1, 103)},
+         {0, 1},
+         equation("ij,jk->ik"),
+         12});
+  check({"Einsum",
+         {rnd({2, 5, 3}, -1, 1, 104), rnd({2, 4, 3}, -1, 1, 105)},
+         {0, 1},
+         equation("bqd, bkd -> bqk"),
+         12});  // attention scores
+  check({"Einsum",
+         {rnd({2, 3, 4}, -1, 1, 106), rnd({4}, -1, 1, 107)},
+         {0, 1},
+         equation("abc,c->b"),
+         12});  // a summed only in the first operand
+  check({"Einsum",
+         {rnd({3, 4}, -1, 1, 108), rnd({4, 2}, -1, 1, 109), rnd({2}, -1, 1, 110)},
+         {0, 1, 2},
+         equation("ij,jk,k"),
+         12});  // implicit output
+  check({"Einsum",
+         {rnd({2, 3, 4}, -1, 1, 111), rnd({4, 5}, -1, 1, 112)},
+         {0, 1},
+         equation("...k,kl->...l"),
+         12});
   check({"MatMul", {rnd({2, 5, 4}, -1, 1, 15), rnd({4}, -1, 1, 16)}, {0, 1}});
   for (int ta : {0, 1})
     for (int tb : {0, 1}) {
@@ -294,6 +322,26 @@ GRADCHECK(ConvolutionAndPooling) {
              ModelBuilder::set_int(n, "ceil_mode", 1);
            }});
   check({"GlobalAveragePool", {x}, {0}});
+  for (int64_t p : {1, 2, 3}) {
+    check(
+        {"GlobalLpPool", {x}, {0}, [=](onnx::NodeProto& n) { ModelBuilder::set_int(n, "p", p); }});
+    check({"LpPool", {x}, {0}, [=](onnx::NodeProto& n) {
+             ModelBuilder::set_int(n, "p", p);
+             ModelBuilder::set_ints(n, "kernel_shape", {3, 2});
+             ModelBuilder::set_ints(n, "strides", {2, 1});
+             ModelBuilder::set_ints(n, "pads", {1, 0, 1, 1});
+           }});
+  }
+  // Indices as MaxPool gives them (flat over the whole output), distinct.
+  check({"MaxUnpool",
+         {rnd({1, 2, 2, 2}, -1, 1, 49),
+          Tensor::from<int64_t>({0, 3, 9, 14, 17, 20, 26, 31}, {1, 2, 2, 2})},
+         {0},
+         [](onnx::NodeProto& n) {
+           ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+           ModelBuilder::set_ints(n, "strides", {2, 2});
+         },
+         11});
   check({"GlobalMaxPool", {x}, {0}});
 }
 
@@ -312,6 +360,21 @@ GRADCHECK(Normalization) {
          {0, 1, 2},
          {},
          17});
+  check({"InstanceNormalization", {x, scale, bias}, {0, 1, 2}});
+  check({"InstanceNormalization",
+         {rnd({2, 3, 5}, -2, 2, 63), rnd({3}, 0.5, 1.5, 64), rnd({3}, -1, 1, 65)},
+         {0, 1, 2}});
+  check({"MeanVarianceNormalization", {x}, {0}});
+  for (int64_t size : {3, 4})
+    check({"LRN", {rnd({2, 5, 3, 2}, -2, 2, 66)}, {0}, [=](onnx::NodeProto& n) {
+             ModelBuilder::set_int(n, "size", size);
+             ModelBuilder::set_float(n, "alpha", 0.3f);
+             ModelBuilder::set_float(n, "beta", 0.6f);
+             ModelBuilder::set_float(n, "bias", 1.5f);
+           }});
+  check({"MeanVarianceNormalization", {x}, {0}, [](onnx::NodeProto& n) {
+           ModelBuilder::set_ints(n, "axes", {1, 3});
+         }});
   check({"LayerNormalization",
          {rnd({3, 5, 4}, -2, 2, 58), rnd({5, 4}, 0.5, 1.5, 59)},
          {0, 1},
@@ -339,6 +402,13 @@ GRADCHECK(SliceAndResize) {
   for (const std::string mode : {"nearest", "linear", "cubic"})
     check({"Resize",
            {img, roi, Tensor::from<float>({1, 1, 2.0f, 1.5f}, {4})},
+           {0},
+           [=](onnx::NodeProto& n) { ModelBuilder::set_string(n, "mode", mode); }});
+  // By sizes, as segmentation heads upsample to the input's size.
+  for (const std::string mode : {"nearest", "linear"})
+    check({"Resize",
+           {img, Tensor::empty(DType::Float, {0}), Tensor::empty(DType::Float, {0}),
+            Tensor::from<int64_t>({1, 2, 24, 32}, {4})},
            {0},
            [=](onnx::NodeProto& n) { ModelBuilder::set_string(n, "mode", mode); }});
 }
@@ -527,7 +597,11 @@ TEST(Gradcheck, Float32ConvolutionBackwardMatchesFloat64) {
   };
   for (const Conf& k : {Conf{{3, 4, 9, 7}, {6, 4, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},
                         Conf{{1, 6, 11, 10}, {9, 2, 3, 2}, {2, 1}, {0, 1, 1, 0}, {2, 1}, 3},
-                        Conf{{2, 3, 13}, {5, 3, 4}, {3}, {1, 2}, {1}, 1}}) {
+                        Conf{{2, 3, 13}, {5, 3, 4}, {3}, {1, 2}, {1}, 1},
+                        // dilated like the last stages of segmentation networks
+                        Conf{{1, 16, 13, 13}, {8, 16, 3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1},
+                        Conf{{1, 32, 17, 17}, {16, 32, 3, 3}, {1, 1}, {4, 4, 4, 4}, {4, 4}, 1},
+                        Conf{{1, 64, 9, 9}, {64, 64, 3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 1}}) {
     Case c{"Conv", {rnd(k.x, -1, 1, 70), rnd(k.w, -1, 1, 71)}, {0, 1}, [&](onnx::NodeProto& n) {
              ModelBuilder::set_ints(n, "strides", k.strides);
              ModelBuilder::set_ints(n, "pads", k.pads);
@@ -568,13 +642,6 @@ const std::map<std::string, std::string> kNotYet = {
     {"LSTM", "recurrent backward (oneDNN's RNN backward primitives) is not built yet"},
     {"GRU", "recurrent backward is not built yet"},
     {"RNN", "recurrent backward is not built yet"},
-    {"Einsum", "not built yet (it would lower to MatMul/ReduceSum/Transpose gradients)"},
-    {"InstanceNormalization", "not built yet"},
-    {"LRN", "not built yet"},
-    {"MeanVarianceNormalization", "not built yet"},
-    {"LpPool", "not built yet"},
-    {"GlobalLpPool", "not built yet"},
-    {"MaxUnpool", "not built yet"},
     {"GridSample", "not built yet"},
     {"Det", "not built yet"},
     {"MaxRoiPool", "not built yet"},

@@ -217,5 +217,35 @@ TEST(WeightsAnywhere, ScalesStatisticsAndScalarsAreNotParametersByDefault) {
   fs::remove(path);
 }
 
+// fp16 weights (models stored in half precision): Adam runs on an fp32 master copy with fp32
+// state. In fp16 each of these updates (1e-4 against an ulp of 1e-3 at 1.0) would be lost, and
+// the gradients' squares (about 1e-12) would underflow Adam's v to zero, making each step
+// m / epsilon, far larger than the rate.
+TEST(WeightsAnywhere, Float16WeightsLearnThroughAnFp32Master) {
+  ModelBuilder b;
+  b.input("x", 10, {1, 3}).output("y", 10, {1, 3});
+  auto* w = b.proto().mutable_graph()->add_initializer();
+  w->set_name("W");
+  w->set_data_type(onnx::TensorProto::FLOAT16);
+  w->add_dims(3);
+  const uint16_t one = 0x3c00;  // 1.0 in fp16
+  for (int i = 0; i < 3; ++i) w->mutable_raw_data()->append(reinterpret_cast<const char*>(&one), 2);
+  b.node("Mul", {"x", "W"}, {"y"});
+  const std::string path = temp("fp16_weights.onnx");
+  b.save(path);
+  Trainer tr(path, {{"loss", "mse"}, {"optimizer", "adam"}, {"learning_rate", "0.0001"}});
+  const Tensor x = Tensor::from<Float16>({Float16(1e-3f), Float16(1e-3f), Float16(1e-3f)}, {1, 3});
+  const Tensor t =
+      Tensor::from<Float16>({Float16(-1e-3f), Float16(-1e-3f), Float16(-1e-3f)}, {1, 3});
+  for (int i = 0; i < 10; ++i) tr.step({{"x", x}, {"label", t}});
+  // Ten steps of about the rate each: the master is near 0.999, the weight its nearest fp16.
+  for (int i = 0; i < 3; ++i) {
+    const float v = static_cast<float>(tr.weight("W").data<Float16>()[i]);
+    EXPECT_GT(v, 0.9985f);
+    EXPECT_LT(v, 0.9995f);
+  }
+  fs::remove(path);
+}
+
 }  // namespace
 }  // namespace volt

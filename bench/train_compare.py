@@ -7,6 +7,8 @@ softmax cross-entropy, on random data, for the same weights and threads:
   lenet   LeNet-5 style CNN on 1x28x28 (Conv5-Relu-MaxPool x2, then 120-84-10), batch 32
   resnet18  torchvision ResNet-18 on 3x224x224 (10 classes), batch 32 (not in the default list:
           about 2 s a step on two cores; run it with --models resnet18 --iterations 3)
+  lstm    2-layer bidirectional LSTM, hidden 256, 100 steps of 80 features, batch 32, last step
+          into a 10-way Linear (not in the default list either: --models lstm --iterations 3)
 Runs alternate (volt, torch, volt, torch ...) and each side reports the median of its rounds'
 medians. Needs Debian's python3-torch and python3-onnx; PyTorch runs on OpenBLAS (OpenMP).
 
@@ -122,6 +124,28 @@ def resnet18(rng):
     return onnx.load_from_string(buf.getvalue()).graph, net.train(), [32, 3, 224, 224]
 
 
+def lstm(rng):
+    """A speech-style recurrent classifier: a 2-layer bidirectional LSTM (hidden 256) over 100
+    steps of 80 features, batch 32, its last step into a 10-way linear layer."""
+    import io
+    torch.manual_seed(int(rng.integers(1 << 30)))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = torch.nn.LSTM(80, 256, num_layers=2, bidirectional=True, batch_first=True)
+            self.out = torch.nn.Linear(512, 10)
+
+        def forward(self, x):
+            return self.out(self.rnn(x)[0][:, -1])
+
+    net = Net()
+    buf = io.BytesIO()
+    torch.onnx.export(net.eval(), torch.randn(32, 100, 80), buf, opset_version=13,
+                      input_names=["x"], output_names=["y"])
+    return onnx.load_from_string(buf.getvalue()).graph, net.train(), [32, 100, 80]
+
+
 def volt_step_ms(binary, model_path, shape, threads, iterations):
     out = subprocess.run([binary, model_path, "x".join(map(str, shape)), "10", "--optimizer", "sgd", "--momentum", "0.9",
                           "--learning-rate", "0.01", "--threads", str(threads), "--iterations", str(iterations)],
@@ -138,7 +162,7 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "bin", "volt_train_step"))
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    builders = {"mlp": mlp, "lenet": lenet, "resnet18": resnet18}
+    builders = {"mlp": mlp, "lenet": lenet, "resnet18": resnet18, "lstm": lstm}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):

@@ -7,6 +7,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/tensor_values.hpp"
+#include "operators/cpu/rnn_attrs.hpp"
 #include "operators/cpu/rnn_dnnl.hpp"
 #include "operators/registry.hpp"
 
@@ -31,41 +32,20 @@ Activation activation(const std::string& name, float alpha, float beta, const No
   fail(ErrorCode::InvalidModel, node.describe() + ": unknown activation '" + name + "'");
 }
 
-// Default alpha/beta of the activations that take them, used when the node gives none.
-std::pair<float, float> default_params(const std::string& name) {
-  if (name == "LeakyRelu") return {0.01f, 0};
-  if (name == "ThresholdedRelu") return {1.0f, 0};
-  if (name == "HardSigmoid") return {0.2f, 0.5f};
-  if (name == "Elu") return {1.0f, 0};
-  if (name == "ScaledTanh" || name == "Affine") return {1.0f, 0};
-  return {0, 0};
-}
-
 class Recurrent final : public Kernel {
  public:
-  Recurrent(const Node& n, Cell cell)
-      : cell_(cell),
-        hidden_(n.attr_int("hidden_size", 0)),
-        clip_(n.attr_float("clip", 0)),
-        layout_(n.attr_int("layout", 0)),
-        input_forget_(n.attr_int("input_forget", 0) != 0),
-        linear_before_reset_(n.attr_int("linear_before_reset", 0) != 0) {
-    const std::string dir = n.attr_string("direction", "forward");
-    VOLT_CHECK(dir == "forward" || dir == "reverse" || dir == "bidirectional", InvalidModel,
-               n.describe() + ": unknown direction '" + dir + "'");
-    reverse_ = dir == "reverse";
-    dirs_ = dir == "bidirectional" ? 2 : 1;
-    const size_t per_dir = cell == Cell::Rnn ? 1 : (cell == Cell::Gru ? 2 : 3);
-    std::vector<std::string> names = n.attr_strings("activations");
-    if (names.empty()) {
-      const std::vector<std::string> defaults =
-          cell == Cell::Rnn   ? std::vector<std::string>{"Tanh"}
-          : cell == Cell::Gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                              : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-      for (int d = 0; d < dirs_; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
-    }
-    VOLT_CHECK(names.size() == per_dir * static_cast<size_t>(dirs_), InvalidModel,
-               n.describe() + ": expected " + std::to_string(per_dir * dirs_) + " activations");
+  Recurrent(const Node& n, Cell cell) {
+    const RecurrentAttrs a = recurrent_attrs(n, cell);
+    cell_ = cell;
+    hidden_ = a.hidden;
+    clip_ = a.clip;
+    layout_ = a.layout;
+    input_forget_ = a.input_forget;
+    linear_before_reset_ = a.linear_before_reset;
+    reverse_ = a.reverse;
+    dirs_ = a.dirs;
+    const std::vector<std::string>& names = a.activations;
+    const size_t per_dir = a.per_dir();
     spec_ = {cell, hidden_, dirs_, reverse_, layout_, linear_before_reset_, false, ""};
     if (clip_ == 0 && !input_forget_) {
       bool same = true;
@@ -81,16 +61,8 @@ class Recurrent final : public Kernel {
               spec_.primitive_cell && names[i] == (i % per_dir == 0 ? "Sigmoid" : "Tanh");
       }
     }
-    const auto alphas = n.attr_floats("activation_alpha"), betas = n.attr_floats("activation_beta");
-    size_t ai = 0, bi = 0;
-    for (const auto& name : names) {
-      auto [a, b] = default_params(name);
-      const bool takes_alpha = a != 0 || name == "Affine" || name == "ScaledTanh";
-      if (takes_alpha && ai < alphas.size()) a = alphas[ai++];
-      if ((name == "HardSigmoid" || name == "Affine" || name == "ScaledTanh") && bi < betas.size())
-        b = betas[bi++];
-      acts_.push_back(activation(name, a, b, n));
-    }
+    for (size_t i = 0; i < names.size(); ++i)
+      acts_.push_back(activation(names[i], a.params[i].first, a.params[i].second, n));
   }
 
   void infer(InferContext& ctx) const override {
@@ -270,11 +242,11 @@ class Recurrent final : public Kernel {
     if (cell_ == Cell::Lstm) put(2, C, false);
   }
 
-  Cell cell_;
-  int64_t hidden_;
-  float clip_;
-  int64_t layout_;
-  bool input_forget_, linear_before_reset_, reverse_ = false;
+  Cell cell_ = Cell::Lstm;
+  int64_t hidden_ = 0;
+  float clip_ = 0;
+  int64_t layout_ = 0;
+  bool input_forget_ = false, linear_before_reset_ = false, reverse_ = false;
   int dirs_ = 1;
   std::vector<Activation> acts_;
   RecurrentSpec spec_;

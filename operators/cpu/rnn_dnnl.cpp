@@ -16,9 +16,15 @@ struct RecurrentState {
   dnnl::primitive prim;
   dnnl::memory::desc src_layer, src_iter, src_iter_c, weights_layer, weights_iter, peephole, bias,
       dst_layer, dst_iter, dst_iter_c, scratch;
-  Tensor weights_layer_data, weights_iter_data, peephole_data, bias_data;
+  // The weights in oneDNN's layouts: packed once when they are constants; otherwise (training
+  // feeds them each step) packed at each run.
+  struct Weights {
+    Tensor layer, iter, peephole, bias;
+  } weights;
+  bool runtime_weights = false;
+  bool lbr = false, peepholes = false;
   size_t dst_layer_offset = 0, dst_iter_offset = 0, dst_iter_c_offset = 0;
-  int64_t seq = 0, batch = 0, hidden = 0;
+  int64_t seq = 0, batch = 0, hidden = 0, in = 0;
 };
 
 int64_t gate_count(Cell cell) {
@@ -97,6 +103,20 @@ Tensor packed(const Tensor& plain, const dnnl::memory::desc& plain_md,
   return out;
 }
 
+RecurrentState::Weights pack_weights(const RecurrentState& st, const RecurrentSpec& spec,
+                                     const Tensor& w, const Tensor& r, const Tensor* b,
+                                     const Tensor* p) {
+  const int64_t dirs = spec.dirs, g = gate_count(spec.cell), in = st.in, h = st.hidden;
+  RecurrentState::Weights out;
+  const Tensor wl = ldigo(w, spec.cell, dirs, in, h), wi = ldigo(r, spec.cell, dirs, h, h);
+  out.layer =
+      packed(wl, dnnl::memory::desc({1, dirs, in, g, h}, f32, tag::ldigo), st.weights_layer);
+  out.iter = packed(wi, dnnl::memory::desc({1, dirs, h, g, h}, f32, tag::ldigo), st.weights_iter);
+  out.bias = bias_ldgo(b, spec.cell, st.lbr, dirs, h);
+  if (p) out.peephole = peephole_ldgo(*p, dirs, h);
+  return out;
+}
+
 std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& spec) {
   if (!spec.primitive_cell)
     throw KernelUnsupported{"activations, clip or input_forget oneDNN does not compute"};
@@ -106,20 +126,22 @@ std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& 
   const Tensor* w = ctx.input_tensor(1);
   const Tensor* r = ctx.input_tensor(2);
   const Tensor* b = ctx.has_input(3) ? ctx.input_tensor(3) : nullptr;
-  const Tensor* p = spec.cell == Cell::Lstm && ctx.has_input(7) ? ctx.input_tensor(7) : nullptr;
-  if (!w || !r || (ctx.has_input(3) && !b) || (spec.cell == Cell::Lstm && ctx.has_input(7) && !p))
-    throw KernelUnsupported{"weights computed at run time"};
+  const bool lstm_p = spec.cell == Cell::Lstm && ctx.has_input(7);
+  const Tensor* p = lstm_p ? ctx.input_tensor(7) : nullptr;
+  const bool constant = w && r && (!ctx.has_input(3) || b) && (!lstm_p || p);
   const Shape& x = ctx.shape(0);
   auto st = std::make_shared<RecurrentState>();
   st->seq = spec.layout ? x[1] : x[0];
   st->batch = spec.layout ? x[0] : x[1];
   const int64_t in = x[2], dirs = spec.dirs, g = gate_count(spec.cell);
+  st->in = in;
   st->hidden = spec.hidden ? spec.hidden : ctx.shape(2)[2];
   const int64_t h = st->hidden;
   if (st->seq == 0 || st->batch == 0 || in == 0 || h == 0) throw KernelUnsupported{"empty"};
   // The reference loop checks these with messages naming the node; it runs on a mismatch.
-  if (w->numel() != dirs * g * h * in || r->numel() != dirs * g * h * h ||
-      (b && b->numel() != dirs * 2 * g * h) || (p && p->numel() != dirs * 3 * h))
+  auto numel = [&](size_t i) { return numel_of(ctx.shape(i)); };
+  if (numel(1) != dirs * g * h * in || numel(2) != dirs * g * h * h ||
+      (ctx.has_input(3) && numel(3) != dirs * 2 * g * h) || (lstm_p && numel(7) != dirs * 3 * h))
     throw KernelUnsupported{"weights of unexpected sizes"};
   if (ctx.has_input(4)) {  // every sequence at full length, or the reference loop
     const Tensor* lens = ctx.input_tensor(4);
@@ -138,7 +160,7 @@ std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& 
   const dnnl::memory::desc wl_any({1, dirs, in, g, h}, f32, tag::any),
       wi_any({1, dirs, h, g, h}, f32, tag::any);
   st->bias = dnnl::memory::desc({1, dirs, lbr ? g + 1 : g, h}, f32, tag::ldgo);
-  if (p) st->peephole = dnnl::memory::desc({1, dirs, 3, h}, f32, tag::ldgo);
+  if (lstm_p) st->peephole = dnnl::memory::desc({1, dirs, 3, h}, f32, tag::ldgo);
   st->dst_layer = dnnl::memory::desc({t, n, dirs * h}, f32, tag::tnc);
   st->dst_iter = dnnl::memory::desc({1, dirs, n, h}, f32, tag::ldnc);
   if (spec.cell == Cell::Lstm) st->dst_iter_c = st->dst_iter;
@@ -157,11 +179,12 @@ std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& 
   };
   if (spec.cell == Cell::Lstm) {
     const auto d =
-        p ? dnnl::lstm_forward::desc(kind, dir, st->src_layer, st->src_iter, st->src_iter_c, wl_any,
-                                     wi_any, st->peephole, st->bias, st->dst_layer, st->dst_iter,
-                                     st->dst_iter_c)
-          : dnnl::lstm_forward::desc(kind, dir, st->src_layer, st->src_iter, st->src_iter_c, wl_any,
-                                     wi_any, st->bias, st->dst_layer, st->dst_iter, st->dst_iter_c);
+        lstm_p ? dnnl::lstm_forward::desc(kind, dir, st->src_layer, st->src_iter, st->src_iter_c,
+                                          wl_any, wi_any, st->peephole, st->bias, st->dst_layer,
+                                          st->dst_iter, st->dst_iter_c)
+               : dnnl::lstm_forward::desc(kind, dir, st->src_layer, st->src_iter, st->src_iter_c,
+                                          wl_any, wi_any, st->bias, st->dst_layer, st->dst_iter,
+                                          st->dst_iter_c);
     const dnnl::lstm_forward::primitive_desc pd(d, attr, eng);
     finish(pd);
     st->prim = dnnl::lstm_forward(pd);
@@ -187,13 +210,10 @@ std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& 
     finish(pd);
     st->prim = dnnl::vanilla_rnn_forward(pd);
   }
-  const Tensor wl = ldigo(*w, spec.cell, dirs, in, h), wi = ldigo(*r, spec.cell, dirs, h, h);
-  st->weights_layer_data =
-      packed(wl, dnnl::memory::desc({1, dirs, in, g, h}, f32, tag::ldigo), st->weights_layer);
-  st->weights_iter_data =
-      packed(wi, dnnl::memory::desc({1, dirs, h, g, h}, f32, tag::ldigo), st->weights_iter);
-  st->bias_data = bias_ldgo(b, spec.cell, lbr, dirs, h);
-  if (p) st->peephole_data = peephole_ldgo(*p, dirs, h);
+  st->lbr = lbr;
+  st->peepholes = lstm_p;
+  st->runtime_weights = !constant;
+  if (constant) st->weights = pack_weights(*st, spec, *w, *r, b, p);
   size_t bytes = dnnl_adapter::align64(st->scratch.get_size());
   st->dst_layer_offset = bytes;
   bytes += dnnl_adapter::align64(st->dst_layer.get_size());
@@ -231,19 +251,24 @@ void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec&
   float* dst_iter = reinterpret_cast<float*>(scratch + st.dst_iter_offset);
   float* dst_iter_c = reinterpret_cast<float*>(scratch + st.dst_iter_c_offset);
   using dnnl_adapter::wrap;
+  const RecurrentState::Weights weights =
+      st.runtime_weights ? pack_weights(st, spec, ctx.input(1), ctx.input(2),
+                                        ctx.has_input(3) ? &ctx.input(3) : nullptr,
+                                        st.peepholes ? &ctx.input(7) : nullptr)
+                         : st.weights;
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC_LAYER, wrap(st.src_layer, ctx.input(0).raw())},
-      {DNNL_ARG_WEIGHTS_LAYER, wrap(st.weights_layer, st.weights_layer_data.raw())},
-      {DNNL_ARG_WEIGHTS_ITER, wrap(st.weights_iter, st.weights_iter_data.raw())},
-      {DNNL_ARG_BIAS, wrap(st.bias, st.bias_data.raw())},
+      {DNNL_ARG_WEIGHTS_LAYER, wrap(st.weights_layer, weights.layer.raw())},
+      {DNNL_ARG_WEIGHTS_ITER, wrap(st.weights_iter, weights.iter.raw())},
+      {DNNL_ARG_BIAS, wrap(st.bias, weights.bias.raw())},
       {DNNL_ARG_DST_LAYER, wrap(st.dst_layer, dst_layer)},
       {DNNL_ARG_DST_ITER, wrap(st.dst_iter, dst_iter)}};
   if (ctx.has_input(5)) args.emplace(DNNL_ARG_SRC_ITER, wrap(st.src_iter, ctx.input(5).raw()));
   if (spec.cell == Cell::Lstm) {
     if (ctx.has_input(6))
       args.emplace(DNNL_ARG_SRC_ITER_C, wrap(st.src_iter_c, ctx.input(6).raw()));
-    if (st.peephole_data.defined())
-      args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(st.peephole, st.peephole_data.raw()));
+    if (st.peepholes)
+      args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(st.peephole, weights.peephole.raw()));
     args.emplace(DNNL_ARG_DST_ITER_C, wrap(st.dst_iter_c, dst_iter_c));
   }
   dnnl_adapter::guarded(ctx.node(), [&] {

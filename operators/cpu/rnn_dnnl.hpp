@@ -1,7 +1,8 @@
 // RNN, GRU and LSTM on oneDNN's RNN primitives, for what they compute: fp32, the default
 // activations (and Tanh, Relu or Sigmoid for RNN), no clip or input_forget, every sequence at
 // full length; both directions, both layouts, initial states, LSTM peepholes,
-// linear_before_reset GRU. Weights reordered once per plan into oneDNN's packed layout.
+// linear_before_reset GRU. Constant weights reordered once per plan into oneDNN's packed
+// layout; weights fed at run time (training) reordered at each run.
 #pragma once
 #include <memory>
 #include <string>

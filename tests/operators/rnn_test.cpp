@@ -20,6 +20,7 @@ struct RnnCase {
   bool initial = false, bias = true, peepholes = false, lbr = false;
   std::string activation;  // RNN only
   bool sequence_lens = false;
+  bool weights_fed = false;  // W, R, B, P graph inputs (as training feeds them), not constants
 };
 
 int64_t gates(const std::string& op) {
@@ -86,6 +87,13 @@ Outputs run_rnn(const RnnCase& c, bool f64) {
     ins[7] = "P";
   }
   while (!ins.empty() && ins.back().empty()) ins.pop_back();
+  if (c.weights_fed)  // overridable initializers: values known only when the run starts
+    for (const auto& w : {"W", "R", "B", "P"})
+      for (const auto& t : b.proto().graph().initializer())
+        if (t.name() == w) {
+          std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+          b.input(w, elem, dims);
+        }
   if (c.sequence_lens)
     b.node("Cast", {"lens64"}, {"lens"},
            [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "to", onnx::TensorProto::INT32); });
@@ -156,11 +164,14 @@ TEST(Recurrent, OneDnnAgreesWithTheReference) {
       {"GRU", "reverse", 0, false, true, false, true},
       {"RNN", "bidirectional", 0, true, true, false, false, "Tanh"},
       {"RNN", "forward", 1, false, true, false, false, "Relu"},
+      {"LSTM", "bidirectional", 0, true, true, true, false, "", false, true},
+      {"GRU", "reverse", 1, true, true, false, true, "", false, true},
+      {"RNN", "forward", 0, true, false, false, false, "Tanh", false, true},
   };
   for (const auto& c : cases) {
     const std::string what = c.op + " " + c.direction + " layout " + std::to_string(c.layout) +
                              (c.initial ? " initial" : "") + (c.peepholes ? " peepholes" : "") +
-                             (c.lbr ? " lbr" : "");
+                             (c.lbr ? " lbr" : "") + (c.weights_fed ? " weights fed" : "");
     const Outputs f32 = run_rnn(c, false), f64 = run_rnn(c, true);
     EXPECT_EQ(f32.reference, "") << what;
     EXPECT_FALSE(f64.reference.empty()) << what;

@@ -82,6 +82,7 @@ struct Trainer::Impl {
   std::map<std::string, Tensor>
       weights;  // every float initializer (trained or not), owned and updated in place
   std::map<std::string, Value> weight_values;
+  std::map<std::string, DType> stored_dtype;  // weights the file holds in fp16, trained in fp32
   std::map<std::string, std::string>
       running_stats;  // training-graph output -> the initializer it updates
   // The forward and backward graph, one per set of inputs fed as CSR matrices (their weights'
@@ -135,6 +136,15 @@ struct Trainer::Impl {
                "), and a quantized model cannot be fine-tuned; fine-tune the float model, then "
                "quantize it");
     lift_parameters(model.graph, cfg.trainable);
+    // A model stored in fp16 trains in fp32 on the CPU, as it runs there (compute_fp16_in_fp32):
+    // its weights become fp32 masters (exactly), the optimizer works in fp32, and the export
+    // writes them back in fp16. (On a device, 16-bit weights keep their type; the optimizer
+    // updates them through fp32 copies.)
+    if (device.is_cpu() && !mixed) {
+      for (const auto& [name, t] : model.graph.initializers)
+        if (t.dtype() == DType::Float16) stored_dtype[name] = t.dtype();
+      if (!stored_dtype.empty()) model.graph = compute_fp16_in_fp32(model.graph);
+    }
     for (auto& [name, t] : model.graph.initializers) {
       if (!is_float(t.dtype())) continue;
       weights[name] = t.clone();
@@ -143,6 +153,7 @@ struct Trainer::Impl {
       t = weights[name];
       weight_values[name] = weights[name];
     }
+    round_stored();  // (exact here: the values came from fp16)
     choose_trainable(path);
     for (const auto& name : trainable)
       VOLT_CHECK(!mixed || weights.at(name).dtype() == DType::Float, InvalidArgument,
@@ -542,8 +553,16 @@ struct Trainer::Impl {
                  "running statistic '" + init + "' changed shape");
       std::memcpy(w.raw(), stat.raw(), w.nbytes());
     }
+    round_stored();
     ++step;
     return loss;
+  }
+
+  // The graphs see a weight stored in fp16 as the file will hold it: its master rounded to fp16,
+  // so that predictions and evaluations are the exported model's.
+  void round_stored() {
+    for (const auto& [name, dtype] : stored_dtype)
+      weight_values[name] = converted(converted(weights.at(name), dtype), DType::Float);
   }
 
   static double sum_of_squares(const Tensor& t) {
@@ -656,6 +675,7 @@ struct Trainer::Impl {
     const LossScaler scaler_state = restored_scaler(c, path);
     for (auto& [name, t] : weights)
       std::memcpy(t.raw(), c.tensors.at("param/" + name).raw(), t.nbytes());
+    round_stored();
     optimizer = std::move(restored);
     scaler = scaler_state;
     step = c.step;
@@ -732,6 +752,7 @@ void Trainer::export_model(const std::string& onnx_path) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   std::map<std::string, Tensor> all = impl_->model.graph.initializers;
   for (const auto& [name, t] : impl_->weights) all[name] = t;
+  for (const auto& [name, dtype] : impl_->stored_dtype) all[name] = converted(all.at(name), dtype);
   write_model_with_weights(impl_->model_bytes, impl_->model.source, all, onnx_path);
 }
 

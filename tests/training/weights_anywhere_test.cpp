@@ -217,10 +217,10 @@ TEST(WeightsAnywhere, ScalesStatisticsAndScalarsAreNotParametersByDefault) {
   fs::remove(path);
 }
 
-// fp16 weights (models stored in half precision): Adam runs on an fp32 master copy with fp32
+// fp16 weights (models stored in half precision) train through fp32 masters with fp32 Adam
 // state. In fp16 each of these updates (1e-4 against an ulp of 1e-3 at 1.0) would be lost, and
 // the gradients' squares (about 1e-12) would underflow Adam's v to zero, making each step
-// m / epsilon, far larger than the rate.
+// m / epsilon, far larger than the rate. The export holds them in fp16 again.
 TEST(WeightsAnywhere, Float16WeightsLearnThroughAnFp32Master) {
   ModelBuilder b;
   b.input("x", 10, {1, 3}).output("y", 10, {1, 3});
@@ -238,13 +238,30 @@ TEST(WeightsAnywhere, Float16WeightsLearnThroughAnFp32Master) {
   const Tensor t =
       Tensor::from<Float16>({Float16(-1e-3f), Float16(-1e-3f), Float16(-1e-3f)}, {1, 3});
   for (int i = 0; i < 10; ++i) tr.step({{"x", x}, {"label", t}});
-  // Ten steps of about the rate each: the master is near 0.999, the weight its nearest fp16.
+  // Ten steps of about the rate each: the master is near 0.999, the exported weight its nearest
+  // fp16.
+  ASSERT_EQ(tr.weight("W").dtype(), DType::Float);
   for (int i = 0; i < 3; ++i) {
-    const float v = static_cast<float>(tr.weight("W").data<Float16>()[i]);
+    EXPECT_NEAR(tr.weight("W").data<float>()[i], 0.999f, 2e-4f);
+  }
+  const std::string out = temp("fp16_tuned.onnx");
+  tr.export_model(out);
+  const Model exported = load_model(out);
+  const Tensor& w16 = exported.graph.initializers.at("W");
+  ASSERT_EQ(w16.dtype(), DType::Float16);
+  for (int i = 0; i < 3; ++i) {
+    const float v = static_cast<float>(w16.data<Float16>()[i]);
     EXPECT_GT(v, 0.9985f);
     EXPECT_LT(v, 0.9995f);
   }
+  const NamedValues feed{{"x", x}};
+  const Tensor a = Session(out).run(feed)[0].tensor(), p = tr.predict(feed)[0].tensor();
+  ASSERT_EQ(a.dtype(), DType::Float16);
+  for (int i = 0; i < 3; ++i)  // the trainer predicts from the fp32 master, the export from fp16
+    EXPECT_NEAR(static_cast<float>(a.data<Float16>()[i]), static_cast<float>(p.data<Float16>()[i]),
+                2e-6f);
   fs::remove(path);
+  fs::remove(out);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-// Einsum (explicit and implicit output, repeated labels, ellipsis with broadcasting) and Det.
+// Einsum (explicit and implicit output, repeated labels, ellipsis with broadcasting), Det and
+// its gradient.
 #include <cmath>
 #include <map>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -175,6 +177,36 @@ class Einsum final : public Kernel {
   std::string equation_;
 };
 
+// The determinant of the m x m matrix `a` (row-major), by LU with partial pivoting in double.
+double determinant(std::vector<double> a, int64_t m) {
+  double det = 1;
+  for (int64_t c = 0; c < m; ++c) {
+    int64_t piv = c;
+    for (int64_t r = c + 1; r < m; ++r)
+      if (std::abs(a[r * m + c]) > std::abs(a[piv * m + c])) piv = r;
+    if (a[piv * m + c] == 0) return 0;
+    if (piv != c) {
+      for (int64_t j = 0; j < m; ++j) std::swap(a[c * m + j], a[piv * m + j]);
+      det = -det;
+    }
+    det *= a[c * m + c];
+    for (int64_t r = c + 1; r < m; ++r) {
+      const double f = a[r * m + c] / a[c * m + c];
+      for (int64_t j = c; j < m; ++j) a[r * m + j] -= f * a[c * m + j];
+    }
+  }
+  return det;
+}
+
+// Calls f(k, matrix k as doubles) for each m x m matrix of x [..., m, m].
+template <class F>
+void for_each_matrix(const Tensor& x, F&& f) {
+  const int64_t m = x.dim(x.rank() - 1), mats = (m != 0) ? x.numel() / (m * m) : 0;
+  const auto all = to_doubles(x);
+  for (int64_t k = 0; k < mats; ++k)
+    f(k, std::vector<double>(all.begin() + k * m * m, all.begin() + (k + 1) * m * m));
+}
+
 class Det final : public Kernel {
  public:
   explicit Det(const Node&) {}
@@ -186,39 +218,37 @@ class Det final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    const int64_t m = x.dim(x.rank() - 1), mats = (m != 0) ? x.numel() / (m * m) : 0;
-    dispatch_numeric(x.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = typename Compute<T>::type;
-      const T* px = static_cast<const T*>(x.raw());
-      T* py = static_cast<T*>(ctx.output(0).raw());
-      for (int64_t k = 0; k < mats; ++k) {
-        // LU with partial pivoting in double.
-        std::vector<double> a(static_cast<size_t>(m * m));
-        for (int64_t i = 0; i < m * m; ++i)
-          a[i] = static_cast<double>(static_cast<C>(px[k * m * m + i]));
-        double det = 1;
-        for (int64_t c = 0; c < m; ++c) {
-          int64_t piv = c;
-          for (int64_t r = c + 1; r < m; ++r)
-            if (std::abs(a[r * m + c]) > std::abs(a[piv * m + c])) piv = r;
-          if (a[piv * m + c] == 0) {
-            det = 0;
-            break;
-          }
-          if (piv != c) {
-            for (int64_t j = 0; j < m; ++j) std::swap(a[c * m + j], a[piv * m + j]);
-            det = -det;
-          }
-          det *= a[c * m + c];
-          for (int64_t r = c + 1; r < m; ++r) {
-            const double f = a[r * m + c] / a[c * m + c];
-            for (int64_t j = c; j < m; ++j) a[r * m + j] -= f * a[c * m + j];
-          }
+    const int64_t m = x.dim(x.rank() - 1);
+    std::vector<double> dets(static_cast<size_t>(ctx.output(0).numel()));
+    for_each_matrix(x, [&](int64_t k, std::vector<double> a) { dets[k] = determinant(a, m); });
+    from_doubles(ctx.output(0), dets);
+  }
+};
+
+// Det's gradient, inputs (dY, X): d det(A) / dA is A's cofactor matrix (det(A) inv(A)^T where A
+// is invertible, and still defined where it is not), each cofactor a determinant of a minor.
+class DetGrad final : public Kernel {
+ public:
+  explicit DetGrad(const Node&) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(1)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(1);
+    const int64_t m = x.dim(x.rank() - 1);
+    const auto dy = to_doubles(ctx.input(0));
+    std::vector<double> dx(static_cast<size_t>(x.numel()));
+    for_each_matrix(x, [&](int64_t k, const std::vector<double>& a) {
+      std::vector<double> minor(static_cast<size_t>((m - 1) * (m - 1)));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+          size_t at = 0;
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t c = 0; c < m; ++c)
+              if (r != i && c != j) minor[at++] = a[r * m + c];
+          const double sign = (i + j) % 2 ? -1.0 : 1.0;
+          dx[k * m * m + i * m + j] = dy[k] * sign * (m == 1 ? 1.0 : determinant(minor, m - 1));
         }
-        py[k] = static_cast<T>(static_cast<C>(det));
-      }
     });
+    from_doubles(ctx.output(0), dx);
   }
 };
 
@@ -228,5 +258,6 @@ VOLT_REGISTER_KERNEL(
     einsum, {.op = "Einsum", .since = 12, .types = kNumericTypes, .create = make_kernel<Einsum>});
 VOLT_REGISTER_KERNEL(det,
                      {.op = "Det", .since = 11, .types = kFloatTypes, .create = make_kernel<Det>});
+VOLT_REGISTER_KERNEL(det_grad, volt_kernel("DetGrad", make_kernel<DetGrad>));
 
 }  // namespace volt

@@ -170,9 +170,11 @@ class RoiAlign final : public Kernel {
   bool half_pixel_;
 };
 
-class GridSample final : public Kernel {
+// GridSample's sampling, shared by the kernel and its gradient: the output is linear in X, a
+// weighted sum of taps, so the gradient adds each tap's weight times dY back where it read.
+class GridSampler {
  public:
-  explicit GridSample(const Node& n)
+  explicit GridSampler(const Node& n)
       : mode_(n.attr_string("mode", "bilinear")),
         padding_(n.attr_string("padding_mode", "zeros")),
         align_(n.attr_int("align_corners", 0) != 0) {
@@ -181,38 +183,30 @@ class GridSample final : public Kernel {
     VOLT_CHECK(padding_ == "zeros" || padding_ == "border" || padding_ == "reflection",
                InvalidModel, n.describe() + ": unknown padding_mode '" + padding_ + "'");
   }
-  void infer(InferContext& ctx) const override {
-    const Shape &x = ctx.shape(0), &g = ctx.shape(1);
-    VOLT_CHECK(x.size() == 4 && g.size() == 4 && g[3] == 2 && g[0] == x[0], InvalidArgument,
-               ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
-    ctx.set_output(0, ctx.dtype(0), {x[0], x[1], g[1], g[2]});
-  }
-  void run(RunContext& ctx) const override {
-    const Tensor& xt = ctx.input(0);
+
+  // Checks X [N,C,H,W] and grid [N,H',W',2], then calls visit(plane offset of X, offset in
+  // that plane's output, index into the plane, weight) for every tap of every output element.
+  template <class Visit>
+  void for_each_tap(const Tensor& xt, const Tensor& gridt, const Node& node, Visit&& visit) const {
     const int64_t n = xt.dim(0), c = xt.dim(1), h = xt.dim(2), w = xt.dim(3);
-    const int64_t oh = ctx.input(1).dim(1), ow = ctx.input(1).dim(2);
+    const int64_t oh = gridt.dim(1), ow = gridt.dim(2);
     // Shapes known only now are checked again: the grid's batch must be X's, and there must be
     // something to sample from.
-    VOLT_CHECK(xt.rank() == 4 && ctx.input(1).rank() == 4 && ctx.input(1).dim(0) == n &&
-                   ctx.input(1).dim(3) == 2,
-               InvalidArgument,
-               ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
+    VOLT_CHECK(xt.rank() == 4 && gridt.rank() == 4 && gridt.dim(0) == n && gridt.dim(3) == 2,
+               InvalidArgument, node.describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
     VOLT_CHECK((h > 0 && w > 0) || n * c * oh * ow == 0, InvalidArgument,
-               ctx.node().describe() + ": cannot sample an empty " + shape_str(xt.shape()));
-    const auto x = to_doubles(xt), grid = to_doubles(ctx.input(1));
-    std::vector<double> out(static_cast<size_t>(n * c * oh * ow));
+               node.describe() + ": cannot sample an empty " + shape_str(xt.shape()));
+    const auto grid = to_doubles(gridt);
     for (int64_t b = 0; b < n; ++b)
       for (int64_t i = 0; i < oh; ++i)
         for (int64_t j = 0; j < ow; ++j) {
           const double gx = grid[((b * oh + i) * ow + j) * 2],
                        gy = grid[((b * oh + i) * ow + j) * 2 + 1];
-          const double fx = unnormalize(gx, w), fy = unnormalize(gy, h);
-          for (int64_t ch = 0; ch < c; ++ch) {
-            const double* plane = x.data() + (b * c + ch) * h * w;
-            out[((b * c + ch) * oh + i) * ow + j] = sample(plane, h, w, fy, fx);
-          }
+          taps(h, w, unnormalize(gy, h), unnormalize(gx, w), [&](int64_t at, double weight) {
+            for (int64_t ch = 0; ch < c; ++ch)
+              visit((b * c + ch) * h * w, ((b * c + ch) * oh + i) * ow + j, at, weight);
+          });
         }
-    fill_from(ctx.output(0), [&](int64_t k) { return out[k]; });
   }
 
  private:
@@ -240,15 +234,22 @@ class GridSample final : public Kernel {
     }
     return v;
   }
-  double pixel(const double* plane, int64_t h, int64_t w, int64_t y, int64_t x) const {
-    if (padding_ == "zeros") return (y >= 0 && y < h && x >= 0 && x < w) ? plane[y * w + x] : 0.0;
+  // The index in the plane pixel (y, x) reads, after padding; -1 for a zero pad.
+  int64_t pixel(int64_t h, int64_t w, int64_t y, int64_t x) const {
+    if (padding_ == "zeros") return (y >= 0 && y < h && x >= 0 && x < w) ? y * w + x : -1;
     if (padding_ == "border")
-      return plane[std::clamp<int64_t>(y, 0, h - 1) * w + std::clamp<int64_t>(x, 0, w - 1)];
+      return std::clamp<int64_t>(y, 0, h - 1) * w + std::clamp<int64_t>(x, 0, w - 1);
     const int64_t ry = static_cast<int64_t>(reflect(static_cast<double>(y), h)),
                   rx = static_cast<int64_t>(reflect(static_cast<double>(x), w));
-    return plane[std::clamp<int64_t>(ry, 0, h - 1) * w + std::clamp<int64_t>(rx, 0, w - 1)];
+    return std::clamp<int64_t>(ry, 0, h - 1) * w + std::clamp<int64_t>(rx, 0, w - 1);
   }
-  double sample(const double* plane, int64_t h, int64_t w, double y, double x) const {
+  // tap(index, weight) for each pixel sampling (y, x) reads.
+  template <class Tap>
+  void taps(int64_t h, int64_t w, double y, double x, Tap&& tap) const {
+    auto read = [&](int64_t py, int64_t px, double weight) {
+      const int64_t at = pixel(h, w, py, px);
+      if (at >= 0) tap(at, weight);
+    };
     if (padding_ == "border") {
       x = std::clamp(x, 0.0, static_cast<double>(w - 1));
       y = std::clamp(y, 0.0, static_cast<double>(h - 1));
@@ -257,16 +258,18 @@ class GridSample final : public Kernel {
       y = reflect(y, h);
     }
     if (mode_ == "nearest")
-      return pixel(plane, h, w, static_cast<int64_t>(std::nearbyint(y)),
-                   static_cast<int64_t>(std::nearbyint(x)));
+      return read(static_cast<int64_t>(std::nearbyint(y)), static_cast<int64_t>(std::nearbyint(x)),
+                  1.0);
     const int64_t x0 = static_cast<int64_t>(std::floor(x)),
                   y0 = static_cast<int64_t>(std::floor(y));
     const double tx = x - static_cast<double>(x0), ty = y - static_cast<double>(y0);
-    if (mode_ == "bilinear")
-      return (1 - ty) *
-                 ((1 - tx) * pixel(plane, h, w, y0, x0) + tx * pixel(plane, h, w, y0, x0 + 1)) +
-             ty * ((1 - tx) * pixel(plane, h, w, y0 + 1, x0) +
-                   tx * pixel(plane, h, w, y0 + 1, x0 + 1));
+    if (mode_ == "bilinear") {
+      read(y0, x0, (1 - ty) * (1 - tx));
+      read(y0, x0 + 1, (1 - ty) * tx);
+      read(y0 + 1, x0, ty * (1 - tx));
+      read(y0 + 1, x0 + 1, ty * tx);
+      return;
+    }
     auto coeffs = [](double t, double c[4]) {
       const double A = -0.75;
       c[0] = ((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A;
@@ -277,13 +280,57 @@ class GridSample final : public Kernel {
     double cx[4], cy[4];
     coeffs(tx, cx);
     coeffs(ty, cy);
-    double acc = 0;
     for (int i = 0; i < 4; ++i)
-      for (int j = 0; j < 4; ++j) acc += cy[i] * cx[j] * pixel(plane, h, w, y0 - 1 + i, x0 - 1 + j);
-    return acc;
+      for (int j = 0; j < 4; ++j) read(y0 - 1 + i, x0 - 1 + j, cy[i] * cx[j]);
   }
+
   std::string mode_, padding_;
   bool align_;
+};
+
+class GridSample final : public Kernel {
+ public:
+  explicit GridSample(const Node& n) : sampler_(n) {}
+  void infer(InferContext& ctx) const override {
+    const Shape &x = ctx.shape(0), &g = ctx.shape(1);
+    VOLT_CHECK(x.size() == 4 && g.size() == 4 && g[3] == 2 && g[0] == x[0], InvalidArgument,
+               ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
+    ctx.set_output(0, ctx.dtype(0), {x[0], x[1], g[1], g[2]});
+  }
+  void run(RunContext& ctx) const override {
+    const auto x = to_doubles(ctx.input(0));
+    std::vector<double> out(static_cast<size_t>(ctx.output(0).numel()), 0.0);
+    sampler_.for_each_tap(ctx.input(0), ctx.input(1), ctx.node(),
+                          [&](int64_t plane, int64_t o, int64_t at, double weight) {
+                            out[static_cast<size_t>(o)] += weight * x[plane + at];
+                          });
+    fill_from(ctx.output(0), [&](int64_t k) { return out[k]; });
+  }
+
+ private:
+  GridSampler sampler_;
+};
+
+// GridSample's gradient with respect to X: inputs dY, X, grid.
+class GridSampleGrad final : public Kernel {
+ public:
+  explicit GridSampleGrad(const Node& n) : sampler_(n) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(1)); }
+  void run(RunContext& ctx) const override {
+    const auto dy = to_doubles(ctx.input(0));
+    std::vector<double> dx(static_cast<size_t>(ctx.input(1).numel()), 0.0);
+    VOLT_CHECK(static_cast<int64_t>(dy.size()) == ctx.input(1).dim(0) * ctx.input(1).dim(1) *
+                                                      ctx.input(2).dim(1) * ctx.input(2).dim(2),
+               InvalidArgument, ctx.node().describe() + ": dY does not match X and the grid");
+    sampler_.for_each_tap(ctx.input(1), ctx.input(2), ctx.node(),
+                          [&](int64_t plane, int64_t o, int64_t at, double weight) {
+                            dx[static_cast<size_t>(plane + at)] += weight * dy[o];
+                          });
+    from_doubles(ctx.output(0), dx);
+  }
+
+ private:
+  GridSampler sampler_;
 };
 
 class MaxUnpool final : public Kernel {
@@ -391,6 +438,7 @@ VOLT_REGISTER_KERNEL(grid_sample, {.op = "GridSample",
                                    .since = 16,
                                    .types = kFloatTypes,
                                    .create = make_kernel<GridSample>});
+VOLT_REGISTER_KERNEL(grid_sample_grad, volt_kernel("GridSampleGrad", make_kernel<GridSampleGrad>));
 VOLT_REGISTER_KERNEL(max_unpool, {.op = "MaxUnpool",
                                   .since = 9,
                                   .types = kNumericTypes,

@@ -50,9 +50,16 @@ void gemm(GradEmitter& e) {
     e.set_grad(2, e.sum_to(beta == 1.0f ? g : e.scale(g, beta), e.input(2)));
 }
 
+// dA = dY * cofactors(A), batched over the leading axes (dY broadcasts over each matrix).
+void det(GradEmitter& e) {
+  if (e.needs_grad(0))
+    e.set_grad(0, e.emit1("DetGrad", {e.grad_of_output(0), e.input(0)}, {}, kVoltDomain));
+}
+
 }  // namespace
 
 VOLT_REGISTER_GRADIENT(matmul, "MatMul", matmul);
+VOLT_REGISTER_GRADIENT(det, "Det", det);
 VOLT_REGISTER_GRADIENT(gemm, "Gemm", gemm);
 
 }  // namespace volt

@@ -102,6 +102,14 @@ void max_unpool(GradEmitter& e) {
   e.set_grad(0, e.emit1("Gather", {flat, e.input(1)}));
 }
 
+// GridSample is linear in X: its gradient adds dY back at the taps it read.
+void grid_sample(GradEmitter& e) {
+  if (!e.needs_grad(0)) return;
+  e.set_grad(0,
+             e.emit1("GridSampleGrad", {e.grad_of_output(0), e.input(0), e.input(1)},
+                     copy_attrs(e.node(), {"mode", "padding_mode", "align_corners"}), kVoltDomain));
+}
+
 void batch_norm(GradEmitter& e) {
   const Node& n = e.node();
   auto attrs = copy_attrs(n, {"epsilon"});
@@ -162,6 +170,8 @@ VOLT_REGISTER_GRADIENT(global_max_pool, "GlobalMaxPool", pool("max", true));
 VOLT_REGISTER_GRADIENT(lp_pool, "LpPool", [](GradEmitter& e) { lp_pool(e, false); });
 VOLT_REGISTER_GRADIENT(global_lp_pool, "GlobalLpPool", [](GradEmitter& e) { lp_pool(e, true); });
 VOLT_REGISTER_GRADIENT_OF(max_unpool, "MaxUnpool", ({0}), max_unpool);
+// The schema differentiates X only (the grid's gradient is not built).
+VOLT_REGISTER_GRADIENT_OF(grid_sample, "GridSample", ({0}), grid_sample);
 VOLT_REGISTER_GRADIENT_OF(batch_norm, "BatchNormalization", ({0, 1, 2}), batch_norm);
 VOLT_REGISTER_GRADIENT(layer_norm, "LayerNormalization", layer_norm);
 VOLT_REGISTER_GRADIENT_OF(slice, "Slice", ({0}), slice);

@@ -2,7 +2,11 @@
 // of its branch's intermediate values, so the backward node is an If on the same condition whose
 // branches recompute their forward half and differentiate it; each branch returns the gradients
 // of the values the branches capture from the enclosing graph (zeros for one it does not read).
-// Loop and Scan have no rule yet: a gradient that reaches one is an error, never a silent zero.
+// Loop: backpropagation through the iterations. A second, recording Loop reruns the forward and
+// stacks each iteration's carried values; a backward Loop then walks the iterations in reverse,
+// recomputing each one's body from its recorded inputs and differentiating it: the carried
+// values' gradients flow back iteration by iteration, the captured values' are summed over them.
+// Scan has no rule yet: a gradient that reaches one is an error, never a silent zero.
 #include "operators/grad/gradient_rule.hpp"
 #include "runtime/error.hpp"
 
@@ -66,9 +70,134 @@ void if_rule(GradEmitter& e) {
   for (size_t j = 0; j < wanted.size(); ++j) e.add_grad(wanted[j], grads[j]);
 }
 
+Node plain_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+                std::vector<std::string> outs) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = 13;
+  n.inputs = std::move(ins);
+  n.outputs = std::move(outs);
+  return n;
+}
+
+ValueInfo named(const std::string& name) {
+  ValueInfo v;
+  v.name = name;
+  return v;
+}
+
+void loop_rule(GradEmitter& e) {
+  const Node& n = e.node();
+  const std::shared_ptr<Graph> body = n.attr_graph("body");
+  VOLT_CHECK(body, InvalidModel, n.describe() + ": Loop has no body");
+  const size_t carried = n.inputs.size() > 2 ? n.inputs.size() - 2 : 0;
+  VOLT_CHECK(body->inputs.size() == 2 + carried && body->outputs.size() >= 1 + carried,
+             InvalidModel, n.describe() + ": the body does not match the loop-carried values");
+  const size_t scans = body->outputs.size() - 1 - carried;
+  const std::string prefix = "grad/" + n.name + "/";
+  std::vector<std::string> wanted;
+  for (const auto& c : e.captures())
+    if (e.needs_grad_of(c)) wanted.push_back(c);
+
+  // The recording loop: the forward again, with each iteration's carried inputs (and its
+  // number, so that an empty loop still says how many iterations it ran) stacked.
+  auto record = std::make_shared<Graph>(*body);
+  std::vector<std::string> extra{body->inputs[0].name};
+  for (size_t j = 0; j < carried; ++j) extra.push_back(body->inputs[2 + j].name);
+  for (size_t j = 0; j < extra.size(); ++j) {
+    const std::string out = prefix + "record" + std::to_string(j);
+    record->nodes.push_back(plain_node(out, "Identity", {extra[j]}, {out}));
+    record->outputs.push_back(named(out));
+  }
+  Attribute rb;
+  rb.type = Attribute::Type::Graph;
+  rb.g = record;
+  const auto recorded = e.emit("Loop", n.inputs, {{"body", rb}}, carried + scans + extra.size());
+  const std::string trips = e.emit1("Size", {recorded[carried + scans]});  // the stacked numbers
+
+  // The backward body, at backward iteration k: forward iteration i = trips - 1 - k.
+  auto back = std::make_shared<Graph>(*body);
+  back->inputs = {named(prefix + "k"), named(prefix + "cond")};
+  back->outputs.clear();
+  std::vector<Node> prologue;
+  back->initializers[prefix + "one"] = Tensor::scalar(int64_t{1});
+  back->initializers[prefix + "true"] = Tensor::scalar(true);
+  const std::string i = prefix + "i", last = prefix + "last";
+  prologue.push_back(plain_node(last, "Sub", {trips, prefix + "one"}, {last}));
+  prologue.push_back(plain_node(i, "Sub", {last, prefix + "k"}, {i}));
+  prologue.push_back(plain_node(prefix + "iteration", "Identity", {i}, {body->inputs[0].name}));
+  back->initializers[body->inputs[1].name] = Tensor::scalar(true);  // cond_in held true
+  for (size_t j = 0; j < carried; ++j)
+    prologue.push_back(plain_node(prefix + "v_in" + std::to_string(j), "Gather",
+                                  {recorded[carried + scans + 1 + j], i},
+                                  {body->inputs[2 + j].name}));
+  // The gradients the backward loop carries: the carried values' (from the last iteration
+  // back), then the captured values' sums.
+  GradientRequest req;
+  auto seed = [&](const std::string& y, const std::string& g) {
+    if (req.y.empty()) {
+      req.y = y;
+      req.seed = g;
+    } else {
+      req.also.emplace_back(y, g);
+    }
+  };
+  std::vector<std::string> initial;
+  for (size_t j = 0; j < carried; ++j) {
+    const std::string gv = prefix + "gv" + std::to_string(j);
+    back->inputs.push_back(named(gv));
+    const std::string g = e.grad_of_output(j);
+    initial.push_back(g.empty() ? e.emit1("ZerosLike", {e.output(j)}, {}, kVoltDomain) : g);
+    seed(body->outputs[1 + j].name, gv);
+  }
+  for (size_t m = 0; m < wanted.size(); ++m) {
+    back->inputs.push_back(named(prefix + "gc" + std::to_string(m)));
+    initial.push_back(e.emit1("ZerosLike", {wanted[m]}, {}, kVoltDomain));
+  }
+  for (size_t s = 0; s < scans; ++s) {
+    const std::string g = e.grad_of_output(carried + s);
+    if (g.empty()) continue;
+    const std::string at = prefix + "gscan" + std::to_string(s);
+    prologue.push_back(plain_node(at, "Gather", {g, i}, {at}));
+    seed(body->outputs[1 + carried + s].name, at);
+  }
+  back->nodes.insert(back->nodes.begin(), prologue.begin(), prologue.end());
+  if (req.y.empty()) return;  // no gradient reached the loop's outputs
+  for (size_t j = 0; j < carried; ++j) req.wrt.push_back(body->inputs[2 + j].name);
+  req.wrt.insert(req.wrt.end(), wanted.begin(), wanted.end());
+  req.prefix = prefix + "body/";
+  const std::vector<std::string> grads = e.differentiate(*back, req);
+  const std::string cond_out = prefix + "cond_out";
+  back->nodes.push_back(plain_node(cond_out, "Identity", {prefix + "true"}, {cond_out}));
+  back->outputs.push_back(named(cond_out));
+  for (size_t j = 0; j < carried; ++j) {
+    const std::string out = prefix + "gv_next" + std::to_string(j);
+    back->nodes.push_back(plain_node(out, "Identity", {grads[j]}, {out}));
+    back->outputs.push_back(named(out));
+  }
+  for (size_t m = 0; m < wanted.size(); ++m) {
+    const std::string out = prefix + "gc_next" + std::to_string(m);
+    back->nodes.push_back(
+        plain_node(out, "Add", {prefix + "gc" + std::to_string(m), grads[carried + m]}, {out}));
+    back->outputs.push_back(named(out));
+  }
+  Attribute bb;
+  bb.type = Attribute::Type::Graph;
+  bb.g = back;
+  std::vector<std::string> ins{trips, ""};
+  ins.insert(ins.end(), initial.begin(), initial.end());
+  const auto outs = e.emit("Loop", ins, {{"body", bb}}, carried + wanted.size());
+  for (size_t j = 0; j < carried; ++j) e.set_grad(2 + j, outs[j]);
+  for (size_t m = 0; m < wanted.size(); ++m) e.add_grad(wanted[m], outs[carried + m]);
+}
+
 }  // namespace
 
 // The condition carries no gradient; the captured values do.
 VOLT_REGISTER_GRADIENT_OF(if_, "If", ({}, true), if_rule);
+// M and the condition carry none; the loop-carried values and the captured values do.
+static const GradientRuleRegistrar volt_gradient_registrar_loop{kOnnxDomain, "Loop", loop_rule,
+                                                                Differentiable::from(2, true)};
 
 }  // namespace volt

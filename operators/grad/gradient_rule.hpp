@@ -92,13 +92,18 @@ struct Differentiable {
   static Differentiable inputs(std::vector<size_t> listed, bool captures = false) {
     return {false, std::move(listed), captures};
   }
+  // Inputs `first` and after (a variadic tail, as Loop's carried values).
+  static Differentiable from(size_t first, bool captures = false) {
+    return {false, {}, captures, first};
+  }
   static Differentiable none() { return {false, {}, false}; }
   bool input(size_t i) const {
-    return every || std::find(listed.begin(), listed.end(), i) != listed.end();
+    return every || i >= tail || std::find(listed.begin(), listed.end(), i) != listed.end();
   }
   bool every = true;
   std::vector<size_t> listed;
-  bool captured = false;  // values the node's subgraphs capture (If)
+  bool captured = false;  // values the node's subgraphs capture (If, Loop)
+  size_t tail = static_cast<size_t>(-1);
 };
 
 struct GradientRuleEntry {

@@ -69,6 +69,55 @@ std::vector<void (*)()>& groups() {
   }                                                                         \
   void name##_cases()
 
+// The model's output "y" (float64) against finite differences in each `wrt` feed.
+void check_model(const std::string& bytes, const NamedValues& feeds,
+                 const std::vector<size_t>& wrt) {
+  const Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  const Graph forward = m.graph;
+  const Tensor y = run_graph(forward, feeds)[0].tensor();
+  std::mt19937 rng(99);
+  const Tensor seed = testing::random_double(y.shape(), rng);
+
+  Graph g = forward;
+  ValueInfo seed_info;
+  seed_info.name = "seed";
+  seed_info.dtype = DType::Double;
+  g.inputs.push_back(seed_info);
+  GradientRequest req{"y", "seed", {}};
+  for (size_t w : wrt) req.wrt.push_back(feeds[w].first);
+  const auto grads = append_gradients(g, req, "gradcheck");
+  g.outputs.clear();
+  for (const auto& gname : grads) {
+    ValueInfo o;
+    o.name = gname;
+    g.outputs.push_back(o);
+  }
+  NamedValues with_seed = feeds;
+  with_seed.emplace_back("seed", seed);
+  const auto analytic = run_graph(g, with_seed);
+
+  const double h = 1e-6;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    const Tensor& x = feeds[wrt[k]].second.tensor();
+    const Tensor& a = analytic[k].tensor();
+    ASSERT_EQ(a.shape(), x.shape()) << "gradient of input " << wrt[k];
+    for (int64_t e = 0; e < x.numel(); ++e) {
+      NamedValues plus = feeds, minus = feeds;
+      Tensor xp = x.clone(), xm = x.clone();
+      xp.data<double>()[e] += h;
+      xm.data<double>()[e] -= h;
+      plus[wrt[k]].second = xp;
+      minus[wrt[k]].second = xm;
+      const double numeric =
+          (loss_of(forward, plus, seed) - loss_of(forward, minus, seed)) / (2 * h);
+      const double got = a.data<double>()[e];
+      EXPECT_NEAR(got, numeric, 1e-6 * (1 + std::abs(numeric)))
+          << "input " << wrt[k] << " element " << e;
+    }
+  }
+}
+
+// One node of `c.op` over graph inputs in0, in1, ...
 void check(const Case& c) {
   SCOPED_TRACE(c.op);
   checked_ops().insert(c.op);
@@ -84,50 +133,7 @@ void check(const Case& c) {
   std::vector<std::string> outs{"y"};
   for (size_t i = 1; i < c.outputs; ++i) outs.push_back("y" + std::to_string(i));
   b.output_any("y", 11).node(c.op, names, outs, c.attrs, "op");
-  const std::string bytes = b.bytes();
-  const Model m = load_model_from_bytes(bytes.data(), bytes.size());
-  const Graph forward = m.graph;
-  const Tensor y = run_graph(forward, feeds)[0].tensor();
-  std::mt19937 rng(99);
-  const Tensor seed = testing::random_double(y.shape(), rng);
-
-  Graph g = forward;
-  ValueInfo seed_info;
-  seed_info.name = "seed";
-  seed_info.dtype = DType::Double;
-  g.inputs.push_back(seed_info);
-  GradientRequest req{"y", "seed", {}};
-  for (size_t w : c.wrt) req.wrt.push_back(names[w]);
-  const auto grads = append_gradients(g, req, "gradcheck");
-  g.outputs.clear();
-  for (const auto& gname : grads) {
-    ValueInfo o;
-    o.name = gname;
-    g.outputs.push_back(o);
-  }
-  NamedValues with_seed = feeds;
-  with_seed.emplace_back("seed", seed);
-  const auto analytic = run_graph(g, with_seed);
-
-  const double h = 1e-6;
-  for (size_t k = 0; k < c.wrt.size(); ++k) {
-    const Tensor& x = c.inputs[c.wrt[k]];
-    const Tensor& a = analytic[k].tensor();
-    ASSERT_EQ(a.shape(), x.shape()) << "gradient of input " << c.wrt[k];
-    for (int64_t e = 0; e < x.numel(); ++e) {
-      NamedValues plus = feeds, minus = feeds;
-      Tensor xp = x.clone(), xm = x.clone();
-      xp.data<double>()[e] += h;
-      xm.data<double>()[e] -= h;
-      plus[c.wrt[k]].second = xp;
-      minus[c.wrt[k]].second = xm;
-      const double numeric =
-          (loss_of(forward, plus, seed) - loss_of(forward, minus, seed)) / (2 * h);
-      const double got = a.data<double>()[e];
-      EXPECT_NEAR(got, numeric, 1e-6 * (1 + std::abs(numeric)))
-          << "input " << c.wrt[k] << " element " << e;
-    }
-  }
+  check_model(b.bytes(), feeds, c.wrt);
 }
 
 Tensor rnd(const Shape& s, double lo = -1, double hi = 1, unsigned seed = 1) {
@@ -632,6 +638,58 @@ GRADCHECK(IfBranchesCapturedValues) {
            {Tensor::scalar(flag), rnd({2, 3}, -1, 1, 100), rnd({3}, -1, 1, 101)},
            {1, 2},
            branches});
+}
+
+// Loop: backpropagation through the iterations, to the initial carried value and to the values
+// the body captures (W, x), through both the final carried value and the scan output; with
+// M = 0 too (the gradient passes straight through).
+GRADCHECK(LoopThroughIterations) {
+  checked_ops().insert("Loop");
+  if (recording) return;
+  for (int64_t trips : {3, 1, 0}) {
+    SCOPED_TRACE("trips " + std::to_string(trips));
+    ModelBuilder body;
+    body.input("i", 7, {}).input("cond", 9, {}).input("v", 11, {2, 3});
+    body.output_any("cond_out", 9).output_any("v_out", 11).output_any("scan", 11);
+    body.node("Identity", {"cond"}, {"cond_out"})
+        .node("Mul", {"v", "W"}, {"m"})
+        .node("Tanh", {"m"}, {"t"})
+        .node("Add", {"t", "x"}, {"v_out"})
+        .node("Cast", {"i"}, {"i_d"},
+              [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "to", 11); })
+        .node("Mul", {"v_out", "i_d"}, {"scan"});
+    ModelBuilder b(13, 8);
+    b.input("M", 7, {}).input("v0", 11, {2, 3}).input("W", 11, {3}).input("x", 11, {2, 3});
+    b.output_any("y", 11);
+    b.node(
+         "Loop", {"M", "", "v0"}, {"v_final", "scans"},
+         [&](onnx::NodeProto& n) { ModelBuilder::set_graph(n, "body", body); }, "loop")
+        .initializer_i64("axis0", {1}, {0})
+        .node("ReduceSum", {"scans", "axis0"}, {"scan_sum"},
+              [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "keepdims", 0); })
+        .node("Mul", {"v_final", "scan_sum"}, {"y"});
+    const NamedValues feeds{{"M", Tensor::scalar(trips)},
+                            {"v0", rnd({2, 3}, -1, 1, 160)},
+                            {"W", rnd({3}, -1, 1, 161)},
+                            {"x", rnd({2, 3}, -1, 1, 162)}};
+    if (trips == 0) {  // the scans are empty: the output is the initial value alone
+      ModelBuilder b0(13, 8);
+      b0.input("M", 7, {}).input("v0", 11, {2, 3}).input("W", 11, {3}).input("x", 11, {2, 3});
+      b0.output_any("y", 11).node(
+          "Loop", {"M", "", "v0"}, {"y"},
+          [&](onnx::NodeProto& n) {
+            ModelBuilder body0;
+            body0.input("i", 7, {}).input("cond", 9, {}).input("v", 11, {2, 3});
+            body0.output_any("cond_out", 9).output_any("v_out", 11);
+            body0.node("Identity", {"cond"}, {"cond_out"}).node("Mul", {"v", "W"}, {"v_out"});
+            ModelBuilder::set_graph(n, "body", body0);
+          },
+          "loop");
+      check_model(b0.bytes(), feeds, {1, 2});
+      continue;
+    }
+    check_model(b.bytes(), feeds, {1, 2, 3});
+  }
 }
 
 // The float32 backward kernels (oneDNN where it applies) against the float64 reference ones.

@@ -130,9 +130,8 @@ TEST(WeightsAnywhere, WeightsReadOnlyInsideIfBranchesGetTheTakenBranchsGradient)
   fs::remove(out);
 }
 
-// A weight a Loop body captures: Loop has no gradient rule yet, so the trainer refuses at
-// creation, naming the node, rather than training everything else and leaving it at zero.
-TEST(WeightsAnywhere, AWeightCapturedByALoopIsRefusedNotSilentlyZero) {
+// A weight a Loop body captures gets the gradient summed over the iterations.
+TEST(WeightsAnywhere, AWeightCapturedByALoopTrains) {
   ModelBuilder body;
   body.input("i", 7, {}).input("cond_in", 9, {}).input("acc", 1, {2, 3});
   body.output_any("cond_out", 9).output_any("acc_out", 1);
@@ -145,8 +144,44 @@ TEST(WeightsAnywhere, AWeightCapturedByALoopIsRefusedNotSilentlyZero) {
       [&](onnx::NodeProto& n) { ModelBuilder::set_graph(n, "body", body); }, "repeat");
   const std::string path = temp("loop.onnx");
   b.save(path);
-  EXPECT_VOLT_ERROR(Trainer(path, {{"loss", "mse"}}), NotImplemented, "repeat", "Loop",
-                    "no gradient rule");
+  // y = x W^2: one SGD step moves W by lr * dL/dW, dL/dW = sum_i 2 (y - t) / 6 * 2 x W.
+  Trainer tr(path, {{"loss", "mse"}, {"optimizer", "sgd"}, {"learning_rate", "0.1"}});
+  EXPECT_EQ(tr.trainable(), (std::vector<std::string>{"W"}));
+  tr.step({{"x", kX}, {"label", kT}});
+  const float w[3] = {0.5f, -1.0f, 2.0f};
+  for (int j = 0; j < 3; ++j) {
+    double g = 0;
+    for (int i = 0; i < 2; ++i) {
+      const double x = kX.data<float>()[i * 3 + j], t = kT.data<float>()[i * 3 + j];
+      g += 2 * (x * w[j] * w[j] - t) / 6 * 2 * x * w[j];
+    }
+    EXPECT_NEAR(tr.weight("W").data<float>()[j], w[j] - 0.1 * g, 1e-5) << j;
+  }
+  fs::remove(path);
+}
+
+// A weight a Scan body captures: Scan has no gradient rule yet, so the trainer refuses at
+// creation, naming the node, rather than training everything else and leaving it at zero.
+TEST(WeightsAnywhere, AWeightCapturedByAScanIsRefusedNotSilentlyZero) {
+  ModelBuilder body;
+  body.input("s", 1, {3}).input("x_t", 1, {3});
+  body.output_any("s_out", 1).output_any("y_t", 1);
+  body.node("Mul", {"x_t", "W"}, {"xw"}).node("Add", {"s", "xw"}, {"s_out"});
+  body.node("Identity", {"s_out"}, {"y_t"});
+  ModelBuilder b(11);
+  b.input("x", 1, {2, 3}).output("y", 1, {2, 3});
+  b.initializer("W", {3}, {0.5f, -1.0f, 2.0f}).initializer("s0", {3}, {0, 0, 0});
+  b.node(
+      "Scan", {"s0", "x"}, {"s_final", "y"},
+      [&](onnx::NodeProto& n) {
+        ModelBuilder::set_graph(n, "body", body);
+        ModelBuilder::set_int(n, "num_scan_inputs", 1);
+      },
+      "accumulate");
+  const std::string path = temp("scan.onnx");
+  b.save(path);
+  EXPECT_VOLT_ERROR(Trainer(path, {{"loss", "mse"}, {"trainable", "W"}}), NotImplemented,
+                    "accumulate", "Scan", "no gradient rule");
   fs::remove(path);
 }
 

@@ -70,17 +70,6 @@ void if_rule(GradEmitter& e) {
   for (size_t j = 0; j < wanted.size(); ++j) e.add_grad(wanted[j], grads[j]);
 }
 
-Node plain_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
-                std::vector<std::string> outs) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.opset = 13;
-  n.inputs = std::move(ins);
-  n.outputs = std::move(outs);
-  return n;
-}
-
 ValueInfo named(const std::string& name) {
   ValueInfo v;
   v.name = name;
@@ -107,7 +96,7 @@ void loop_rule(GradEmitter& e) {
   for (size_t j = 0; j < carried; ++j) extra.push_back(body->inputs[2 + j].name);
   for (size_t j = 0; j < extra.size(); ++j) {
     const std::string out = prefix + "record" + std::to_string(j);
-    record->nodes.push_back(plain_node(out, "Identity", {extra[j]}, {out}));
+    record->nodes.push_back(make_node(out, "Identity", {extra[j]}, {out}));
     record->outputs.push_back(named(out));
   }
   Attribute rb;
@@ -124,14 +113,14 @@ void loop_rule(GradEmitter& e) {
   back->initializers[prefix + "one"] = Tensor::scalar(int64_t{1});
   back->initializers[prefix + "true"] = Tensor::scalar(true);
   const std::string i = prefix + "i", last = prefix + "last";
-  prologue.push_back(plain_node(last, "Sub", {trips, prefix + "one"}, {last}));
-  prologue.push_back(plain_node(i, "Sub", {last, prefix + "k"}, {i}));
-  prologue.push_back(plain_node(prefix + "iteration", "Identity", {i}, {body->inputs[0].name}));
+  prologue.push_back(make_node(last, "Sub", {trips, prefix + "one"}, {last}));
+  prologue.push_back(make_node(i, "Sub", {last, prefix + "k"}, {i}));
+  prologue.push_back(make_node(prefix + "iteration", "Identity", {i}, {body->inputs[0].name}));
   back->initializers[body->inputs[1].name] = Tensor::scalar(true);  // cond_in held true
   for (size_t j = 0; j < carried; ++j)
-    prologue.push_back(plain_node(prefix + "v_in" + std::to_string(j), "Gather",
-                                  {recorded[carried + scans + 1 + j], i},
-                                  {body->inputs[2 + j].name}));
+    prologue.push_back(make_node(prefix + "v_in" + std::to_string(j), "Gather",
+                                 {recorded[carried + scans + 1 + j], i},
+                                 {body->inputs[2 + j].name}));
   // The gradients the backward loop carries: the carried values' (from the last iteration
   // back), then the captured values' sums.
   GradientRequest req;
@@ -159,7 +148,7 @@ void loop_rule(GradEmitter& e) {
     const std::string g = e.grad_of_output(carried + s);
     if (g.empty()) continue;
     const std::string at = prefix + "gscan" + std::to_string(s);
-    prologue.push_back(plain_node(at, "Gather", {g, i}, {at}));
+    prologue.push_back(make_node(at, "Gather", {g, i}, {at}));
     seed(body->outputs[1 + carried + s].name, at);
   }
   back->nodes.insert(back->nodes.begin(), prologue.begin(), prologue.end());
@@ -169,17 +158,17 @@ void loop_rule(GradEmitter& e) {
   req.prefix = prefix + "body/";
   const std::vector<std::string> grads = e.differentiate(*back, req);
   const std::string cond_out = prefix + "cond_out";
-  back->nodes.push_back(plain_node(cond_out, "Identity", {prefix + "true"}, {cond_out}));
+  back->nodes.push_back(make_node(cond_out, "Identity", {prefix + "true"}, {cond_out}));
   back->outputs.push_back(named(cond_out));
   for (size_t j = 0; j < carried; ++j) {
     const std::string out = prefix + "gv_next" + std::to_string(j);
-    back->nodes.push_back(plain_node(out, "Identity", {grads[j]}, {out}));
+    back->nodes.push_back(make_node(out, "Identity", {grads[j]}, {out}));
     back->outputs.push_back(named(out));
   }
   for (size_t m = 0; m < wanted.size(); ++m) {
     const std::string out = prefix + "gc_next" + std::to_string(m);
     back->nodes.push_back(
-        plain_node(out, "Add", {prefix + "gc" + std::to_string(m), grads[carried + m]}, {out}));
+        make_node(out, "Add", {prefix + "gc" + std::to_string(m), grads[carried + m]}, {out}));
     back->outputs.push_back(named(out));
   }
   Attribute bb;

@@ -141,6 +141,19 @@ struct GradientRuleRegistrar {
     ::volt::kOnnxDomain, op, [](::volt::GradEmitter&) {}, ::volt::Differentiable::none() \
   }
 
+// A node of the default domain, for rules that build subgraphs and for the trainer's loss.
+inline Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+                      std::vector<std::string> outs, std::map<std::string, Attribute> attrs = {}) {
+  Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = 13;
+  n.inputs = std::move(ins);
+  n.outputs = std::move(outs);
+  n.attributes = std::move(attrs);
+  return n;
+}
+
 // Attribute constructors for rules.
 Attribute int_attr(int64_t v);
 Attribute ints_attr(std::vector<int64_t> v);

@@ -38,18 +38,6 @@ bool has_prefix(const std::string& name, const std::vector<std::string>& prefixe
   return false;
 }
 
-Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
-               std::vector<std::string> outs, std::map<std::string, Attribute> attrs = {}) {
-  Node n;
-  n.name = name;
-  n.op_type = op;
-  n.opset = 13;
-  n.inputs = std::move(ins);
-  n.outputs = std::move(outs);
-  n.attributes = std::move(attrs);
-  return n;
-}
-
 // Σ p[i]², accumulated in double (a gradient's squares span more range than a float sum keeps).
 // Sixteen independent partial sums, so that the additions (which may not be reordered) still
 // fill vector registers.

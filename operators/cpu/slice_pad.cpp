@@ -5,6 +5,7 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/slice_window.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -189,6 +190,49 @@ class Split final : public Kernel {
   int64_t num_outputs_;
 };
 
+enum class PadMode { Constant, Edge, Wrap, Reflect };
+
+PadMode pad_mode(const Node& n) {
+  const std::string mode = n.attr_string("mode", "constant");
+  VOLT_CHECK(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
+             InvalidModel, n.describe() + ": unknown mode '" + mode + "'");
+  return mode == "constant" ? PadMode::Constant
+         : mode == "edge"   ? PadMode::Edge
+         : mode == "wrap"   ? PadMode::Wrap
+                            : PadMode::Reflect;
+}
+
+// The source index along an axis of `n` elements for padded position `i` (i may fall outside
+// [0, n)), or -1 where the pad takes the constant: constant mode, or an empty axis.
+int64_t pad_source(PadMode mode, int64_t i, int64_t n) {
+  if (i >= 0 && i < n) return i;
+  if (mode == PadMode::Constant || n == 0) return -1;
+  if (mode == PadMode::Edge) return std::clamp<int64_t>(i, 0, n - 1);
+  if (mode == PadMode::Wrap) return ((i % n) + n) % n;
+  const int64_t period = std::max<int64_t>(2 * (n - 1), 1);  // reflect
+  i = ((i % period) + period) % period;
+  return i >= n ? period - i : i;
+}
+
+std::vector<int64_t> full_pads(size_t rank, const std::vector<int64_t>& pads,
+                               const std::vector<int64_t>& axes, const Node& node) {
+  if (axes.empty()) {
+    VOLT_CHECK(pads.size() == 2 * rank, InvalidArgument,
+               node.describe() + ": pads has " + std::to_string(pads.size()) + " values for rank " +
+                   std::to_string(rank));
+    return pads;
+  }
+  VOLT_CHECK(pads.size() == 2 * axes.size(), InvalidArgument,
+             node.describe() + ": pads must have two values per axis");
+  std::vector<int64_t> full(2 * rank, 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = normalize_axis(axes[i], static_cast<int64_t>(rank), node);
+    full[a] = pads[i];
+    full[a + rank] = pads[i + axes.size()];
+  }
+  return full;
+}
+
 class Pad final : public Kernel {
  public:
   explicit Pad(const Node& n) : legacy_(n.opset < 11) {
@@ -196,13 +240,7 @@ class Pad final : public Kernel {
       pads_ = n.attr_ints(n.opset < 2 ? "paddings" : "pads");
       value_ = n.attr_float("value", 0);
     }
-    const std::string mode = n.attr_string("mode", "constant");
-    VOLT_CHECK(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap",
-               InvalidModel, n.describe() + ": unknown mode '" + mode + "'");
-    mode_ = mode == "constant" ? Mode::Constant
-            : mode == "edge"   ? Mode::Edge
-            : mode == "wrap"   ? Mode::Wrap
-                               : Mode::Reflect;
+    mode_ = pad_mode(n);
   }
   void infer(InferContext& ctx) const override {
     std::vector<int64_t> pads = pads_, axes;
@@ -281,37 +319,9 @@ class Pad final : public Kernel {
     });
   }
 
-  // The source index along an axis of `n` elements for padded position `i` (i may fall outside
-  // [0, n)), or -1 where the pad takes the constant: constant mode, or an empty axis.
-  int64_t source_index(int64_t i, int64_t n) const {
-    if (i >= 0 && i < n) return i;
-    if (mode_ == Mode::Constant || n == 0) return -1;
-    if (mode_ == Mode::Edge) return std::clamp<int64_t>(i, 0, n - 1);
-    if (mode_ == Mode::Wrap) return ((i % n) + n) % n;
-    const int64_t period = std::max<int64_t>(2 * (n - 1), 1);  // reflect
-    i = ((i % period) + period) % period;
-    return i >= n ? period - i : i;
-  }
+  int64_t source_index(int64_t i, int64_t n) const { return pad_source(mode_, i, n); }
 
  private:
-  static std::vector<int64_t> full_pads(size_t rank, const std::vector<int64_t>& pads,
-                                        const std::vector<int64_t>& axes, const Node& node) {
-    if (axes.empty()) {
-      VOLT_CHECK(pads.size() == 2 * rank, InvalidArgument,
-                 node.describe() + ": pads has " + std::to_string(pads.size()) +
-                     " values for rank " + std::to_string(rank));
-      return pads;
-    }
-    VOLT_CHECK(pads.size() == 2 * axes.size(), InvalidArgument,
-               node.describe() + ": pads must have two values per axis");
-    std::vector<int64_t> full(2 * rank, 0);
-    for (size_t i = 0; i < axes.size(); ++i) {
-      const int64_t a = normalize_axis(axes[i], static_cast<int64_t>(rank), node);
-      full[a] = pads[i];
-      full[a + rank] = pads[i + axes.size()];
-    }
-    return full;
-  }
   static Shape out_shape(const Shape& in, const std::vector<int64_t>& pads, const Node& node) {
     Shape out = in;
     for (size_t d = 0; d < in.size(); ++d) {
@@ -322,9 +332,57 @@ class Pad final : public Kernel {
     return out;
   }
   bool legacy_;
-  enum class Mode { Constant, Edge, Wrap, Reflect } mode_;
+  PadMode mode_;
   std::vector<int64_t> pads_;
   float value_ = 0;
+};
+
+// Pad's gradient for every mode: inputs dY, X, then Pad's pads, constant_value, axes (or its
+// pads attribute, `legacy`). Each output element adds its gradient to the input element it was
+// read from, by the same mapping as Pad (a reflected or repeated element gathers several).
+class PadGrad final : public Kernel {
+ public:
+  explicit PadGrad(const Node& n)
+      : legacy_(n.attr_int("legacy", 0) != 0),
+        mode_(pad_mode(n)),
+        pads_(legacy_ ? n.attr_ints("pads") : std::vector<int64_t>{}) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(1)); }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(1);
+    std::vector<int64_t> pads = pads_, axes;
+    if (!legacy_) {
+      pads = to_int64_vector(ctx.input(2), ctx.node(), "pads");
+      if (ctx.has_input(4)) axes = to_int64_vector(ctx.input(4), ctx.node(), "axes");
+    }
+    const size_t r = x.rank();
+    pads = full_pads(r, pads, axes, ctx.node());
+    const Shape& os = ctx.input(0).shape();
+    VOLT_CHECK(os.size() == r, InvalidArgument, ctx.node().describe() + ": dY's rank is not X's");
+    const auto dy = to_doubles(ctx.input(0));
+    std::vector<double> dx(static_cast<size_t>(x.numel()), 0.0);
+    const auto is = strides_of(x.shape());
+    std::vector<int64_t> idx(r, 0);
+    for (size_t o = 0; o < dy.size(); ++o) {
+      int64_t src = 0;
+      bool inside = true;
+      for (size_t d = 0; d < r && inside; ++d) {
+        const int64_t i = pad_source(mode_, idx[d] - pads[d], x.dim(d));
+        inside = i >= 0;
+        src += i * is[d];
+      }
+      if (inside) dx[static_cast<size_t>(src)] += dy[o];
+      for (size_t d = r; d-- > 0;) {
+        if (++idx[d] < os[d]) break;
+        idx[d] = 0;
+      }
+    }
+    from_doubles(ctx.output(0), dx);
+  }
+
+ private:
+  bool legacy_;
+  PadMode mode_;
+  std::vector<int64_t> pads_;
 };
 
 // Expand and Tile: output element i reads input element (i mapped back per axis).
@@ -410,6 +468,7 @@ VOLT_REGISTER_KERNEL(slice, {.op = "Slice", .create = make_kernel<Slice>});
 VOLT_REGISTER_KERNEL(slice_grad, volt_kernel("SliceGrad", make_kernel<SliceGrad>));
 VOLT_REGISTER_KERNEL(split, {.op = "Split", .create = make_kernel<Split>});
 VOLT_REGISTER_KERNEL(pad, {.op = "Pad", .create = make_kernel<Pad>});
+VOLT_REGISTER_KERNEL(pad_grad, volt_kernel("PadGrad", make_kernel<PadGrad>));
 VOLT_REGISTER_KERNEL(expand, {.op = "Expand", .since = 8, .create = make_kernel<Expand>});
 VOLT_REGISTER_KERNEL(tile, {.op = "Tile", .since = 6, .create = make_kernel<Tile>});
 

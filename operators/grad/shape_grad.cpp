@@ -107,15 +107,26 @@ void space_to_depth(GradEmitter& e) {
 
 // Constant padding adds values that do not depend on x; its gradient undoes the padding, which
 // is padding by the negated amounts (a negative pad crops, and cropping's gradient pads zeros).
+// The other modes read some elements of x several times: PadGrad adds their gradients up.
 void pad(GradEmitter& e) {
   if (!e.needs_grad(0)) return;
   const Node& n = e.node();
   const std::string mode = n.attr_string("mode", "constant");
-  VOLT_CHECK(mode == "constant", NotImplemented,
-             n.describe() + ": the gradient of Pad in mode '" + mode + "' is not supported yet");
+  const bool legacy = n.opset < 11;
+  const std::vector<int64_t> legacy_pads =
+      legacy ? n.attr_ints(n.has_attr("pads") ? "pads" : "paddings") : std::vector<int64_t>{};
+  if (mode != "constant") {
+    std::map<std::string, Attribute> attrs{{"mode", string_attr(mode)},
+                                           {"legacy", int_attr(legacy)}};
+    if (legacy) attrs["pads"] = ints_attr(legacy_pads);
+    std::vector<std::string> ins{e.grad_of_output(0), e.input(0)};
+    for (size_t i = 1; i < n.inputs.size(); ++i) ins.push_back(e.input(i));
+    e.set_grad(0, e.emit1("PadGrad", ins, attrs, kVoltDomain));
+    return;
+  }
   std::string pads;
-  if (n.opset < 11) {
-    std::vector<int64_t> p = n.attr_ints(n.has_attr("pads") ? "pads" : "paddings");
+  if (legacy) {
+    std::vector<int64_t> p = legacy_pads;
     for (auto& v : p) v = -v;
     pads = e.constant(Tensor::from<int64_t>(p, {static_cast<int64_t>(p.size())}));
   } else {

@@ -97,6 +97,7 @@ struct Differentiable {
     return {false, {}, captures, first};
   }
   static Differentiable none() { return {false, {}, false}; }
+  static Differentiable all_and_captured() { return {true, {}, true}; }
   bool input(size_t i) const {
     return every || i >= tail || std::find(listed.begin(), listed.end(), i) != listed.end();
   }

@@ -692,6 +692,46 @@ GRADCHECK(LoopThroughIterations) {
   }
 }
 
+// Scan: through the states and the stacked outputs, to the initial state, both scan inputs (one
+// read along axis 1 in reverse), and a captured weight; one scan output stacked in reverse.
+GRADCHECK(ScanThroughIterations) {
+  checked_ops().insert("Scan");
+  if (recording) return;
+  ModelBuilder body;
+  body.input("s", 11, {3}).input("x_t", 11, {3}).input("z_t", 11, {3});
+  body.output_any("s_out", 11).output_any("y_t", 11);
+  body.node("Mul", {"x_t", "W"}, {"a"})
+      .node("Add", {"s", "a"}, {"b"})
+      .node("Mul", {"b", "z_t"}, {"c"})
+      .node("Tanh", {"c"}, {"s_out"})
+      .node("Add", {"s_out", "x_t"}, {"y_t"});
+  ModelBuilder b(11, 8);
+  b.input("s0", 11, {3}).input("xs", 11, {4, 3}).input("zs", 11, {3, 4}).input("W", 11, {3});
+  b.output_any("y", 11);
+  b.initializer_i64("axis0", {1}, {0});
+  b.node(
+       "Scan", {"s0", "xs", "zs"}, {"s_final", "ys"},
+       [&](onnx::NodeProto& n) {
+         ModelBuilder::set_graph(n, "body", body);
+         ModelBuilder::set_int(n, "num_scan_inputs", 2);
+         ModelBuilder::set_ints(n, "scan_input_axes", {0, 1});
+         ModelBuilder::set_ints(n, "scan_input_directions", {0, 1});
+         ModelBuilder::set_ints(n, "scan_output_directions", {1});
+       },
+       "scan")
+      .node("ReduceSum", {"ys"}, {"ys_sum"},
+            [](onnx::NodeProto& n) {
+              ModelBuilder::set_ints(n, "axes", {0});
+              ModelBuilder::set_int(n, "keepdims", 0);
+            })
+      .node("Mul", {"s_final", "ys_sum"}, {"y"});
+  const NamedValues feeds{{"s0", rnd({3}, -1, 1, 170)},
+                          {"xs", rnd({4, 3}, -1, 1, 171)},
+                          {"zs", rnd({3, 4}, -1, 1, 172)},
+                          {"W", rnd({3}, -1, 1, 173)}};
+  check_model(b.bytes(), feeds, {0, 1, 2, 3});
+}
+
 // The float32 backward kernels (oneDNN where it applies) against the float64 reference ones.
 std::vector<Tensor> gradients_in(DType dtype, const Case& c, const Tensor& seed64) {
   ModelBuilder b(c.opset, 10);

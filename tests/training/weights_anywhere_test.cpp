@@ -160,9 +160,8 @@ TEST(WeightsAnywhere, AWeightCapturedByALoopTrains) {
   fs::remove(path);
 }
 
-// A weight a Scan body captures: Scan has no gradient rule yet, so the trainer refuses at
-// creation, naming the node, rather than training everything else and leaving it at zero.
-TEST(WeightsAnywhere, AWeightCapturedByAScanIsRefusedNotSilentlyZero) {
+// A weight a Scan body captures: y_t = sum over u <= t of x_u W, one SGD step exact.
+TEST(WeightsAnywhere, AWeightCapturedByAScanTrains) {
   ModelBuilder body;
   body.input("s", 1, {3}).input("x_t", 1, {3});
   body.output_any("s_out", 1).output_any("y_t", 1);
@@ -180,8 +179,18 @@ TEST(WeightsAnywhere, AWeightCapturedByAScanIsRefusedNotSilentlyZero) {
       "accumulate");
   const std::string path = temp("scan.onnx");
   b.save(path);
-  EXPECT_VOLT_ERROR(Trainer(path, {{"loss", "mse"}, {"trainable", "W"}}), NotImplemented,
-                    "accumulate", "Scan", "no gradient rule");
+  Trainer tr(path,
+             {{"loss", "mse"}, {"optimizer", "sgd"}, {"learning_rate", "0.1"}, {"trainable", "W"}});
+  tr.step({{"x", kX}, {"label", kT}});
+  const float w[3] = {0.5f, -1.0f, 2.0f};
+  for (int j = 0; j < 3; ++j) {
+    double g = 0, prefix = 0;
+    for (int t = 0; t < 2; ++t) {
+      prefix += kX.data<float>()[t * 3 + j];
+      g += 2 * (prefix * w[j] - kT.data<float>()[t * 3 + j]) / 6 * prefix;
+    }
+    EXPECT_NEAR(tr.weight("W").data<float>()[j], w[j] - 0.1 * g, 1e-5) << j;
+  }
   fs::remove(path);
 }
 

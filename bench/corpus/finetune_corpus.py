@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 import compare  # noqa: E402  (ensure_ort, ort_run)
-import run_corpus  # noqa: E402  (make_inputs, CORPUS, RTOL)
+import run_corpus  # noqa: E402  (make_inputs, write_section, CORPUS, RTOL)
 
 FINETUNE = os.path.join(ROOT, "build", "bin", "volt_finetune")
 RATES = (1e-5, 1e-6, 1e-7, 1e-8)
@@ -110,13 +110,8 @@ def main():
     out = "\n".join(lines)
     print(out)
     if args.results:
-        start, end = "<!-- finetune -->", "<!-- /finetune -->"
-        text = open(args.results).read() if os.path.exists(args.results) else ""
-        block = f"{start}\n```\n{out}\n```\n{end}"
-        text = (text[:text.index(start)] + block + text[text.index(end) + len(end):]) if start in text \
-            else text + "\n## Fine-tuning the corpus (bench/corpus/finetune_corpus.py)\n\n" + block + "\n"
-        with open(args.results, "w") as f:
-            f.write(text)
+        run_corpus.write_section(args.results, "finetune",
+                                 "Fine-tuning the corpus (bench/corpus/finetune_corpus.py)", out)
     sys.exit(0 if rows and passed == len(rows) else 1)
 
 

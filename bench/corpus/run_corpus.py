@@ -135,6 +135,18 @@ def table(rows, failures, args):
     return "\n".join(lines)
 
 
+def write_section(path, marker, title, table_text):
+    """Puts `table_text` between <!-- marker --> and <!-- /marker --> in the Markdown file at
+    `path`, replacing what was there, or appends it under `title`."""
+    start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    text = open(path).read() if os.path.exists(path) else ""
+    block = f"{start}\n```\n{table_text}\n```\n{end}"
+    text = (text[:text.index(start)] + block + text[text.index(end) + len(end):]) if start in text \
+        else text + f"\n## {title}\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", help="comma-separated names (default: every model in build/corpus)")
@@ -171,13 +183,7 @@ def main():
     out = table(rows, failures, args)
     print(out)
     if args.results:
-        start, end = "<!-- corpus -->", "<!-- /corpus -->"
-        text = open(args.results).read() if os.path.exists(args.results) else ""
-        block = f"{start}\n```\n{out}\n```\n{end}"
-        text = (text[:text.index(start)] + block + text[text.index(end) + len(end):]) if start in text \
-            else text + "\n## The real-model corpus (bench/corpus/run_corpus.py)\n\n" + block + "\n"
-        with open(args.results, "w") as f:
-            f.write(text)
+        write_section(args.results, "corpus", "The real-model corpus (bench/corpus/run_corpus.py)", out)
     if args.floors:
         gm = math.exp(statistics.mean(math.log(r["volt"] / r["ort"]) for r in rows)) if rows else math.inf
         ok = (not failures and gm <= 0.75 and all(r["volt"] <= r["ort"] and r["worst"] <= RTOL and

@@ -170,7 +170,8 @@ class RecurrentGrad final : public Kernel {
           pre(static_cast<size_t>(steps * B * GH)), act(pre.size()),
           hr(gru ? static_cast<size_t>(steps * B * H) : 0),
           cs(lstm ? static_cast<size_t>((steps + 1) * B * H) : 0), rh(static_cast<size_t>(B * GH)),
-          sr(gru && !lbr ? static_cast<size_t>(steps * B * H) : 0);
+          sr(gru && !lbr ? static_cast<size_t>(steps * B * H) : 0),
+          q(gru && !lbr ? static_cast<size_t>(B * H) : 0);  // the step's (r * h_prev) R_h^T
       std::copy_n(h0.begin() + d * B * H, B * H, hs.begin());
       if (lstm) std::copy_n(c0.begin() + d * B * H, B * H, cs.begin());
       for (int64_t s = 0; s < steps; ++s) {
@@ -233,7 +234,6 @@ class RecurrentGrad final : public Kernel {
           }
         }
         if (gru && !lbr) {  // the candidate: (r * h_prev) R_h^T + Rb_h, then the blend
-          std::vector<T> q(static_cast<size_t>(B * H));
           for (int64_t bi = 0; bi < B; ++bi) std::copy_n(Rb + 2 * H, H, q.begin() + bi * H);
           gemm<T>(false, true, B, H, H, T(1), sr.data() + s * B * H, H, R + 2 * H * H, H, T(1),
                   q.data(), H);
@@ -264,7 +264,7 @@ class RecurrentGrad final : public Kernel {
           dc = lstm ? std::vector<T>(dyc.begin() + d * B * H, dyc.begin() + (d + 1) * B * H)
                     : std::vector<T>(),
           dx_pre(static_cast<size_t>(S * B * GH), T(0)), da(static_cast<size_t>(B * GH)),
-          dhp(static_cast<size_t>(B * H)), ds(gru && !lbr ? static_cast<size_t>(B * H) : 0);
+          dhp(static_cast<size_t>(B * H)), ds(gru && !lbr ? static_cast<size_t>(B * H) : 0), dq;
       T* dR = dr.data() + d * GH * H;
       T* dWb = db.data() + d * 2 * GH;
       T* dRb = dWb + GH;
@@ -355,7 +355,7 @@ class RecurrentGrad final : public Kernel {
         }
         // Every gate's pre-activation had x W^T + Wb; all but GRU's candidate without
         // linear_before_reset had h_prev R^T + Rb (with lbr, the candidate's through r).
-        std::vector<T> dq(da);  // the gradient of h_prev R^T + Rb
+        dq = da;  // the gradient of h_prev R^T + Rb
         for (int64_t bi = 0; bi < B; ++bi) {
           const int64_t t = time_of(s, bi);
           if (t < 0) continue;

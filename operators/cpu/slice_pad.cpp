@@ -233,6 +233,16 @@ std::vector<int64_t> full_pads(size_t rank, const std::vector<int64_t>& pads,
   return full;
 }
 
+// A run's pads, begins then ends for every axis: the attribute's (opset < 11), or the pads
+// input at `first` with the optional axes input two after it.
+std::vector<int64_t> run_pads(const RunContext& ctx, bool legacy, const std::vector<int64_t>& attr,
+                              size_t first, size_t rank) {
+  if (legacy) return full_pads(rank, attr, {}, ctx.node());
+  std::vector<int64_t> axes;
+  if (ctx.has_input(first + 2)) axes = to_int64_vector(ctx.input(first + 2), ctx.node(), "axes");
+  return full_pads(rank, to_int64_vector(ctx.input(first), ctx.node(), "pads"), axes, ctx.node());
+}
+
 class Pad final : public Kernel {
  public:
   explicit Pad(const Node& n) : legacy_(n.opset < 11) {
@@ -253,12 +263,7 @@ class Pad final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const Tensor& in = ctx.input(0);
-    std::vector<int64_t> pads = pads_, axes;
-    if (!legacy_) {
-      pads = to_int64_vector(ctx.input(1), ctx.node(), "pads");
-      if (ctx.has_input(3)) axes = to_int64_vector(ctx.input(3), ctx.node(), "axes");
-    }
-    pads = full_pads(in.rank(), pads, axes, ctx.node());
+    const std::vector<int64_t> pads = run_pads(ctx, legacy_, pads_, 1, in.rank());
     Tensor& out = ctx.output(0);
     const size_t r = in.rank();
     const auto is = strides_of(in.shape());
@@ -349,13 +354,8 @@ class PadGrad final : public Kernel {
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(1)); }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(1);
-    std::vector<int64_t> pads = pads_, axes;
-    if (!legacy_) {
-      pads = to_int64_vector(ctx.input(2), ctx.node(), "pads");
-      if (ctx.has_input(4)) axes = to_int64_vector(ctx.input(4), ctx.node(), "axes");
-    }
     const size_t r = x.rank();
-    pads = full_pads(r, pads, axes, ctx.node());
+    const std::vector<int64_t> pads = run_pads(ctx, legacy_, pads_, 2, r);
     const Shape& os = ctx.input(0).shape();
     VOLT_CHECK(os.size() == r, InvalidArgument, ctx.node().describe() + ": dY's rank is not X's");
     const auto dy = to_doubles(ctx.input(0));

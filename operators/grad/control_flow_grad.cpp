@@ -29,13 +29,8 @@ std::shared_ptr<Graph> backward_branch(GradEmitter& e, const char* key,
   GradientRequest req;
   for (size_t i = 0; i < n.outputs.size(); ++i) {
     const std::string seed = e.grad_of_output(i);
-    if (seed.empty()) continue;  // the seeds are the outer graph's values, which branches see
-    if (req.y.empty()) {
-      req.y = forward->outputs[i].name;
-      req.seed = seed;
-    } else {
-      req.also.emplace_back(forward->outputs[i].name, seed);
-    }
+    // The seeds are the outer graph's values, which branches see.
+    if (!seed.empty()) req.seed_output(forward->outputs[i].name, seed);
   }
   req.wrt = wanted;
   req.prefix = prefix;
@@ -79,6 +74,127 @@ ValueInfo named(const std::string& name) {
   return v;
 }
 
+// The backward Loop that Loop's and Scan's rules build. `back` starts as a copy of the forward
+// body; the rule adds the prologue that recomputes iteration i = trips - 1 - k from what the
+// recording pass stacked, and names what the body's outputs are seeded with. The loop carries
+// each state's gradient back (from the node's output's gradient) and each captured value's sum
+// over the iterations; `per_iteration` values' gradients (Scan's input slices) come out as its
+// scan outputs.
+class ReverseLoop {
+ public:
+  ReverseLoop(GradEmitter& e, const Graph& body, const std::string& trips)
+      : e_(e),
+        prefix_("grad/" + e.node().name + "/"),
+        trips_(trips),
+        back_(std::make_shared<Graph>(body)) {
+    for (const auto& c : e.captures())
+      if (e.needs_grad_of(c)) wanted_.push_back(c);
+    back_->inputs = {named(prefix_ + "k"), named(prefix_ + "cond")};
+    back_->outputs.clear();
+    back_->initializers[prefix_ + "one"] = Tensor::scalar(int64_t{1});
+    back_->initializers[prefix_ + "true"] = Tensor::scalar(true);
+    step(make_node(last(), "Sub", {trips_, prefix_ + "one"}, {last()}));
+    step(make_node(i(), "Sub", {last(), k()}, {i()}));
+  }
+  const std::string& prefix() const { return prefix_; }
+  std::string k() const { return prefix_ + "k"; }  // the backward iteration
+  std::string i() const { return prefix_ + "i"; }  // the forward iteration it redoes
+  Graph& body() { return *back_; }
+  // Adds a node to the prologue (before the recomputed body).
+  void step(Node n) { prologue_.push_back(std::move(n)); }
+  void gather(const std::string& out, const std::string& from, const std::string& at,
+              int64_t axis) {
+    Node g = make_node(out, "Gather", {from, at}, {out});
+    g.attributes["axis"] = int_attr(axis);
+    step(std::move(g));
+  }
+  // A state carried back: its gradient starts as that of the node's output `node_output` and
+  // seeds the body output `body_output`; `body_input` is what the iteration read.
+  void carry(size_t node_output, const std::string& body_output, const std::string& body_input) {
+    const std::string gv = prefix_ + "gv" + std::to_string(states_.size());
+    back_->inputs.push_back(named(gv));
+    const std::string g = e_.grad_of_output(node_output);
+    initial_.push_back(g.empty() ? e_.emit1("ZerosLike", {e_.output(node_output)}, {}, kVoltDomain)
+                                 : g);
+    req_.seed_output(body_output, gv);
+    states_.push_back(body_input);
+  }
+  // A body output seeded by one iteration's part of a stacked gradient.
+  void seed(const std::string& body_output, const std::string& gradient) {
+    req_.seed_output(body_output, gradient);
+  }
+  // Builds the loop; returns, in order, the gradients of the carried states' initial values and
+  // the stacked (in backward order) gradients of `per_iteration`; adds the captured values'.
+  // Nothing (and no node) when no gradient reached the node's outputs.
+  std::vector<std::string> build(const std::vector<std::string>& per_iteration) {
+    if (req_.y.empty()) return {};
+    for (size_t c = 0; c < wanted_.size(); ++c) {
+      back_->inputs.push_back(named(prefix_ + "gc" + std::to_string(c)));
+      initial_.push_back(e_.emit1("ZerosLike", {wanted_[c]}, {}, kVoltDomain));
+    }
+    back_->nodes.insert(back_->nodes.begin(), prologue_.begin(), prologue_.end());
+    req_.wrt = states_;
+    req_.wrt.insert(req_.wrt.end(), per_iteration.begin(), per_iteration.end());
+    req_.wrt.insert(req_.wrt.end(), wanted_.begin(), wanted_.end());
+    req_.prefix = prefix_ + "body/";
+    const std::vector<std::string> grads = e_.differentiate(*back_, req_);
+    const size_t n = states_.size(), p = per_iteration.size();
+    output("cond_out", make_node("", "Identity", {prefix_ + "true"}, {}));
+    for (size_t j = 0; j < n; ++j)
+      output("gv_next" + std::to_string(j), make_node("", "Identity", {grads[j]}, {}));
+    for (size_t c = 0; c < wanted_.size(); ++c)
+      output("gc_next" + std::to_string(c),
+             make_node("", "Add", {prefix_ + "gc" + std::to_string(c), grads[n + p + c]}, {}));
+    for (size_t j = 0; j < p; ++j)
+      output("gslice" + std::to_string(j), make_node("", "Identity", {grads[n + j]}, {}));
+    Attribute bb;
+    bb.type = Attribute::Type::Graph;
+    bb.g = back_;
+    std::vector<std::string> ins{trips_, ""};
+    ins.insert(ins.end(), initial_.begin(), initial_.end());
+    const auto outs = e_.emit("Loop", ins, {{"body", bb}}, n + wanted_.size() + p);
+    for (size_t c = 0; c < wanted_.size(); ++c) e_.add_grad(wanted_[c], outs[n + c]);
+    std::vector<std::string> out(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(n));
+    out.insert(out.end(), outs.begin() + static_cast<std::ptrdiff_t>(n + wanted_.size()),
+               outs.end());
+    return out;
+  }
+
+ private:
+  std::string last() const { return prefix_ + "last"; }
+  void output(const std::string& name, Node n) {
+    n.name = n.outputs.emplace_back(prefix_ + name);
+    back_->nodes.push_back(std::move(n));
+    back_->outputs.push_back(named(prefix_ + name));
+  }
+
+  GradEmitter& e_;
+  std::string prefix_, trips_;
+  std::shared_ptr<Graph> back_;
+  std::vector<std::string> wanted_, states_, initial_;
+  std::vector<Node> prologue_;
+  GradientRequest req_;
+};
+
+// A copy of `body` that also stacks `values` each iteration (as extra scan outputs).
+std::shared_ptr<Graph> recording(const Graph& body, const std::vector<std::string>& values,
+                                 const std::string& prefix) {
+  auto record = std::make_shared<Graph>(body);
+  for (size_t j = 0; j < values.size(); ++j) {
+    const std::string out = prefix + "record" + std::to_string(j);
+    record->nodes.push_back(make_node(out, "Identity", {values[j]}, {out}));
+    record->outputs.push_back(named(out));
+  }
+  return record;
+}
+
+Attribute graph_attr(std::shared_ptr<Graph> g) {
+  Attribute a;
+  a.type = Attribute::Type::Graph;
+  a.g = std::move(g);
+  return a;
+}
+
 void loop_rule(GradEmitter& e) {
   const Node& n = e.node();
   const std::shared_ptr<Graph> body = n.attr_graph("body");
@@ -88,100 +204,31 @@ void loop_rule(GradEmitter& e) {
              InvalidModel, n.describe() + ": the body does not match the loop-carried values");
   const size_t scans = body->outputs.size() - 1 - carried;
   const std::string prefix = "grad/" + n.name + "/";
-  std::vector<std::string> wanted;
-  for (const auto& c : e.captures())
-    if (e.needs_grad_of(c)) wanted.push_back(c);
-
   // The recording loop: the forward again, with each iteration's carried inputs (and its
   // number, so that an empty loop still says how many iterations it ran) stacked.
-  auto record = std::make_shared<Graph>(*body);
-  std::vector<std::string> extra{body->inputs[0].name};
-  for (size_t j = 0; j < carried; ++j) extra.push_back(body->inputs[2 + j].name);
-  for (size_t j = 0; j < extra.size(); ++j) {
-    const std::string out = prefix + "record" + std::to_string(j);
-    record->nodes.push_back(make_node(out, "Identity", {extra[j]}, {out}));
-    record->outputs.push_back(named(out));
-  }
-  Attribute rb;
-  rb.type = Attribute::Type::Graph;
-  rb.g = record;
-  const auto recorded = e.emit("Loop", n.inputs, {{"body", rb}}, carried + scans + extra.size());
+  std::vector<std::string> stacked{body->inputs[0].name};
+  for (size_t j = 0; j < carried; ++j) stacked.push_back(body->inputs[2 + j].name);
+  const auto recorded =
+      e.emit("Loop", n.inputs, {{"body", graph_attr(recording(*body, stacked, prefix))}},
+             carried + scans + stacked.size());
   const std::string trips = e.emit1("Size", {recorded[carried + scans]});  // the stacked numbers
 
-  // The backward body, at backward iteration k: forward iteration i = trips - 1 - k.
-  auto back = std::make_shared<Graph>(*body);
-  back->inputs = {named(prefix + "k"), named(prefix + "cond")};
-  back->outputs.clear();
-  std::vector<Node> prologue;
-  back->initializers[prefix + "one"] = Tensor::scalar(int64_t{1});
-  back->initializers[prefix + "true"] = Tensor::scalar(true);
-  const std::string i = prefix + "i", last = prefix + "last";
-  prologue.push_back(make_node(last, "Sub", {trips, prefix + "one"}, {last}));
-  prologue.push_back(make_node(i, "Sub", {last, prefix + "k"}, {i}));
-  prologue.push_back(make_node(prefix + "iteration", "Identity", {i}, {body->inputs[0].name}));
-  back->initializers[body->inputs[1].name] = Tensor::scalar(true);  // cond_in held true
-  for (size_t j = 0; j < carried; ++j)
-    prologue.push_back(make_node(prefix + "v_in" + std::to_string(j), "Gather",
-                                 {recorded[carried + scans + 1 + j], i},
-                                 {body->inputs[2 + j].name}));
-  // The gradients the backward loop carries: the carried values' (from the last iteration
-  // back), then the captured values' sums.
-  GradientRequest req;
-  auto seed = [&](const std::string& y, const std::string& g) {
-    if (req.y.empty()) {
-      req.y = y;
-      req.seed = g;
-    } else {
-      req.also.emplace_back(y, g);
-    }
-  };
-  std::vector<std::string> initial;
+  ReverseLoop back(e, *body, trips);
+  back.step(make_node(prefix + "iteration", "Identity", {back.i()}, {body->inputs[0].name}));
+  back.body().initializers[body->inputs[1].name] = Tensor::scalar(true);  // cond_in held true
   for (size_t j = 0; j < carried; ++j) {
-    const std::string gv = prefix + "gv" + std::to_string(j);
-    back->inputs.push_back(named(gv));
-    const std::string g = e.grad_of_output(j);
-    initial.push_back(g.empty() ? e.emit1("ZerosLike", {e.output(j)}, {}, kVoltDomain) : g);
-    seed(body->outputs[1 + j].name, gv);
-  }
-  for (size_t m = 0; m < wanted.size(); ++m) {
-    back->inputs.push_back(named(prefix + "gc" + std::to_string(m)));
-    initial.push_back(e.emit1("ZerosLike", {wanted[m]}, {}, kVoltDomain));
+    back.gather(body->inputs[2 + j].name, recorded[carried + scans + 1 + j], back.i(), 0);
+    back.carry(j, body->outputs[1 + j].name, body->inputs[2 + j].name);
   }
   for (size_t s = 0; s < scans; ++s) {
     const std::string g = e.grad_of_output(carried + s);
     if (g.empty()) continue;
     const std::string at = prefix + "gscan" + std::to_string(s);
-    prologue.push_back(make_node(at, "Gather", {g, i}, {at}));
-    seed(body->outputs[1 + carried + s].name, at);
+    back.gather(at, g, back.i(), 0);
+    back.seed(body->outputs[1 + carried + s].name, at);
   }
-  back->nodes.insert(back->nodes.begin(), prologue.begin(), prologue.end());
-  if (req.y.empty()) return;  // no gradient reached the loop's outputs
-  for (size_t j = 0; j < carried; ++j) req.wrt.push_back(body->inputs[2 + j].name);
-  req.wrt.insert(req.wrt.end(), wanted.begin(), wanted.end());
-  req.prefix = prefix + "body/";
-  const std::vector<std::string> grads = e.differentiate(*back, req);
-  const std::string cond_out = prefix + "cond_out";
-  back->nodes.push_back(make_node(cond_out, "Identity", {prefix + "true"}, {cond_out}));
-  back->outputs.push_back(named(cond_out));
-  for (size_t j = 0; j < carried; ++j) {
-    const std::string out = prefix + "gv_next" + std::to_string(j);
-    back->nodes.push_back(make_node(out, "Identity", {grads[j]}, {out}));
-    back->outputs.push_back(named(out));
-  }
-  for (size_t m = 0; m < wanted.size(); ++m) {
-    const std::string out = prefix + "gc_next" + std::to_string(m);
-    back->nodes.push_back(
-        make_node(out, "Add", {prefix + "gc" + std::to_string(m), grads[carried + m]}, {out}));
-    back->outputs.push_back(named(out));
-  }
-  Attribute bb;
-  bb.type = Attribute::Type::Graph;
-  bb.g = back;
-  std::vector<std::string> ins{trips, ""};
-  ins.insert(ins.end(), initial.begin(), initial.end());
-  const auto outs = e.emit("Loop", ins, {{"body", bb}}, carried + wanted.size());
-  for (size_t j = 0; j < carried; ++j) e.set_grad(2 + j, outs[j]);
-  for (size_t m = 0; m < wanted.size(); ++m) e.add_grad(wanted[m], outs[carried + m]);
+  const auto grads = back.build({});
+  for (size_t j = 0; j < grads.size(); ++j) e.set_grad(2 + j, grads[j]);
 }
 
 // Scan: a recording Scan stacks each iteration's states; a backward Loop walks the iterations
@@ -223,22 +270,12 @@ void scan_rule(GradEmitter& e) {
                n.describe() + ": the gradient of a Scan stacking outputs along axis " +
                    std::to_string(out_axes[k]) + " is not supported yet");
   const std::string prefix = "grad/" + n.name + "/";
-  std::vector<std::string> wanted;
-  for (const auto& c : e.captures())
-    if (e.needs_grad_of(c)) wanted.push_back(c);
 
   // The recording Scan: each iteration's states, stacked forward along axis 0.
-  auto record = std::make_shared<Graph>(*body);
-  for (size_t j = 0; j < states; ++j) {
-    const std::string out = prefix + "record" + std::to_string(j);
-    record->nodes.push_back(make_node(out, "Identity", {body->inputs[j].name}, {out}));
-    record->outputs.push_back(named(out));
-  }
+  std::vector<std::string> stacked;
+  for (size_t j = 0; j < states; ++j) stacked.push_back(body->inputs[j].name);
   std::map<std::string, Attribute> rattrs = n.attributes;
-  Attribute rb;
-  rb.type = Attribute::Type::Graph;
-  rb.g = record;
-  rattrs["body"] = rb;
+  rattrs["body"] = graph_attr(recording(*body, stacked, prefix));
   if (n.has_attr("scan_output_axes") || n.has_attr("scan_output_directions")) {
     rattrs["scan_output_axes"] = ints_attr(list("scan_output_axes", k_out + states));
     rattrs["scan_output_directions"] = ints_attr(list("scan_output_directions", k_out + states));
@@ -250,90 +287,29 @@ void scan_rule(GradEmitter& e) {
       {e.shape_of(first_scan),
        e.constant(Tensor::scalar(in_axes[0] < 0 ? in_axes[0] + rank_of(first_scan) : in_axes[0]))});
 
-  auto back = std::make_shared<Graph>(*body);
-  back->inputs = {named(prefix + "k"), named(prefix + "cond")};
-  back->outputs.clear();
-  std::vector<Node> prologue;
-  back->initializers[prefix + "one"] = Tensor::scalar(int64_t{1});
-  back->initializers[prefix + "true"] = Tensor::scalar(true);
-  const std::string i = prefix + "i", k = prefix + "k", last = prefix + "last";
-  prologue.push_back(make_node(last, "Sub", {trips, prefix + "one"}, {last}));
-  prologue.push_back(make_node(i, "Sub", {last, k}, {i}));
-  auto gather = [&](const std::string& out, const std::string& from, const std::string& at,
-                    int64_t axis) {
-    Node g = make_node(out, "Gather", {from, at}, {out});
-    g.attributes["axis"] = int_attr(axis);
-    prologue.push_back(std::move(g));
-  };
-  for (size_t j = 0; j < states; ++j)
-    gather(body->inputs[j].name + "", recorded[states + k_out + j], i, 0);
-  for (size_t j = 0; j < m; ++j)  // forward iteration i read slice i, or T-1-i (= k) reversed
-    gather(body->inputs[states + j].name, n.inputs[states + j], in_dirs[j] ? k : i, in_axes[j]);
-  GradientRequest req;
-  auto seed = [&](const std::string& y, const std::string& g) {
-    if (req.y.empty()) {
-      req.y = y;
-      req.seed = g;
-    } else {
-      req.also.emplace_back(y, g);
-    }
-  };
-  std::vector<std::string> initial;
+  ReverseLoop back(e, *body, trips);
   for (size_t j = 0; j < states; ++j) {
-    const std::string gv = prefix + "gv" + std::to_string(j);
-    back->inputs.push_back(named(gv));
-    const std::string g = e.grad_of_output(j);
-    initial.push_back(g.empty() ? e.emit1("ZerosLike", {e.output(j)}, {}, kVoltDomain) : g);
-    seed(body->outputs[j].name, gv);
+    back.gather(body->inputs[j].name, recorded[states + k_out + j], back.i(), 0);
+    back.carry(j, body->outputs[j].name, body->inputs[j].name);
   }
-  for (size_t c = 0; c < wanted.size(); ++c) {
-    back->inputs.push_back(named(prefix + "gc" + std::to_string(c)));
-    initial.push_back(e.emit1("ZerosLike", {wanted[c]}, {}, kVoltDomain));
+  std::vector<std::string> slices;
+  for (size_t j = 0; j < m; ++j) {  // forward iteration i read slice i, or T-1-i (= k) reversed
+    slices.push_back(body->inputs[states + j].name);
+    back.gather(slices.back(), n.inputs[states + j], in_dirs[j] ? back.k() : back.i(), in_axes[j]);
   }
   for (size_t o = 0; o < k_out; ++o) {
     const std::string g = e.grad_of_output(states + o);
     if (g.empty()) continue;
     const std::string at = prefix + "gscan" + std::to_string(o);
-    gather(at, g, out_dirs[o] ? k : i, 0);
-    seed(body->outputs[states + o].name, at);
+    back.gather(at, g, out_dirs[o] ? back.k() : back.i(), 0);
+    back.seed(body->outputs[states + o].name, at);
   }
-  back->nodes.insert(back->nodes.begin(), prologue.begin(), prologue.end());
-  if (req.y.empty()) return;
-  for (size_t j = 0; j < states + m; ++j) req.wrt.push_back(body->inputs[j].name);
-  req.wrt.insert(req.wrt.end(), wanted.begin(), wanted.end());
-  req.prefix = prefix + "body/";
-  const std::vector<std::string> grads = e.differentiate(*back, req);
-  const std::string cond_out = prefix + "cond_out";
-  back->nodes.push_back(make_node(cond_out, "Identity", {prefix + "true"}, {cond_out}));
-  back->outputs.push_back(named(cond_out));
-  auto output = [&](const std::string& name, Node node) {
-    back->nodes.push_back(std::move(node));
-    back->outputs.push_back(named(name));
-  };
-  for (size_t j = 0; j < states; ++j) {
-    const std::string out = prefix + "gv_next" + std::to_string(j);
-    output(out, make_node(out, "Identity", {grads[j]}, {out}));
-  }
-  for (size_t c = 0; c < wanted.size(); ++c) {
-    const std::string out = prefix + "gc_next" + std::to_string(c);
-    output(out, make_node(out, "Add", {prefix + "gc" + std::to_string(c), grads[states + m + c]},
-                          {out}));
-  }
-  for (size_t j = 0; j < m; ++j) {  // each iteration's slice gradient, a scan output
-    const std::string out = prefix + "gslice" + std::to_string(j);
-    output(out, make_node(out, "Identity", {grads[states + j]}, {out}));
-  }
-  Attribute bb;
-  bb.type = Attribute::Type::Graph;
-  bb.g = back;
-  std::vector<std::string> ins{trips, ""};
-  ins.insert(ins.end(), initial.begin(), initial.end());
-  const auto outs = e.emit("Loop", ins, {{"body", bb}}, states + wanted.size() + m);
-  for (size_t j = 0; j < states; ++j) e.set_grad(j, outs[j]);
-  for (size_t c = 0; c < wanted.size(); ++c) e.add_grad(wanted[c], outs[states + c]);
+  const auto grads = back.build(slices);
+  if (grads.empty()) return;
+  for (size_t j = 0; j < states; ++j) e.set_grad(j, grads[j]);
   for (size_t j = 0; j < m; ++j) {
     // Stacked in backward order k: slice t = k for a reversed input, T-1-k otherwise.
-    std::string g = outs[states + wanted.size() + j];
+    std::string g = grads[states + j];
     if (!in_dirs[j])
       g = e.emit1("Slice", {g, e.constant(Tensor::from<int64_t>({-1}, {1})),
                             e.constant(Tensor::from<int64_t>({INT64_MIN}, {1})),

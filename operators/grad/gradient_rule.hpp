@@ -24,6 +24,15 @@ struct GradientRequest {
   std::vector<std::string> wrt;
   std::vector<std::pair<std::string, std::string>> also = {};
   std::string prefix = "grad/";
+  // One more output to differentiate, seeded with `g` (the first fills y and seed).
+  void seed_output(const std::string& out, const std::string& g) {
+    if (y.empty()) {
+      y = out;
+      seed = g;
+    } else {
+      also.emplace_back(out, g);
+    }
+  }
 };
 
 class GradEmitter {

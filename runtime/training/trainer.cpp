@@ -549,8 +549,18 @@ struct Trainer::Impl {
   // The graphs see a weight stored in fp16 as the file will hold it: its master rounded to fp16,
   // so that predictions and evaluations are the exported model's.
   void round_stored() {
-    for (const auto& [name, dtype] : stored_dtype)
-      weight_values[name] = converted(converted(weights.at(name), dtype), DType::Float);
+    for (const auto& [name, dtype] : stored_dtype) {
+      const Tensor& master = weights.at(name);
+      auto it = weight_values.find(name);
+      if (it == weight_values.end() || it->second.tensor().raw() == master.raw())
+        it =
+            weight_values.insert_or_assign(name, Value(Tensor::empty(DType::Float, master.shape())))
+                .first;  // the graphs' own copy, made once
+      const float* src = master.data<float>();
+      float* dst = it->second.tensor().data<float>();
+      for (int64_t e = 0; e < master.numel(); ++e)  // (only fp16 is stored narrower)
+        dst[e] = static_cast<float>(Float16(src[e]));
+    }
   }
 
   static double sum_of_squares(const Tensor& t) {

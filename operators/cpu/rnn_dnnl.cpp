@@ -251,11 +251,12 @@ void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec&
   float* dst_iter = reinterpret_cast<float*>(scratch + st.dst_iter_offset);
   float* dst_iter_c = reinterpret_cast<float*>(scratch + st.dst_iter_c_offset);
   using dnnl_adapter::wrap;
-  const RecurrentState::Weights weights =
-      st.runtime_weights ? pack_weights(st, spec, ctx.input(1), ctx.input(2),
-                                        ctx.has_input(3) ? &ctx.input(3) : nullptr,
-                                        st.peepholes ? &ctx.input(7) : nullptr)
-                         : st.weights;
+  RecurrentState::Weights fed;  // weights fed at run time, packed for this run
+  if (st.runtime_weights)
+    fed = pack_weights(st, spec, ctx.input(1), ctx.input(2),
+                       ctx.has_input(3) ? &ctx.input(3) : nullptr,
+                       st.peepholes ? &ctx.input(7) : nullptr);
+  const RecurrentState::Weights& weights = st.runtime_weights ? fed : st.weights;
   std::unordered_map<int, dnnl::memory> args = {
       {DNNL_ARG_SRC_LAYER, wrap(st.src_layer, ctx.input(0).raw())},
       {DNNL_ARG_WEIGHTS_LAYER, wrap(st.weights_layer, weights.layer.raw())},

@@ -58,12 +58,8 @@ void if_rule(GradEmitter& e) {
     if (e.needs_grad_of(c)) wanted.push_back(c);
   if (wanted.empty()) return;
   std::map<std::string, Attribute> attrs;
-  for (const char* key : {"then_branch", "else_branch"}) {
-    Attribute a;
-    a.type = Attribute::Type::Graph;
-    a.g = backward_branch(e, key, wanted);
-    attrs[key] = a;
-  }
+  for (const char* key : {"then_branch", "else_branch"})
+    attrs[key] = graph_attr(backward_branch(e, key, wanted));
   const auto grads = e.emit("If", {e.input(0)}, std::move(attrs), wanted.size());
   for (size_t j = 0; j < wanted.size(); ++j) e.add_grad(wanted[j], grads[j]);
 }
@@ -147,12 +143,9 @@ class ReverseLoop {
              make_node("", "Add", {prefix_ + "gc" + std::to_string(c), grads[n + p + c]}, {}));
     for (size_t j = 0; j < p; ++j)
       output("gslice" + std::to_string(j), make_node("", "Identity", {grads[n + j]}, {}));
-    Attribute bb;
-    bb.type = Attribute::Type::Graph;
-    bb.g = back_;
     std::vector<std::string> ins{trips_, ""};
     ins.insert(ins.end(), initial_.begin(), initial_.end());
-    const auto outs = e_.emit("Loop", ins, {{"body", bb}}, n + wanted_.size() + p);
+    const auto outs = e_.emit("Loop", ins, {{"body", graph_attr(back_)}}, n + wanted_.size() + p);
     for (size_t c = 0; c < wanted_.size(); ++c) e_.add_grad(wanted_[c], outs[n + c]);
     std::vector<std::string> out(outs.begin(), outs.begin() + static_cast<std::ptrdiff_t>(n));
     out.insert(out.end(), outs.begin() + static_cast<std::ptrdiff_t>(n + wanted_.size()),
@@ -186,13 +179,6 @@ std::shared_ptr<Graph> recording(const Graph& body, const std::vector<std::strin
     record->outputs.push_back(named(out));
   }
   return record;
-}
-
-Attribute graph_attr(std::shared_ptr<Graph> g) {
-  Attribute a;
-  a.type = Attribute::Type::Graph;
-  a.g = std::move(g);
-  return a;
 }
 
 void loop_rule(GradEmitter& e) {

@@ -49,4 +49,11 @@ Attribute string_attr(std::string v) {
   return a;
 }
 
+Attribute graph_attr(std::shared_ptr<Graph> g) {
+  Attribute a;
+  a.type = Attribute::Type::Graph;
+  a.g = std::move(g);
+  return a;
+}
+
 }  // namespace volt

@@ -30,8 +30,9 @@ void check_options(const SessionOptions& o) {
   if (!device.is_cpu()) require_device(device);
   VOLT_CHECK(o.plan_cache_size >= 1, InvalidArgument, "plan_cache_size must be at least 1");
   if (device.is_cpu())
-    VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16", NotImplemented,
-               "precision '" + o.precision + "' is not supported on cpu (use fp32 or bf16)");
+    VOLT_CHECK(o.precision == "fp32" || o.precision == "bf16" || o.precision == "int8",
+               NotImplemented,
+               "precision '" + o.precision + "' is not supported on cpu (use fp32, bf16 or int8)");
   else
     VOLT_CHECK(
         o.precision == "fp32" || o.precision == "fp16", NotImplemented,

@@ -70,6 +70,16 @@ class ModelBuilder {
     for (int64_t v : values) t->add_int64_data(v);
     return *this;
   }
+  // An 8-, 16- or 32-bit integer initializer (ONNX keeps those in int32_data).
+  ModelBuilder& initializer_int(const std::string& name, int elem, const std::vector<int64_t>& dims,
+                                const std::vector<int32_t>& values) {
+    auto* t = m_.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(elem);
+    for (int64_t d : dims) t->add_dims(d);
+    for (int32_t v : values) t->add_int32_data(v);
+    return *this;
+  }
   // Makes `n` a Constant holding a float tensor.
   static void set_float_tensor(onnx::NodeProto& n, const std::string& key,
                                const std::vector<int64_t>& dims, const std::vector<float>& values) {

@@ -2,6 +2,7 @@
 // throughput and peak memory; load and first-run times reported apart.
 #include <sys/resource.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <algorithm>
 #include <chrono>
@@ -112,6 +113,23 @@ void write_profile(const Session& session, const NamedValues& feeds, RunOptions 
     std::fprintf(stderr, "  %-24s %s\n", op.c_str(), why.c_str());
 }
 
+// ||a - b|| / ||a|| over every float output: how far a reduced precision (bf16, fp16, int8)
+// takes the model's answer from fp32's, on the benchmark's own inputs.
+double relative_l2(const std::vector<Value>& reference, const std::vector<Value>& got) {
+  double diff = 0, norm = 0;
+  for (size_t k = 0; k < reference.size() && k < got.size(); ++k) {
+    if (!reference[k].is_tensor() || !got[k].is_tensor()) continue;
+    const Tensor &a = reference[k].tensor(), &b = got[k].tensor();
+    if (a.dtype() != DType::Float || b.dtype() != DType::Float || a.numel() != b.numel()) continue;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double d = double{a.data<float>()[i]} - b.data<float>()[i];
+      diff += d * d;
+      norm += double{a.data<float>()[i]} * a.data<float>()[i];
+    }
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : 0.0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -157,20 +175,32 @@ int cmd_bench(int argc, char** argv) {
   const double p50 = percentile(lat, 50), p90 = percentile(lat, 90), p99 = percentile(lat, 99);
   const double throughput = lat.empty() ? 0 : static_cast<double>(lat.size()) * batch / total_s;
   if (args.has("profile")) write_profile(session, feeds, run_options, args.get("profile"));
+  const double rss = peak_rss_mib();
+  double l2 = -1;  // against an fp32 session on the same inputs, for reduced precisions
+  if (opts.precision != "fp32") {
+    SessionOptions fp32 = opts;
+    fp32.precision = "fp32";
+    Session reference(args.positional[0], fp32);
+    l2 = relative_l2(reference.run(feeds, {}, run_options), session.run(feeds, {}, run_options));
+  }
   if (args.has("json")) {
     std::printf(
         "{\"model\": \"%s\", \"batch\": %d, \"threads\": %d, \"iterations\": %zu, \"load_ms\": "
         "%.3f, \"first_run_ms\": %.3f, "
         "\"p50_ms\": %.4f, \"p90_ms\": %.4f, \"p99_ms\": %.4f, \"throughput_per_s\": %.2f, "
-        "\"peak_rss_mib\": %.1f}\n",
+        "\"peak_rss_mib\": %.1f%s}\n",
         args.positional[0].c_str(), batch, opts.threads, lat.size(), load_ms, first_ms, p50, p90,
-        p99, throughput, peak_rss_mib());
+        p99, throughput, rss,
+        l2 >= 0 ? (", \"relative_l2_vs_fp32\": " + std::to_string(l2)).c_str() : "");
   } else {
     std::printf("model        %s (batch %d)\n", args.positional[0].c_str(), batch);
     std::printf("load         %.2f ms\nfirst run    %.2f ms\n", load_ms, first_ms);
     std::printf("latency      p50 %.3f ms   p90 %.3f ms   p99 %.3f ms   (%zu runs)\n", p50, p90,
                 p99, lat.size());
-    std::printf("throughput   %.1f samples/s\npeak rss     %.1f MiB\n", throughput, peak_rss_mib());
+    std::printf("throughput   %.1f samples/s\npeak rss     %.1f MiB\n", throughput, rss);
+    if (l2 >= 0)
+      std::printf("vs fp32      relative L2 %.3f%% (%s against fp32, same inputs)\n", 100 * l2,
+                  opts.precision.c_str());
   }
   return 0;
 }

@@ -93,7 +93,7 @@ def ssdlite(path):
 
 # --- hand-written torch -------------------------------------------------------------------------
 
-def unet(path):
+def unet(path, size=128, c=(16, 32, 64, 128)):
     import torch
     from torch import nn
     torch.manual_seed(0)
@@ -103,7 +103,7 @@ def unet(path):
                              nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
 
     class UNet(nn.Module):
-        def __init__(self, c=(16, 32, 64, 128)):
+        def __init__(self):
             super().__init__()
             self.down = nn.ModuleList()
             prev = 3
@@ -134,9 +134,9 @@ def unet(path):
                 x = dec(torch.cat([x, skips.pop()], 1))
             return torch.sigmoid(self.head(x))
 
-    torch_export(UNet(), torch.rand(1, 3, 128, 128), path, 13, ["input"], ["output"],
+    torch_export(UNet(), torch.rand(1, 3, size, size), path, 13, ["input"], ["output"],
                  {"input": {0: "B"}, "output": {0: "B"}})
-    return image(128)
+    return image(size)
 
 
 def speech_rnn(path):

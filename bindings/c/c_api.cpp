@@ -249,9 +249,9 @@ volt_status volt_options_set(volt_options* o, const char* key, const char* value
                           "option 'device': '" + v + "' is not cpu or cuda:N");
       o->options.device = v;
     } else if (k == "precision") {
-      if (v != "fp32" && v != "fp16" && v != "bf16")
+      if (v != "fp32" && v != "fp16" && v != "bf16" && v != "int8")
         throw volt::Error(volt::ErrorCode::InvalidArgument,
-                          "option 'precision': '" + v + "' is not fp32, fp16 or bf16");
+                          "option 'precision': '" + v + "' is not fp32, fp16, bf16 or int8");
       o->options.precision = v;
     } else {
       throw volt::Error(volt::ErrorCode::InvalidArgument,

@@ -82,7 +82,8 @@ int64_t volt_tensor_csr_nnz(const volt_tensor* t);
 const int64_t* volt_tensor_csr_row_offsets(const volt_tensor* t);
 const int64_t* volt_tensor_csr_col_indices(const volt_tensor* t);
 
-/* Options: "threads", "device" ("cpu", "cuda:0"), "precision" ("fp32", "fp16", "bf16"),
+/* Options: "threads", "device" ("cpu", "cuda:0"), "precision" ("fp32", "fp16", "bf16", "int8":
+ * Conv/MatMul/Gemm weights quantized per channel at load, activations dynamically),
  * "optimize" ("0".."2"), "memory_limit" (bytes one run may hold; a run that would pass it
  * fails with VOLT_ERR_OUT_OF_MEMORY before allocating; "0": the machine's physical memory),
  * "plan_cache_size" (execution plans kept, one per distinct set of input shapes; default 64). */

@@ -365,7 +365,7 @@ struct SessionOptions {
   int threads = 0;             // 0: one per core
   int optimization_level = 2;  // 0: none, 1: basic, 2: all
   std::string device = "cpu";
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (the device must support it)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 | int8 (CPU: weights quantized at load)
   // Bytes one run may hold in intermediates and outputs (the model's weights not counted). A run
   // that would pass it fails with ErrorCode::OutOfMemory before allocating. 0: the machine's
   // physical memory, so that a hostile shape is an error rather than an OOM kill.

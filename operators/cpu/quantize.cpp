@@ -5,55 +5,15 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/matmul_shapes.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
-#include "operators/cpu/conv_reference.hpp"
+#include "operators/cpu/quantization.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
-
-// Rounds half to even and saturates into the range of the quantized type.
-int64_t saturate(double v, DType t) {
-  const double r = std::nearbyint(v);
-  double lo = 0, hi = 255;
-  if (t == DType::Int8)
-    lo = -128, hi = 127;
-  else if (t == DType::Int32)
-    lo = -2147483648.0, hi = 2147483647.0;
-  else if (t == DType::UInt16)
-    hi = 65535;
-  else if (t == DType::Int16)
-    lo = -32768, hi = 32767;
-  // NaN (from a zero scale, or a NaN input) has no quantized value; it becomes 0 rather than
-  // the undefined result of converting NaN to an integer.
-  if (std::isnan(r)) return 0;
-  return static_cast<int64_t>(std::clamp(r, lo, hi));
-}
-
-void store(Tensor& t, int64_t i, int64_t v) {
-  switch (t.dtype()) {
-    case DType::UInt8:
-      t.data<uint8_t>()[i] = static_cast<uint8_t>(v);
-      break;
-    case DType::Int8:
-      t.data<int8_t>()[i] = static_cast<int8_t>(v);
-      break;
-    case DType::Int32:
-      t.data<int32_t>()[i] = static_cast<int32_t>(v);
-      break;
-    case DType::UInt16:
-      t.data<uint16_t>()[i] = static_cast<uint16_t>(v);
-      break;
-    case DType::Int16:
-      t.data<int16_t>()[i] = static_cast<int16_t>(v);
-      break;
-    default:
-      fail(ErrorCode::NotImplemented,
-           std::string("quantized type ") + dtype_name(t.dtype()) + " is not supported");
-  }
-}
 
 // The index into a per-axis parameter (scale, zero point) for element e of x.
 struct AxisIndexer {
@@ -72,42 +32,92 @@ struct AxisIndexer {
   int64_t operator()(int64_t e) const { return per_axis ? (e / inner) % n : 0; }
 };
 
+// Checks a scale and zero point pair against the data they quantize: a constant scale must be
+// positive and finite (zero divides, a negative one flips the data, NaN poisons it); the zero
+// point must have the quantized data's type (an int8 tensor with a uint8 zero point would be
+// read as the wrong integers).
+void check_zero_point(const InferContext& ctx, size_t zp, DType quantized, const char* what) {
+  if (ctx.has_input(zp) && ctx.dtype(zp) != quantized)
+    ctx.error(std::string(what) + " zero point is " + dtype_name(ctx.dtype(zp)) +
+              " but the data it shifts is " + dtype_name(quantized));
+}
+void check_quantization(const InferContext& ctx, size_t scale, size_t zp, DType quantized,
+                        const char* what) {
+  if (const Tensor* s = ctx.input_tensor(scale)) check_scales(*s, ctx.node(), what);
+  check_zero_point(ctx, zp, quantized, what);
+}
+
+// Runs f(begin, count, parameter index) over spans of `numel` elements that share one scale and
+// zero point, split into pieces the threads share (one per-tensor scale is one long span).
+template <class F>
+void for_each_span(int64_t numel, const AxisIndexer& idx, F&& f) {
+  constexpr int64_t kPiece = 1 << 14;
+  const int64_t block = idx.per_axis ? idx.inner : numel;
+  if (block == 0) return;
+  const int64_t blocks = numel / block, pieces = (block + kPiece - 1) / kPiece;
+  parallel_for(blocks * pieces, numel > (1 << 16), [&](int64_t t) {
+    const int64_t b = t / pieces, p = t % pieces;
+    f(b * block + p * kPiece, std::min(kPiece, block - p * kPiece), idx(b * block));
+  });
+}
+
 class QuantizeLinear final : public Kernel {
  public:
   explicit QuantizeLinear(const Node& n) : axis_(n.attr_int("axis", 1)) {}
   void infer(InferContext& ctx) const override {
-    ctx.set_output(0, ctx.has_input(2) ? ctx.dtype(2) : DType::UInt8, ctx.shape(0));
+    const DType y = ctx.has_input(2) ? ctx.dtype(2) : DType::UInt8;
+    check_quantization(ctx, 1, 2, y, "y");
+    ctx.set_output(0, y, ctx.shape(0));
   }
   void run(RunContext& ctx) const override {
     const Tensor &x = ctx.input(0), &scale = ctx.input(1);
     const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
     Tensor& y = ctx.output(0);
     const AxisIndexer idx(x.shape(), scale, axis_, ctx.node());
+    // A scale computed at run time: dividing by zero or a negative value has no quantized result.
+    check_scales(scale, ctx.node(), "y");
+    if (x.dtype() == DType::Float && scale.dtype() == DType::Float &&
+        (y.dtype() == DType::UInt8 || y.dtype() == DType::Int8))
+      return quantize_blocks(x, scale, zp, idx, y);
     for (int64_t e = 0; e < x.numel(); ++e) {
       const int64_t k = idx(e);
-      const double q = x.dtype() == DType::Float
-                           ? static_cast<double>(static_cast<float>(value_at(x, e)) /
-                                                 static_cast<float>(value_at(scale, k)))
-                           : value_at(x, e) / value_at(scale, k);
-      store(y, e,
-            saturate(std::nearbyint(q) + (zp ? value_at(*zp, k) : 0),
-                     y.dtype()));  // round, then shift
+      const double q = value_at(x, e) / value_at(scale, k);
+      store_integer(y, e, saturate(std::nearbyint(q) + (zp ? value_at(*zp, k) : 0), y.dtype()));
     }
   }
 
  private:
+  // float -> 8 bits, one (scale, zero point) per block of `inner` elements.
+  static void quantize_blocks(const Tensor& x, const Tensor& scale, const Tensor* zp,
+                              const AxisIndexer& idx, Tensor& y) {
+    const float* px = x.data<float>();
+    for_each_span(x.numel(), idx, [&](int64_t begin, int64_t n, int64_t k) {
+      const float s = scale.data<float>()[k];
+      const int32_t z = zp ? static_cast<int32_t>(value_at(*zp, k)) : 0;
+      if (y.dtype() == DType::UInt8)
+        quantize_span(px + begin, n, s, z, y.data<uint8_t>() + begin);
+      else
+        quantize_span(px + begin, n, s, z, y.data<int8_t>() + begin);
+    });
+  }
+
   int64_t axis_;
 };
 
 class DequantizeLinear final : public Kernel {
  public:
   explicit DequantizeLinear(const Node& n) : axis_(n.attr_int("axis", 1)) {}
-  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(1), ctx.shape(0)); }
+  void infer(InferContext& ctx) const override {
+    check_quantization(ctx, 1, 2, ctx.dtype(0), "x");
+    ctx.set_output(0, ctx.dtype(1), ctx.shape(0));
+  }
   void run(RunContext& ctx) const override {
     const Tensor &x = ctx.input(0), &scale = ctx.input(1);
     const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
     Tensor& y = ctx.output(0);
     const AxisIndexer idx(x.shape(), scale, axis_, ctx.node());
+    if (y.dtype() == DType::Float && (x.dtype() == DType::UInt8 || x.dtype() == DType::Int8))
+      return dequantize_blocks(x, scale, zp, idx, y);
     dispatch_numeric(y.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* py = static_cast<T*>(y.raw());
@@ -120,9 +130,29 @@ class DequantizeLinear final : public Kernel {
   }
 
  private:
+  // (x - zero point) is an exact small integer, so its product with the float scale rounds once
+  // in float as it does in double: the same result as the loop above.
+  template <class Q>
+  static void dequantize_span(const Q* x, int64_t n, float s, int32_t z, float* y) {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - z) * s;
+  }
+  static void dequantize_blocks(const Tensor& x, const Tensor& scale, const Tensor* zp,
+                                const AxisIndexer& idx, Tensor& y) {
+    for_each_span(x.numel(), idx, [&](int64_t begin, int64_t n, int64_t k) {
+      const float s = static_cast<float>(value_at(scale, k));
+      const int32_t z = zp ? static_cast<int32_t>(value_at(*zp, k)) : 0;
+      float* py = y.data<float>() + begin;
+      if (x.dtype() == DType::UInt8)
+        dequantize_span(x.data<uint8_t>() + begin, n, s, z, py);
+      else
+        dequantize_span(x.data<int8_t>() + begin, n, s, z, py);
+    });
+  }
+
   int64_t axis_;
 };
 
+// min/max (the range always includes zero), then the same quantization as QuantizeLinear's.
 class DynamicQuantizeLinear final : public Kernel {
  public:
   explicit DynamicQuantizeLinear(const Node&) {}
@@ -133,22 +163,29 @@ class DynamicQuantizeLinear final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    double mn = 0, mx = 0;  // the range always includes zero
+    Tensor& y = ctx.output(0);
+    if (x.dtype() == DType::Float) {
+      const DynamicRange r = dynamic_range(x.data<float>(), x.numel());
+      dynamic_quantize(x.data<float>(), x.numel(), r, y.data<uint8_t>());
+      ctx.output(1).data<float>()[0] = r.scale;
+      ctx.output(2).data<uint8_t>()[0] = static_cast<uint8_t>(r.zero_point);
+      return;
+    }
+    double mn = 0, mx = 0;
     for (int64_t e = 0; e < x.numel(); ++e) {
       mn = std::min(mn, value_at(x, e));
       mx = std::max(mx, value_at(x, e));
     }
     const float scale = static_cast<float>((mx - mn) / 255.0);
     const int64_t zp = scale == 0 ? 0 : saturate(-mn / static_cast<double>(scale), DType::UInt8);
-    Tensor& y = ctx.output(0);
     // In float32, as the spec computes it: the rounding of x / scale depends on it.
     for (int64_t e = 0; e < x.numel(); ++e)
-      store(y, e,
-            scale == 0 ? zp
-                       : saturate(std::nearbyint(static_cast<double>(
-                                      static_cast<float>(value_at(x, e)) / scale)) +
-                                      static_cast<double>(zp),
-                                  DType::UInt8));
+      store_integer(y, e,
+                    scale == 0 ? zp
+                               : saturate(std::nearbyint(static_cast<double>(
+                                              static_cast<float>(value_at(x, e)) / scale)) +
+                                              static_cast<double>(zp),
+                                          DType::UInt8));
     ctx.output(1).data<float>()[0] = scale;
     ctx.output(2).data<uint8_t>()[0] = static_cast<uint8_t>(zp);
   }
@@ -164,30 +201,6 @@ void check_per_tensor_or(const InferContext& ctx, size_t input, int64_t n, const
                     (n != 1 ? " or " + std::to_string(n) : std::string()));
 }
 
-// (A - a_zp) x (B - b_zp) in int64 over numpy matmul's shapes (1-D operands, broadcast batch
-// axes); a_zp per row or scalar, b_zp per column or scalar (sizes checked at plan time).
-std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tensor* azp,
-                                    const Tensor* bzp, const MatMulShapes& s) {
-  const MatMulBatches batches(s);
-  const int64_t m = s.m, k = s.k, n = s.n;
-  std::vector<int64_t> y(static_cast<size_t>(batches.count() * m * n), 0);
-  for (int64_t bi = 0; bi < batches.count(); ++bi) {
-    int64_t ia, ib;
-    batches.operands(bi, ia, ib);
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) {
-        int64_t acc = 0;
-        const double za = azp ? value_at(*azp, azp->numel() > 1 ? i : 0) : 0,
-                     zb = bzp ? value_at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
-        for (int64_t p = 0; p < k; ++p)
-          acc += static_cast<int64_t>(value_at(a, (ia * m + i) * k + p) - za) *
-                 static_cast<int64_t>(value_at(b, (ib * k + p) * n + j) - zb);
-        y[static_cast<size_t>((bi * m + i) * n + j)] = acc;
-      }
-  }
-  return y;
-}
-
 class MatMulInteger final : public Kernel {
  public:
   explicit MatMulInteger(const Node&) {}
@@ -195,6 +208,8 @@ class MatMulInteger final : public Kernel {
     const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node());
     check_per_tensor_or(ctx, 2, s.m, "a_zero_point");
     check_per_tensor_or(ctx, 3, s.n, "b_zero_point");
+    check_zero_point(ctx, 2, ctx.dtype(0), "a");
+    check_zero_point(ctx, 3, ctx.dtype(1), "b");
     ctx.set_output(0, DType::Int32, s.result);
     ctx.runs_reference_loop("");
   }
@@ -218,6 +233,9 @@ class QLinearMatMul final : public Kernel {
     check_per_tensor_or(ctx, 5, s.n, "b_zero_point");
     check_per_tensor_or(ctx, 6, 1, "y_scale");
     check_per_tensor_or(ctx, 7, 1, "y_zero_point");
+    check_quantization(ctx, 1, 2, ctx.dtype(0), "a");
+    check_quantization(ctx, 4, 5, ctx.dtype(3), "b");
+    check_quantization(ctx, 6, 7, ctx.dtype(7), "y");
     ctx.set_output(0, ctx.dtype(7), s.result);
     ctx.runs_reference_loop("");
   }
@@ -230,8 +248,8 @@ class QLinearMatMul final : public Kernel {
       const int64_t j = static_cast<int64_t>(e) % s.n, i = static_cast<int64_t>(e) / s.n % s.m;
       const double scale = value_at(as, as.numel() > 1 ? i : 0) *
                            value_at(bs, bs.numel() > 1 ? j : 0) / value_at(ys, 0);
-      store(y, static_cast<int64_t>(e),
-            saturate(static_cast<double>(acc[e]) * scale + value_at(yzp, 0), y.dtype()));
+      store_integer(y, static_cast<int64_t>(e),
+                    saturate(static_cast<double>(acc[e]) * scale + value_at(yzp, 0), y.dtype()));
     }
   }
 };
@@ -257,11 +275,16 @@ class IntegerConv final : public Kernel {
       expect(5, true, "w_zero_point");
       expect(6, false, "y_scale");
       expect(7, false, "y_zero_point");
+      check_quantization(ctx, 1, 2, ctx.dtype(0), "x");
+      check_quantization(ctx, 4, 5, ctx.dtype(3), "w");
+      check_quantization(ctx, 6, 7, ctx.dtype(7), "y");
       if (ctx.has_input(8) && numel_of(ctx.shape(8)) != m)
         ctx.input_error("B must have one value per output channel");
     } else {
       expect(2, false, "x_zero_point");
       expect(3, true, "w_zero_point");
+      check_zero_point(ctx, 2, ctx.dtype(0), "x");
+      check_zero_point(ctx, 3, ctx.dtype(1), "w");
     }
     ctx.set_output(0, qlinear_ ? ctx.dtype(7) : DType::Int32, shapes.out);
     ctx.runs_reference_loop("");
@@ -272,20 +295,14 @@ class IntegerConv final : public Kernel {
     const Tensor* xzp = qlinear_ ? &ctx.input(2) : (ctx.has_input(2) ? &ctx.input(2) : nullptr);
     const Tensor* wzp = qlinear_ ? &ctx.input(5) : (ctx.has_input(3) ? &ctx.input(3) : nullptr);
     const ConvShapes s = conv_shapes(attrs_, group_, x.shape(), w.shape(), ctx.node());
-    Tensor xi = allocate_tensor(DType::Int32, x.shape()),
-           wq = allocate_tensor(DType::Int32, w.shape());
-    for (int64_t e = 0; e < x.numel(); ++e)
-      xi.data<int32_t>()[e] = static_cast<int32_t>(value_at(x, e) - (xzp ? value_at(*xzp, 0) : 0));
-    const int64_t per_m = w.numel() / std::max<int64_t>(w.dim(0), 1);
-    for (int64_t e = 0; e < w.numel(); ++e)
-      wq.data<int32_t>()[e] = static_cast<int32_t>(
-          value_at(w, e) - (wzp ? value_at(*wzp, wzp->numel() > 1 ? e / per_m : 0) : 0));
-    Tensor bias;
-    if (qlinear_ && ctx.has_input(8)) bias = ctx.input(8);
-    Tensor acc = allocate_tensor(DType::Int32, s.out);
-    reference_conv<int32_t, int64_t>(s, xi.data<int32_t>(), wq.data<int32_t>(),
-                                     bias.defined() ? bias.data<int32_t>() : nullptr,
-                                     acc.data<int32_t>());
+    Tensor acc = integer_conv(s, x, xzp ? static_cast<int64_t>(value_at(*xzp, 0)) : 0, w, wzp);
+    if (qlinear_ && ctx.has_input(8)) {  // the bias is in the accumulator's units
+      const int32_t* b = ctx.input(8).data<int32_t>();
+      const int64_t per_channel = acc.numel() / std::max<int64_t>(s.n * s.m, 1);
+      for (int64_t e = 0; e < acc.numel(); ++e)
+        acc.data<int32_t>()[e] = static_cast<int32_t>(static_cast<int64_t>(acc.data<int32_t>()[e]) +
+                                                      b[(e / per_channel) % s.m]);
+    }
     Tensor& y = ctx.output(0);
     if (!qlinear_) {
       std::memcpy(y.raw(), acc.raw(), acc.nbytes());
@@ -296,9 +313,9 @@ class IntegerConv final : public Kernel {
     for (int64_t e = 0; e < acc.numel(); ++e) {
       const int64_t m = (e / per_channel) % s.m;
       const double scale = value_at(xs, 0) * value_at(ws, ws.numel() > 1 ? m : 0) / value_at(ys, 0);
-      store(y, e,
-            saturate(static_cast<double>(acc.data<int32_t>()[e]) * scale + value_at(yzp, 0),
-                     y.dtype()));
+      store_integer(y, e,
+                    saturate(static_cast<double>(acc.data<int32_t>()[e]) * scale + value_at(yzp, 0),
+                             y.dtype()));
     }
   }
 

@@ -16,16 +16,38 @@
 // reorder takes 0.38 ms.
 #include <set>
 
+#include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
 namespace {
 
-enum class Role { None, Conv, Pool, Unary, Binary, Resize, Concat };
+enum class Role { None, Conv, QuantizedConv, Pool, Unary, Binary, Resize, Concat };
+
+bool scalar_constant(const Graph& g, const std::string& name) {
+  const Tensor* t = constant_value(g, name);
+  return t && t->numel() == 1 && t->rank() <= 1;
+}
 
 Role role_of(const Graph& g, const Node& n) {
-  if (n.domain != kOnnxDomain || n.outputs.size() != 1 || n.inputs.empty() || n.inputs[0].empty())
-    return Role::None;
+  if (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return Role::None;
+  // Quantized layers (lower_quantized) and their quantizers: oneDNN's int8 convolutions need
+  // channels-last activations even more than its fp32 ones (their channels-first kernel is the
+  // reference loop). DynamicQuantizeLinear's scale and zero point are scalars; only its first
+  // output is an activation.
+  if (n.domain == kVoltDomain && n.op_type == "QuantizedConv" && n.inputs.size() > 2 &&
+      !n.has_attr("volt.layout")) {
+    auto w = g.initializers.find(n.inputs[2]);
+    return w != g.initializers.end() && w->second.rank() == 4 ? Role::QuantizedConv : Role::None;
+  }
+  if (n.domain == kVoltDomain && n.op_type == "QuantizedAdd" && n.inputs.size() == 2)
+    return Role::Binary;
+  if (n.domain == kVoltDomain && n.op_type == "QuantizedUnary") return Role::Unary;
+  if (is_onnx_op(n, "DynamicQuantizeLinear")) return Role::Unary;
+  if ((is_onnx_op(n, "QuantizeLinear") || is_onnx_op(n, "DequantizeLinear")) &&
+      n.inputs.size() > 1 && scalar_constant(g, n.inputs[1]))
+    return Role::Unary;
+  if (n.domain != kOnnxDomain || n.outputs.size() != 1) return Role::None;
   static const std::set<std::string> unary = {"Relu",        "LeakyRelu", "Clip", "Sigmoid", "Tanh",
                                               "HardSigmoid", "HardSwish", "Elu",  "Selu",    "Celu",
                                               "Softplus",    "Softsign",  "Exp",  "Neg",     "Abs",
@@ -51,11 +73,6 @@ Role role_of(const Graph& g, const Node& n) {
   return Role::None;
 }
 
-bool scalar_constant(const Graph& g, const std::string& name) {
-  const Tensor* t = constant_value(g, name);
-  return t && t->numel() == 1 && t->rank() <= 1;
-}
-
 }  // namespace
 
 Graph use_channels_last(const Graph& graph) {
@@ -64,7 +81,7 @@ Graph use_channels_last(const Graph& graph) {
   bool any_conv = false;
   for (size_t i = 0; i < count; ++i) {
     role[i] = role_of(graph, graph.nodes[i]);
-    any_conv |= role[i] == Role::Conv;
+    any_conv |= role[i] == Role::Conv || role[i] == Role::QuantizedConv;
   }
   if (!any_conv) return graph;
   const ValueUses uses(graph);
@@ -86,6 +103,8 @@ Graph use_channels_last(const Graph& graph) {
       switch (role[i]) {
         case Role::Conv:
           ok = !n.has_input(3) || region_value(n.inputs[3]);
+          break;
+        case Role::QuantizedConv:
           break;
         case Role::Pool:
         case Role::Unary:
@@ -118,6 +137,8 @@ Graph use_channels_last(const Graph& graph) {
     switch (role[node]) {
       case Role::Conv:
         return slot == 0 || slot == 3;
+      case Role::QuantizedConv:
+        return slot == 0;
       case Role::Pool:
       case Role::Unary:
       case Role::Resize:
@@ -162,7 +183,8 @@ Graph use_channels_last(const Graph& graph) {
     }
     const std::string out = n.outputs[0];
     n.outputs[0] = out + kChannelsLastSuffix;
-    if (role[i] == Role::Conv || role[i] == Role::Pool || role[i] == Role::Resize)
+    if (role[i] == Role::Conv || role[i] == Role::QuantizedConv || role[i] == Role::Pool ||
+        role[i] == Role::Resize)
       n.attributes["volt.layout"] = string_attribute("NHWC");
     if (role[i] == Role::Concat) n.attributes["axis"].i = 3;
     const std::string name = n.name;

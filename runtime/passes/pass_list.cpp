@@ -21,9 +21,22 @@ const std::vector<Pass>& optimization_passes() {
       {"keep_sparse_weights", 1, keep_sparse_weights},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fold_pad_into_conv", 2, fold_pad_into_conv},
+      // precision = int8 asks for it at every level: float layers in the form dynamic
+      // quantizers write, which lower_quantized then puts on oneDNN's int8 primitives (before
+      // the fusions, so their activations are still nodes lower_quantized takes in).
+      {"quantize_at_load", 0, quantize_at_load,
+       [](const SessionOptions& o) { return on_cpu(o) && o.precision == "int8"; }},
       {"fuse_conv_activation", 2, fuse_conv_activation, on_cpu},
       {"fuse_gelu", 2, fuse_gelu},
       {"fuse_layer_norm", 2, fuse_layer_norm},
+      // Quantized layers (ConvInteger, QLinearConv, QDQ around Conv/MatMul/Gemm, ...) onto
+      // oneDNN's int8 primitives, taking in the activation the passes above recognized (GELU
+      // written out, Relu fused into a QDQ Conv); before fuse_matmul_epilogue, which would take
+      // a QDQ MatMul's bias and activation into the float MatMul.
+      {"lower_quantized", 0, lower_quantized,
+       [](const SessionOptions& o) {
+         return on_cpu(o) && (o.optimization_level >= 1 || o.precision == "int8");
+       }},
       // On the CPU, oneDNN's MatMul with fused epilogues serves attention better than one
       // reference kernel would; on an accelerator the fused node saves the scores' round trips.
       {"fuse_attention", 2, fuse_attention, [](const SessionOptions& o) { return !on_cpu(o); }},

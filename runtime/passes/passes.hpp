@@ -44,6 +44,8 @@ Graph fuse_depthwise_block(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
 Graph compute_fp16_in_fp32(const Graph& graph);
+Graph lower_quantized(const Graph& graph);
+Graph quantize_at_load(const Graph& graph);  // precision = int8
 // How use_fp16 treats float weights: converted once (inference), or kept in fp32 and cast by a
 // node each run (mixed-precision training: the fp32 masters are what the optimizer updates, and
 // the gradient reaches them through the Cast).

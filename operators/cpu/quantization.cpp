@@ -1,0 +1,174 @@
+#include "operators/cpu/quantization.hpp"
+
+#include <algorithm>
+
+#include "operators/common/parallel.hpp"
+#include "operators/common/simd_clones.hpp"
+#include "operators/common/tensor_values.hpp"
+#include "runtime/error.hpp"
+#include "runtime/tensor_alloc.hpp"
+
+namespace volt {
+namespace {
+
+template <class Q>
+inline void quantize_loop(const float* x, int64_t n, float scale, int32_t zero_point, Q* y) {
+  constexpr float lo = std::is_signed_v<Q> ? -128.0f : 0.0f,
+                  hi = std::is_signed_v<Q> ? 127.0f : 255.0f;
+  const float z = static_cast<float>(zero_point);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = static_cast<Q>(static_cast<int32_t>(quantize_value(x[i], scale, z, lo, hi)));
+}
+
+struct MinMax {
+  float lo = 0, hi = 0;
+};
+
+VOLT_SIMD_CLONES MinMax min_max_with_zero(const float* x, int64_t n) {
+  float lo = 0, hi = 0;
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, x[i]);
+    hi = std::max(hi, x[i]);
+  }
+  return {lo, hi};
+}
+
+constexpr int64_t kChunk = 1 << 14;  // elements per task of the parallel passes
+
+}  // namespace
+
+VOLT_SIMD_CLONES void quantize_span(const float* x, int64_t n, float scale, int32_t zero_point,
+                                    uint8_t* y) {
+  quantize_loop(x, n, scale, zero_point, y);
+}
+VOLT_SIMD_CLONES void quantize_span(const float* x, int64_t n, float scale, int32_t zero_point,
+                                    int8_t* y) {
+  quantize_loop(x, n, scale, zero_point, y);
+}
+
+int64_t saturate(double v, DType t) {
+  const double r = std::nearbyint(v);
+  double lo = 0, hi = 255;
+  if (t == DType::Int8)
+    lo = -128, hi = 127;
+  else if (t == DType::Int32)
+    lo = -2147483648.0, hi = 2147483647.0;
+  else if (t == DType::UInt16)
+    hi = 65535;
+  else if (t == DType::Int16)
+    lo = -32768, hi = 32767;
+  if (std::isnan(r)) return 0;
+  return static_cast<int64_t>(std::clamp(r, lo, hi));
+}
+
+void store_integer(Tensor& t, int64_t i, int64_t v) {
+  switch (t.dtype()) {
+    case DType::UInt8:
+      t.data<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::Int8:
+      t.data<int8_t>()[i] = static_cast<int8_t>(v);
+      break;
+    case DType::Int32:
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::UInt16:
+      t.data<uint16_t>()[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::Int16:
+      t.data<int16_t>()[i] = static_cast<int16_t>(v);
+      break;
+    default:
+      fail(ErrorCode::NotImplemented,
+           std::string("quantized type ") + dtype_name(t.dtype()) + " is not supported");
+  }
+}
+
+Tensor integer_conv(const ConvShapes& s, const Tensor& x, int64_t x_zp, const Tensor& w,
+                    const Tensor* w_zp) {
+  Tensor xi = allocate_tensor(DType::Int32, x.shape()),
+         wi = allocate_tensor(DType::Int32, w.shape());
+  for (int64_t e = 0; e < x.numel(); ++e)
+    xi.data<int32_t>()[e] = static_cast<int32_t>(value_at(x, e) - static_cast<double>(x_zp));
+  const int64_t per_m = w.numel() / std::max<int64_t>(w.dim(0), 1);
+  for (int64_t e = 0; e < w.numel(); ++e)
+    wi.data<int32_t>()[e] = static_cast<int32_t>(
+        value_at(w, e) - (w_zp ? value_at(*w_zp, w_zp->numel() > 1 ? e / per_m : 0) : 0));
+  Tensor acc = allocate_tensor(DType::Int32, s.out);
+  reference_conv<int32_t, int64_t>(s, xi.data<int32_t>(), wi.data<int32_t>(), nullptr,
+                                   acc.data<int32_t>());
+  return acc;
+}
+
+std::vector<int64_t> integer_matmul(const Tensor& a, const Tensor& b, const Tensor* azp,
+                                    const Tensor* bzp, const MatMulShapes& s) {
+  const MatMulBatches batches(s);
+  const int64_t m = s.m, k = s.k, n = s.n;
+  std::vector<int64_t> y(static_cast<size_t>(batches.count() * m * n), 0);
+  for (int64_t bi = 0; bi < batches.count(); ++bi) {
+    int64_t ia, ib;
+    batches.operands(bi, ia, ib);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t acc = 0;
+        const double za = azp ? value_at(*azp, azp->numel() > 1 ? i : 0) : 0,
+                     zb = bzp ? value_at(*bzp, bzp->numel() > 1 ? j : 0) : 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += static_cast<int64_t>(value_at(a, (ia * m + i) * k + p) - za) *
+                 static_cast<int64_t>(value_at(b, (ib * k + p) * n + j) - zb);
+        y[static_cast<size_t>((bi * m + i) * n + j)] = acc;
+      }
+  }
+  return y;
+}
+
+void check_scales(const Tensor& scales, const Node& node, const char* what) {
+  const DType t = scales.dtype();
+  if (t != DType::Float && t != DType::Float16 && t != DType::BFloat16 && t != DType::Double)
+    fail(ErrorCode::InvalidModel, node.describe() + ": " + what +
+                                      " scale must be a float tensor, got " +
+                                      dtype_name(scales.dtype()));
+  for (int64_t i = 0; i < scales.numel(); ++i) {
+    const double v = value_at(scales, i);
+    if (v > 0 && std::isfinite(v)) continue;
+    std::string where = std::string(what) + " scale";
+    if (scales.numel() > 1) where += " [" + std::to_string(i) + "]";
+    fail(ErrorCode::InvalidModel, node.describe() + ": " + where + " is " + std::to_string(v) +
+                                      "; scales must be positive and finite");
+  }
+}
+
+DynamicRange dynamic_range(const float* x, int64_t n) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<MinMax> parts(static_cast<size_t>(chunks));
+  parallel_for(chunks, n > (1 << 16), [&](int64_t c) {
+    parts[static_cast<size_t>(c)] =
+        min_max_with_zero(x + c * kChunk, std::min(kChunk, n - c * kChunk));
+  });
+  float mn = 0, mx = 0;
+  for (const MinMax& m : parts) {
+    mn = std::min(mn, m.lo);
+    mx = std::max(mx, m.hi);
+  }
+  DynamicRange r;
+  // In double, as the reference computes it (min and max are exact either way).
+  r.scale = static_cast<float>((static_cast<double>(mx) - mn) / 255.0);
+  r.zero_point =
+      r.scale == 0
+          ? 0
+          : static_cast<int32_t>(saturate(-mn / static_cast<double>(r.scale), DType::UInt8));
+  return r;
+}
+
+void dynamic_quantize(const float* x, int64_t n, const DynamicRange& r, uint8_t* y) {
+  if (r.scale == 0) {
+    std::fill(y, y + n, static_cast<uint8_t>(r.zero_point));
+    return;
+  }
+  parallel_chunks(n, kChunk, [&](int64_t lo, int64_t hi) {
+    quantize_span(x + lo, hi - lo, r.scale, r.zero_point, y + lo);
+  });
+}
+
+}  // namespace volt

@@ -1,0 +1,215 @@
+// QuantizedAdd and QuantizedUnary (ai.volt): the float ops that static (QDQ) quantization leaves
+// between quantized layers, on 8-bit values in one pass (lower_quantized.cpp writes them):
+//
+//   QuantizedAdd:   DequantizeLinear(A), DequantizeLinear(B) -> Add [-> activation] ->
+//   QuantizeLinear QuantizedUnary: DequantizeLinear(X) [-> activation] -> QuantizeLinear      (a
+//   256-entry table)
+//
+// They compute what the unfused nodes compute, with the same float operations in the same order
+// (dequantize: (q - zero point) · scale; add; the activation; quantize: round(v / scale) + zero
+// point, saturated), so the answer is the same to the bit, in a quarter of the memory traffic.
+// Attributes: volt.scales and volt.zero_points (A's, B's, Y's; X's, Y's), volt.output_type, the
+// fused activation.
+#include "operators/common/fused_activation.hpp"
+#include "operators/common/parallel.hpp"
+#include "operators/common/shape_util.hpp"
+#include "operators/cpu/quantization.hpp"
+#include "operators/registry.hpp"
+
+namespace volt {
+namespace {
+
+struct QuantizedParams {
+  std::vector<float> scales;
+  std::vector<int64_t> zero_points;
+  DType out;
+  FusedActivation act;
+
+  QuantizedParams(const Node& n, size_t operands, const std::string& prefix = "volt.")
+      : scales(n.attr_floats(prefix + "scales")),
+        zero_points(n.attr_ints(prefix + "zero_points")),
+        out(static_cast<DType>(
+            n.attr_int(prefix + "output_type", static_cast<int64_t>(DType::UInt8)))),
+        act(FusedActivation::of(n, prefix)) {
+    VOLT_CHECK(scales.size() == operands && zero_points.size() == operands, InvalidModel,
+               n.describe() + ": needs " + std::to_string(operands) + " scales and zero points");
+    VOLT_CHECK(out == DType::UInt8 || out == DType::Int8, InvalidModel,
+               n.describe() + ": volt.output_type must be uint8 or int8");
+    for (float s : scales)
+      VOLT_CHECK(s > 0 && std::isfinite(s), InvalidModel,
+                 n.describe() + ": scales must be positive and finite");
+  }
+  float lo() const { return out == DType::Int8 ? -128.0f : 0.0f; }
+  float hi() const { return out == DType::Int8 ? 127.0f : 255.0f; }
+  // One output element from its float value.
+  int32_t quantize(float v) const {
+    return static_cast<int32_t>(quantize_value(act.apply(v), scales.back(),
+                                               static_cast<float>(zero_points.back()), lo(), hi()));
+  }
+};
+
+bool is_8bit(DType t) {
+  return t == DType::UInt8 || t == DType::Int8;
+}
+
+// Calls f with a pointer of x's 8-bit type.
+template <class F>
+void with_8bit(const Tensor& x, F&& f) {
+  if (x.dtype() == DType::Int8)
+    f(x.data<int8_t>());
+  else
+    f(x.data<uint8_t>());
+}
+template <class F>
+void with_8bit_out(Tensor& y, F&& f) {
+  if (y.dtype() == DType::Int8)
+    f(y.data<int8_t>());
+  else
+    f(y.data<uint8_t>());
+}
+
+// (q - zero point) · scale into v: DequantizeLinear's arithmetic.
+template <class Q>
+void dequantize_into(const Q* q, int64_t n, int32_t zero_point, float scale, float* v) {
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zero_point) * scale;
+}
+
+// The 256 outputs of DequantizeLinear -> activation -> QuantizeLinear for every 8-bit input (its
+// raw byte, an int8 offset by 128 so that the table reads it as an index).
+std::array<uint8_t, 256> lookup_table(const QuantizedParams& p, bool signed_in) {
+  std::array<uint8_t, 256> t{};
+  for (int32_t q = 0; q < 256; ++q) {
+    const int32_t v = signed_in ? q - 128 : q;
+    const int32_t r =
+        p.quantize(static_cast<float>(v - static_cast<int32_t>(p.zero_points[0])) * p.scales[0]);
+    t[static_cast<size_t>(q)] = static_cast<uint8_t>(r & 0xff);  // int8 kept as its bits
+  }
+  return t;
+}
+
+// y[i] = table[x[i]] over raw bytes (`flip`: 0x80 for int8 input, which indexes by value + 128).
+inline void look_up(const uint8_t* x, int64_t n, const std::array<uint8_t, 256>& table,
+                    uint8_t flip, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = table[static_cast<uint8_t>(x[i] ^ flip)];
+}
+
+constexpr int64_t kBlock = 2048;  // elements per piece: the float values stay in L1
+
+class QuantizedAdd final : public Kernel {
+ public:
+  // volt.then_*: a DequantizeLinear -> activation -> QuantizeLinear after the sum (the pass
+  // folded a QuantizedUnary in), as a table on its 8-bit result.
+  explicit QuantizedAdd(const Node& n) : p_(n, 3), then_(n.has_attr("volt.then_scales")) {
+    if (then_) {
+      const QuantizedParams t(n, 2, "volt.then_");
+      table_ = lookup_table(t, p_.out == DType::Int8);
+      final_ = t.out;
+    }
+  }
+  void infer(InferContext& ctx) const override {
+    if (!is_8bit(ctx.dtype(0)) || !is_8bit(ctx.dtype(1)))
+      ctx.error("A and B must be uint8 or int8");
+    ctx.set_output(0, then_ ? final_ : p_.out,
+                   broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor &a = ctx.input(0), &b = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    if (a.shape() == b.shape()) {
+      parallel_chunks(y.numel(), kBlock, [&](int64_t lo, int64_t hi) {
+        float va[kBlock], vb[kBlock];
+        const int64_t n = hi - lo;
+        with_8bit(a, [&](auto pa) { dequantize_into(pa + lo, n, zp(0), p_.scales[0], va); });
+        with_8bit(b, [&](auto pb) { dequantize_into(pb + lo, n, zp(1), p_.scales[1], vb); });
+        for (int64_t i = 0; i < n; ++i) va[i] += vb[i];
+        finish(va, n, y, lo);
+      });
+      return;
+    }
+    // B (or A) broadcast: the same arithmetic element by element.
+    const BroadcastIterator it(y.shape(),
+                               {strides_of(y.shape()), broadcast_strides(a.shape(), y.shape()),
+                                broadcast_strides(b.shape(), y.shape())});
+    it.for_each_row([&](const int64_t* off, int64_t n, const int64_t* step) {
+      for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+        float va[kBlock];
+        const int64_t m = std::min(kBlock, n - i0);
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t k = i0 + i;
+          const float x =
+              static_cast<float>(static_cast<int32_t>(value8(a, off[1] + k * step[1])) - zp(0)) *
+              p_.scales[0];
+          const float w =
+              static_cast<float>(static_cast<int32_t>(value8(b, off[2] + k * step[2])) - zp(1)) *
+              p_.scales[1];
+          va[i] = x + w;
+        }
+        // The output row is contiguous (its stride along the innermost axis is 1).
+        finish(va, m, y, off[0] + i0 * step[0]);
+      }
+    });
+  }
+
+ private:
+  int32_t zp(size_t i) const { return static_cast<int32_t>(p_.zero_points[i]); }
+  static int32_t value8(const Tensor& t, int64_t i) {
+    return t.dtype() == DType::Int8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
+  }
+  // The activation, then QuantizeLinear's arithmetic, into y[at, at + n).
+  void finish(float* v, int64_t n, Tensor& y, int64_t at) const {
+    if (p_.act.kind == FusedActivation::Kind::Relu) {
+      for (int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.0f ? 0.0f : v[i];
+    } else if (p_.act.any()) {
+      for (int64_t i = 0; i < n; ++i) v[i] = p_.act.apply(v[i]);
+    }
+    const float ys = p_.scales[2];
+    const int32_t yz = zp(2);
+    if (!then_) return with_8bit_out(y, [&](auto py) { quantize_span(v, n, ys, yz, py + at); });
+    uint8_t sum[kBlock];
+    if (p_.out == DType::Int8)
+      quantize_span(v, n, ys, yz, reinterpret_cast<int8_t*>(sum));
+    else
+      quantize_span(v, n, ys, yz, sum);
+    look_up(sum, n, table_, p_.out == DType::Int8 ? 0x80 : 0, static_cast<uint8_t*>(y.raw()) + at);
+  }
+
+  QuantizedParams p_;
+  bool then_;
+  std::array<uint8_t, 256> table_{};
+  DType final_ = DType::UInt8;
+};
+
+class QuantizedUnary final : public Kernel {
+ public:
+  explicit QuantizedUnary(const Node& n)
+      : p_(n, 2),
+        signed_in_(n.attr_int("volt.input_type", 2) == 3),
+        table_(lookup_table(p_, signed_in_)) {}
+  void infer(InferContext& ctx) const override {
+    if (ctx.dtype(0) != (signed_in_ ? DType::Int8 : DType::UInt8))
+      ctx.error("X must have the type volt.input_type says");
+    ctx.set_output(0, p_.out, ctx.shape(0));
+  }
+  void run(RunContext& ctx) const override {
+    // 8-bit in and out: a byte-to-byte table over the raw bytes (int8 offset by 128).
+    const uint8_t* x = static_cast<const uint8_t*>(ctx.input(0).raw());
+    uint8_t* y = static_cast<uint8_t*>(ctx.output(0).raw());
+    const uint8_t flip = signed_in_ ? 0x80 : 0;
+    parallel_chunks(ctx.input(0).numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
+      look_up(x + lo, hi - lo, table_, flip, y + lo);
+    });
+  }
+
+ private:
+  QuantizedParams p_;
+  bool signed_in_;
+  std::array<uint8_t, 256> table_{};
+};
+
+}  // namespace
+
+VOLT_REGISTER_KERNEL(quantized_add, volt_kernel("QuantizedAdd", make_kernel<QuantizedAdd>));
+VOLT_REGISTER_KERNEL(quantized_unary, volt_kernel("QuantizedUnary", make_kernel<QuantizedUnary>));
+
+}  // namespace volt

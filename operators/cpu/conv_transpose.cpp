@@ -5,6 +5,7 @@
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
 #include "operators/common/fused_activation.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/cpu/conv_transpose_geometry.hpp"
 #include "operators/registry.hpp"
@@ -13,8 +14,9 @@
 namespace volt {
 namespace {
 
-// The graph's tensors are channels-first; the primitive picks its own (blocked) layouts, and
-// X and Y are reordered into and out of the run's scratch around it.
+// X and Y are stored as the channels_last pass says (volt.layout, volt.input_layout: in a U-Net's
+// decoder, between channels-last convolutions and Concats); the primitive picks its own layouts,
+// and X and Y are reordered into and out of the run's scratch around it where they differ.
 struct DeconvState {
   dnnl::deconvolution_forward prim;
   dnnl::memory::desc scratch, weights, bias, user_weights;
@@ -25,10 +27,17 @@ struct DeconvState {
 
 class ConvTranspose final : public Kernel {
  public:
-  explicit ConvTranspose(const Node& n) : attrs_(n), act_(FusedActivation::of(n)) {}
+  explicit ConvTranspose(const Node& n)
+      : attrs_(n),
+        act_(FusedActivation::of(n)),
+        layout_(stored_layout(n)),
+        x_layout_(n.attr_string("volt.input_layout", "") == "NCHW" ? StoredLayout::ChannelsFirst
+                                                                   : layout_) {}
 
   void infer(InferContext& ctx) const override {
-    const DeconvGeometry g = attrs_.resolve(ctx.shape(0), ctx.shape(1), ctx.node());
+    const Shape x =
+        logical_shape(ctx.shape(0), x_layout_ != StoredLayout::ChannelsFirst, ctx.node());
+    const DeconvGeometry g = attrs_.resolve(x, ctx.shape(1), ctx.node());
     Shape out{g.n, g.m};
     out.insert(out.end(), g.out.begin(), g.out.end());
     const bool bias = ctx.has_input(2);
@@ -37,14 +46,15 @@ class ConvTranspose final : public Kernel {
                  ctx.node().describe() + ": bias must have " + std::to_string(g.m) + " values");
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1) && (!bias || ctx.dtype(2) == ctx.dtype(0)),
                InvalidModel, ctx.node().describe() + ": X, W and B must share one dtype");
-    ctx.set_output(0, ctx.dtype(0), out);
+    ctx.set_output(0, ctx.dtype(0),
+                   layout_ != StoredLayout::ChannelsFirst ? to_channels_last(out) : out);
     const DType dt = ctx.dtype(0);
     if (numel_of(out) == 0 || numel_of(ctx.shape(0)) == 0) return;
     if (dt != DType::Float && dt != DType::BFloat16)
       return ctx.runs_reference_loop(std::string("dtype ") + dtype_name(dt));
     if (g.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
     try {
-      ctx.set_state(dnnl_adapter::guarded(ctx.node(), [&] { return prepare(ctx, g, out); }));
+      ctx.set_state(dnnl_adapter::guarded(ctx.node(), [&] { return prepare(ctx, g, x, out); }));
     } catch (const KernelUnsupported& u) {
       ctx.runs_reference_loop(u.reason);
     }
@@ -53,18 +63,24 @@ class ConvTranspose final : public Kernel {
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const DeconvState*>(ctx.state_ptr()))
       return run_dnnl(*st, ctx);
-    reference(ctx);
+    if (layout_ == StoredLayout::ChannelsFirst && x_layout_ == StoredLayout::ChannelsFirst) {
+      reference(ctx, ctx.input(0), ctx.output(0));
+    } else {  // the loop on channels-first copies
+      const Tensor x = channels_first_copy(ctx.input(0), x_layout_);
+      Tensor y = allocate_tensor(ctx.output(0).dtype(), to_channels_first(ctx.output(0).shape()));
+      reference(ctx, x, y);
+      write_stored(y, layout_, ctx.output(0));
+    }
     apply_epilogue(ctx.output(0), nullptr, act_, nullptr, ctx.node());
   }
 
  private:
-  std::shared_ptr<DeconvState> prepare(InferContext& ctx, const DeconvGeometry& g,
+  std::shared_ptr<DeconvState> prepare(InferContext& ctx, const DeconvGeometry& g, const Shape& x,
                                        const Shape& out) const {
     using dims = dnnl::memory::dims;
     using tag = dnnl::memory::format_tag;
     auto st = std::make_shared<DeconvState>();
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-    const Shape& x = ctx.shape(0);
     const int64_t cg = g.c / g.group, mg = g.m / g.group, k_sp = numel_of(g.kernel);
     // oneDNN's deconvolution weights are [(G,) OC/G, IC/G, k...]; ONNX stores W as
     // [C, M/G, k...], so the same bytes are described with the strides of that order.
@@ -115,8 +131,8 @@ class ConvTranspose final : public Kernel {
     st->scratch = pd.scratchpad_desc();
     st->weights = pd.weights_desc();
     size_t bytes = st->scratch.get_size();
-    st->src = dnnl_adapter::Staged(dnnl_adapter::plain_md(x, dt), pd.src_desc(), true, bytes);
-    st->dst = dnnl_adapter::Staged(dnnl_adapter::plain_md(out, dt), pd.dst_desc(), false, bytes);
+    st->src = dnnl_adapter::Staged(activation_md(x, dt, x_layout_), pd.src_desc(), true, bytes);
+    st->dst = dnnl_adapter::Staged(activation_md(out, dt, layout_), pd.dst_desc(), false, bytes);
     if (const Tensor* w = ctx.input_tensor(1))
       st->packed_weights = dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights);
     ctx.request_scratch(bytes);
@@ -142,10 +158,10 @@ class ConvTranspose final : public Kernel {
     st.dst.finish(y, scratch);
   }
 
-  void reference(RunContext& ctx) const {
-    const Tensor &x = ctx.input(0), &w = ctx.input(1);
+  // Channels-first x and y.
+  void reference(RunContext& ctx, const Tensor& x, Tensor& y) const {
+    const Tensor& w = ctx.input(1);
     const DeconvGeometry g = attrs_.resolve(x.shape(), w.shape(), ctx.node());
-    Tensor& y = ctx.output(0);
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
@@ -203,6 +219,8 @@ class ConvTranspose final : public Kernel {
 
   ConvTransposeAttributes attrs_;
   FusedActivation act_;
+  StoredLayout layout_;    // of Y (volt.layout, from the channels_last pass)
+  StoredLayout x_layout_;  // of X
 };
 
 }  // namespace

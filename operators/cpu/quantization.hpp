@@ -59,6 +59,11 @@ inline float quantize_value(float v, float scale, float zero_point, float lo, fl
 void quantize_span(const float* x, int64_t n, float scale, int32_t zero_point, uint8_t* y);
 void quantize_span(const float* x, int64_t n, float scale, int32_t zero_point, int8_t* y);
 
+// y = (x - zero_point) · scale in float (DequantizeLinear's arithmetic: the integer difference is
+// exact, so its product with the scale rounds once, as it does in double).
+void dequantize_span(const uint8_t* x, int64_t n, int32_t zero_point, float scale, float* y);
+void dequantize_span(const int8_t* x, int64_t n, int32_t zero_point, float scale, float* y);
+
 // DynamicQuantizeLinear's parameters for data x: the range [min(x, 0), max(x, 0)] over 255 steps.
 struct DynamicRange {
   float scale = 0;

@@ -130,12 +130,6 @@ class DequantizeLinear final : public Kernel {
   }
 
  private:
-  // (x - zero point) is an exact small integer, so its product with the float scale rounds once
-  // in float as it does in double: the same result as the loop above.
-  template <class Q>
-  static void dequantize_span(const Q* x, int64_t n, float s, int32_t z, float* y) {
-    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - z) * s;
-  }
   static void dequantize_blocks(const Tensor& x, const Tensor& scale, const Tensor* zp,
                                 const AxisIndexer& idx, Tensor& y) {
     for_each_span(x.numel(), idx, [&](int64_t begin, int64_t n, int64_t k) {
@@ -143,9 +137,9 @@ class DequantizeLinear final : public Kernel {
       const int32_t z = zp ? static_cast<int32_t>(value_at(*zp, k)) : 0;
       float* py = y.data<float>() + begin;
       if (x.dtype() == DType::UInt8)
-        dequantize_span(x.data<uint8_t>() + begin, n, s, z, py);
+        dequantize_span(x.data<uint8_t>() + begin, n, z, s, py);
       else
-        dequantize_span(x.data<int8_t>() + begin, n, s, z, py);
+        dequantize_span(x.data<int8_t>() + begin, n, z, s, py);
     });
   }
 

@@ -68,13 +68,6 @@ void with_8bit_out(Tensor& y, F&& f) {
     f(y.data<uint8_t>());
 }
 
-// (q - zero point) · scale into v: DequantizeLinear's arithmetic.
-template <class Q>
-void dequantize_into(const Q* q, int64_t n, int32_t zero_point, float scale, float* v) {
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zero_point) * scale;
-}
-
 // The 256 outputs of DequantizeLinear -> activation -> QuantizeLinear for every 8-bit input (its
 // raw byte, an int8 offset by 128 so that the table reads it as an index).
 std::array<uint8_t, 256> lookup_table(const QuantizedParams& p, bool signed_in) {
@@ -120,8 +113,8 @@ class QuantizedAdd final : public Kernel {
       parallel_chunks(y.numel(), kBlock, [&](int64_t lo, int64_t hi) {
         float va[kBlock], vb[kBlock];
         const int64_t n = hi - lo;
-        with_8bit(a, [&](auto pa) { dequantize_into(pa + lo, n, zp(0), p_.scales[0], va); });
-        with_8bit(b, [&](auto pb) { dequantize_into(pb + lo, n, zp(1), p_.scales[1], vb); });
+        with_8bit(a, [&](auto pa) { dequantize_span(pa + lo, n, zp(0), p_.scales[0], va); });
+        with_8bit(b, [&](auto pb) { dequantize_span(pb + lo, n, zp(1), p_.scales[1], vb); });
         for (int64_t i = 0; i < n; ++i) va[i] += vb[i];
         finish(va, n, y, lo);
       });

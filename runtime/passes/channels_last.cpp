@@ -3,12 +3,12 @@
 // CPU choose channels-last themselves; with their neighbours agreeing, a ResNet or MobileNet
 // runs from its first convolution to its global pool with no reorder at all.
 //
-// The region: every 2-D Conv with constant float weights, and from there the pools, Resize and
-// Upsample (their scales and sizes stay in N, C, H, W order), Concat along the channels (of
-// region values only; its axis becomes 3), elementwise unary ops and binary ops
-// (both operands in the region, or one a constant scalar) that read region values. Region values
-// are renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose makes the channels-first value for
-// any other reader (and for graph outputs) under the original name, and one makes the channels-last
+// The region: every 2-D Conv and ConvTranspose with constant float weights, and from there the
+// pools, Resize and Upsample (their scales and sizes stay in N, C, H, W order), Concat along the
+// channels (of region values only; its axis becomes 3), elementwise unary ops and binary ops (both
+// operands in the region, or one a constant scalar) that read region values. Region values are
+// renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose makes the channels-first value for any
+// other reader (and for graph outputs) under the original name, and one makes the channels-last
 // copy of a Conv input that comes from outside. Conv, pool and Resize nodes in the region get
 // volt.layout = "NHWC". A Conv whose X comes from outside (the network's first) reads it
 // channels-first (volt.input_layout = "NCHW") and oneDNN's reorder brings it into the primitive's
@@ -55,7 +55,8 @@ Role role_of(const Graph& g, const Node& n) {
   static const std::set<std::string> pools = {"MaxPool", "AveragePool", "GlobalAveragePool",
                                               "GlobalMaxPool"};
   static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
-  if (n.op_type == "Conv") {
+  // ConvTranspose reads and writes like a Conv (its input 2 is the bias; it has no residual).
+  if (n.op_type == "Conv" || n.op_type == "ConvTranspose") {
     if (n.inputs.size() < 2 || n.has_attr("volt.layout")) return Role::None;
     auto w = g.initializers.find(n.inputs[1]);
     if (w == g.initializers.end() || w->second.rank() != 4) return Role::None;

@@ -29,7 +29,8 @@ Graph use_blocked_layout(const Graph& graph) {
   std::vector<const Node*> region;
   for (const Node& n : graph.nodes) {
     if (n.attr_string("volt.layout", "") == "NHWC") {
-      const bool conv = is_onnx_op(n, "Conv") && n.outputs.size() == 1;
+      const bool conv =
+          (is_onnx_op(n, "Conv") || is_onnx_op(n, "ConvTranspose")) && n.outputs.size() == 1;
       const bool pool = n.domain == kOnnxDomain && n.op_type.find("Pool") != std::string::npos &&
                         n.outputs.size() == 1;
       if (!conv && !pool) return graph;
@@ -49,10 +50,11 @@ Graph use_blocked_layout(const Graph& graph) {
     for (const Node* n : region) {
       if (channels.count(n->outputs[0])) continue;
       int64_t c = -1;
-      if (n->op_type == "Conv") {
+      if (n->op_type == "Conv" || n->op_type == "ConvTranspose") {
         const Tensor* w = constant_value(graph, n->inputs[1]);
         if (!w || w->rank() != 4) return graph;
-        c = w->shape()[0];
+        // ConvTranspose's W is [C, M / group, k...].
+        c = n->op_type == "Conv" ? w->shape()[0] : w->shape()[1] * n->attr_int("group", 1);
       } else if (auto in = channels.find(n->inputs[0]); in != channels.end()) {
         c = in->second;
       }

@@ -80,18 +80,25 @@ def make_variants(remake):
 
 
 def int8_rows(args, tmp):
-    """precision=int8 against fp32, volt on both sides, batch 8, alternating rounds."""
+    """precision=int8 against fp32, volt on both sides, batch 8, alternating rounds: dynamic
+    (no calibration) and static (--calibrate with another batch of the same distribution)."""
     rows = []
     for base in ("resnet50", "bert"):
         src, recipe, _ = BASES[base]
         feeds = run_corpus.make_inputs(base, recipe, 8, tmp)
-        fp32, int8, l2 = [], [], None
+        calibration = run_corpus.make_inputs(base + "/calibration", recipe, 8, tmp)
+        modes = {"dynamic": ["--precision", "int8"],
+                 "calibrated": ["--precision", "int8"] + [f"--calibrate={n}={p}" for n, p in calibration.items()]}
+        fp32, times, l2 = [], {m: [] for m in modes}, {}
         for _ in range(args.rounds):
             fp32.append(run_corpus.volt_bench(src, feeds, args.threads, 5)[0]["p50_ms"])
-            r = run_corpus.volt_bench(src, feeds, args.threads, 5, ["--precision", "int8"])[0]
-            int8.append(r["p50_ms"])
-            l2 = r["relative_l2_vs_fp32"]
-        rows.append(dict(name=base, fp32=statistics.median(fp32), int8=statistics.median(int8), l2=l2))
+            for mode, extra in modes.items():
+                r = run_corpus.volt_bench(src, feeds, args.threads, 5, extra)[0]
+                times[mode].append(r["p50_ms"])
+                l2[mode] = r["relative_l2_vs_fp32"]
+        for mode in modes:
+            rows.append(dict(name=base, mode=mode, fp32=statistics.median(fp32), int8=statistics.median(times[mode]),
+                             l2=l2[mode]))
     return rows
 
 
@@ -105,16 +112,21 @@ def table(rows, failures, int8, args):
     for name, why in failures:
         lines.append(f"{name:<22} {'failed':>9}  {why}")
     lines.append("")
-    lines.append(f"precision=int8 against volt fp32 (same fp32 file), batch 8, {args.threads} threads")
-    lines.append(f"{'model':<22} {'fp32 ms':>9} {'int8 ms':>9} {'speedup':>8} {'floor':>6} {'rel L2':>8}")
+    lines.append(f"precision=int8 against volt fp32 (same fp32 file), batch 8, {args.threads} threads "
+                 f"(dynamic: no calibration; calibrated: --calibrate with another batch of the inputs' distribution)")
+    lines.append(f"{'model':<22} {'mode':<11} {'fp32 ms':>9} {'int8 ms':>9} {'speedup':>8} {'floor':>6} {'rel L2':>8}")
     for r in int8:
-        lines.append(f"{r['name']:<22} {r['fp32']:>9.1f} {r['int8']:>9.1f} {r['fp32'] / r['int8']:>8.2f} "
+        lines.append(f"{r['name']:<22} {r['mode']:<11} {r['fp32']:>9.1f} {r['int8']:>9.1f} {r['fp32'] / r['int8']:>8.2f} "
                      f"{INT8_SPEEDUP[r['name']]:>6.1f} {100 * r['l2']:>7.2f}%")
     held = sum(r["floor"] is None or r["volt"] / r["ort"] <= r["floor"] for r in rows)
-    held += sum(r["fp32"] / r["int8"] >= INT8_SPEEDUP[r["name"]] and r["l2"] <= INT8_L2 for r in int8)
-    lines.append(f"floors held: {held} of {len(rows) + len(int8)}; outputs beyond tolerance: "
+    # precision=int8: a floor holds when one of the two modes reaches it (within the L2 bound).
+    int8_models = sorted({r["name"] for r in int8})
+    held += sum(any(r["fp32"] / r["int8"] >= INT8_SPEEDUP[m] and r["l2"] <= INT8_L2 for r in int8 if r["name"] == m)
+                for m in int8_models)
+    total = len(rows) + len(int8_models)
+    lines.append(f"floors held: {held} of {total}; outputs beyond tolerance: "
                  f"{sum(r['worst'] > r['rtol'] for r in rows)}; failed: {len(failures)}")
-    return "\n".join(lines), held == len(rows) + len(int8) and not failures
+    return "\n".join(lines), held == total and not failures
 
 
 def main():

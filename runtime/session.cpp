@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "loaders/loader.hpp"
+#include "runtime/calibration.hpp"
 #include "runtime/device.hpp"
 #include "runtime/feeds.hpp"
 #include "runtime/passes/passes.hpp"
@@ -43,7 +44,10 @@ void check_options(const SessionOptions& o) {
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
-  Graph optimized = run_passes(model.graph, options);
+  Graph optimized =
+      options.precision == "int8" && !options.calibration.empty()
+          ? run_passes(quantize_static(model.graph, calibrate(model, options)), options)
+          : run_passes(model.graph, options);
   const Device device = Device::parse(options.device);
   if (!device.is_cpu()) optimized = place_on_device(optimized, device);
   runner = GraphRunner::owning(std::make_shared<Graph>(std::move(optimized)), model.source,

@@ -60,6 +60,15 @@ SessionOptions session_options_from(const Args& args) {
                   "--memory-limit: '" + v + "' is not a byte count (like 512M or 2G)");
     opts.memory_limit = static_cast<size_t>(n << shift);
   }
+  // --calibrate NAME=FILE.npy (repeatable): with --precision int8, static scales from this batch.
+  for (const auto& spec : args.all("calibrate")) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(ErrorCode::InvalidArgument, "--calibrate '" + spec + "' is not NAME=FILE.npy");
+    opts.calibration.emplace_back(spec.substr(0, eq), read_npy(spec.substr(eq + 1)));
+  }
+  if (!opts.calibration.empty() && opts.precision != "int8")
+    throw Error(ErrorCode::InvalidArgument, "--calibrate needs --precision int8");
   return opts;
 }
 

@@ -20,7 +20,7 @@ struct Args {
   double get_double(const std::string& k, double fallback) const;
 };
 // The session options every running subcommand takes: --threads T, --precision P,
-// --memory-limit BYTES (suffixes K, M, G allowed).
+// --memory-limit BYTES (suffixes K, M, G allowed), --calibrate NAME=FILE.npy (precision int8).
 SessionOptions session_options_from(const Args& args);
 // The run options: --timeout-ms MS.
 RunOptions run_options_from(const Args& args);

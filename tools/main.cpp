@@ -21,7 +21,7 @@ void usage() {
       "[--range NAME=LO:HI]...\n"
       "                   [--threads T]"
       " [--warmup W] [--iterations N | --seconds S] [--json] [--profile FILE]\n"
-      "                   [--precision fp32|bf16|fp16|int8] [--timeout-ms MS] [--memory-limit BYTES] "
+      "                   [--precision fp32|bf16|fp16|int8] [--calibrate NAME=FILE.npy] [--timeout-ms MS] [--memory-limit BYTES] "
       "[--winograd on|off]\n"
       "                   [--device cpu|cuda:N]\n"
       "  volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss "

@@ -361,6 +361,8 @@ struct ValueInfo {
   std::string describe() const;  // "float32[batch,784]"
 };
 
+using NamedValues = std::vector<std::pair<std::string, Value>>;
+
 struct SessionOptions {
   int threads = 0;             // 0: one per core
   int optimization_level = 2;  // 0: none, 1: basic, 2: all
@@ -377,6 +379,11 @@ struct SessionOptions {
   // direct convolution in the last bits (ResNet-50: 1e-6 of the output's scale). false: direct
   // convolution only. Applies from optimization_level 2.
   bool winograd = true;
+  // precision = int8 with a calibration batch (the model's inputs, as run() takes them): the
+  // quantized layers' input ranges are measured on it once, at creation, and the layers chain in
+  // 8 bits with those fixed scales (static quantization). Empty: activations are quantized
+  // dynamically, each run, from their own range.
+  NamedValues calibration;
 };
 
 // Lets another thread stop runs: pass it in RunOptions, call cancel() from anywhere. Runs
@@ -411,7 +418,6 @@ struct RunOptions {
   RunProfile* profile = nullptr;        // when set, the run appends one event per node run
 };
 
-using NamedValues = std::vector<std::pair<std::string, Value>>;
 
 class Session {
  public:

@@ -7,14 +7,15 @@
 //
 //   acc[m] = Σ (X - x_zero_point) · W             exact; W was shifted by its zero point
 //   volt.output_type INT32: Y = acc
-//   otherwise:  v = activation(acc · volt.scales[m] · multiplier + B[m])
+//   otherwise:  v = activation(acc · volt.scales[m] · multiplier + B[m] [+ residual])
 //               FLOAT: Y = v;  UINT8 / INT8: Y = saturate(round_half_even(v) + y_zero_point)
 //
 // Inputs: 0 X (uint8 or int8), 1 x_zero_point (scalar, optional), 2 W (int8 constant; Conv's
 // [M, C/group, k...] or MatMul's [K, N]), 3 B (float [M], optional), 4 multiplier (float scalar,
 // optional, known at run time only: a dynamic quantizer's scale), 5 y_zero_point (scalar,
-// optional). Attributes: Conv's, volt.scales (1 or M floats), volt.output_type (ONNX type code),
-// the fused activation (volt.activation, volt.alpha, volt.beta).
+// optional), 6 (QuantizedConv, float Y) a residual added before the activation (a binary post-op:
+// ResNet's Conv -> Add -> Relu). Attributes: Conv's, volt.scales (1 or M floats), volt.output_type
+// (ONNX type code), the fused activation (volt.activation, volt.alpha, volt.beta).
 //
 // Where oneDNN has no int8 kernel (no VNNI on this CPU: its older kernels add pairs of u8·s8
 // products in saturating 16-bit arithmetic, which is not exact; more than 3 spatial axes), a
@@ -40,7 +41,9 @@ enum Input : size_t {
   kW = 2,
   kBias = 3,
   kMultiplier = 4,
-  kYZeroPoint = 5
+  kYZeroPoint = 5,
+  kResidual =
+      6  // QuantizedConv: a float tensor of Y's shape and layout, added before the activation
 };
 
 // Whether oneDNN's int8 kernels on this CPU accumulate exactly (VNNI's u8·s8 dot products into
@@ -106,13 +109,15 @@ class QuantizedLinear {
   // scaling: B / (scale · multiplier), computed each run (bias_for_run) since the multiplier is
   // known only then; a per-channel binary add post-op instead made BERT's products 60% slower.
   dnnl::primitive_attr primitive_attr(const InferContext& ctx, const dnnl::memory::desc& scalar,
-                                      int channel_mask) const {
+                                      int channel_mask,
+                                      const dnnl::memory::desc* residual = nullptr) const {
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
     attr.set_output_scales(scales_.size() > 1 ? channel_mask : 0, scales_);
     if (ctx.has_input(kXZeroPoint)) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     if (ctx.has_input(kYZeroPoint)) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::post_ops ops;
     if (ctx.has_input(kMultiplier)) ops.append_binary(dnnl::algorithm::binary_mul, scalar);
+    if (residual) ops.append_binary(dnnl::algorithm::binary_add, *residual);
     act_.append_to(ops);
     attr.set_post_ops(ops);
     return attr;
@@ -144,7 +149,8 @@ class QuantizedLinear {
   // multiplier, bias (`bias`: M floats of scratch).
   void add_runtime_args(const RunContext& ctx, std::unordered_map<int, dnnl::memory>& args,
                         const dnnl::memory::desc& scalar, const dnnl::memory::desc& bias_md,
-                        float* bias, int32_t (&zps)[2]) const {
+                        float* bias, int32_t (&zps)[2],
+                        const dnnl::memory::desc* residual_md = nullptr) const {
     static const dnnl::memory::desc one_s32({1}, dnnl::memory::data_type::s32,
                                             dnnl::memory::format_tag::x);
     if (ctx.has_input(kXZeroPoint)) {
@@ -155,9 +161,13 @@ class QuantizedLinear {
       zps[1] = static_cast<int32_t>(value_at(ctx.input(kYZeroPoint), 0));
       args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dnnl_adapter::wrap(one_s32, &zps[1]));
     }
+    int post_op = 0;
     if (ctx.has_input(kMultiplier))
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(scalar, ctx.input(kMultiplier).raw()));
+    if (residual_md)
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1,
+                   dnnl_adapter::wrap(*residual_md, ctx.input(kResidual).raw()));
     if (ctx.has_input(kBias)) {
       bias_for_run(ctx, bias);
       args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(bias_md, bias));
@@ -165,8 +175,8 @@ class QuantizedLinear {
   }
 
   // The reference: Y from the exact accumulators (N x M x inner, channel m at (e / inner) % M).
-  void finish_reference(RunContext& ctx, const Tensor& acc, Tensor& y, int64_t m,
-                        int64_t inner) const {
+  void finish_reference(RunContext& ctx, const Tensor& acc, Tensor& y, int64_t m, int64_t inner,
+                        const Tensor* residual = nullptr) const {
     if (out_type_ == DType::Int32) {
       std::memcpy(y.raw(), acc.raw(), acc.nbytes());
       return;
@@ -182,6 +192,7 @@ class QuantizedLinear {
       const float s = scales_[scales_.size() > 1 ? static_cast<size_t>(c) : 0];
       pv[e] = static_cast<float>(pa[e]) * s * mult +
               (bias ? static_cast<float>(value_at(*bias, c)) : 0.0f);
+      if (residual) pv[e] += residual->data<float>()[e];
     }
     if (act_.any()) apply_epilogue(v, nullptr, act_, nullptr, ctx.node());
     if (out_type_ == DType::Float) return;
@@ -200,7 +211,8 @@ class QuantizedLinear {
 struct QConvState {
   dnnl::convolution_forward prim;
   dnnl::memory::desc src, dst, weights, scratch, plain_src, plain_dst, scalar;
-  dnnl::memory::desc bias;
+  dnnl::memory::desc bias, residual;
+  bool has_residual = false;
   dnnl::reorder src_in, dst_out;
   size_t src_offset = 0, dst_offset = 0, bias_offset = 0;
   bool blocked_src = false, blocked_dst = false;
@@ -222,6 +234,11 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
         logical_shape(ctx.shape(kX), x_layout_ != StoredLayout::ChannelsFirst, ctx.node());
     const ConvShapes s = conv_shapes(attrs_, group_, x, ctx.shape(kW), ctx.node());
     check(ctx, s.m);
+    const Shape stored = layout_ != StoredLayout::ChannelsFirst ? to_channels_last(s.out) : s.out;
+    if (ctx.has_input(kResidual) && (ctx.dtype(kResidual) != DType::Float ||
+                                     ctx.shape(kResidual) != stored || out_type_ != DType::Float))
+      ctx.error("the residual must be float, of Y's shape " + shape_str(stored) +
+                ", with a float Y");
     ctx.set_output(0, out_type_,
                    layout_ != StoredLayout::ChannelsFirst ? to_channels_last(s.out) : s.out);
     if (numel_of(s.out) == 0) return;
@@ -246,10 +263,16 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
     const int64_t xzp =
         ctx.has_input(kXZeroPoint) ? static_cast<int64_t>(value_at(ctx.input(kXZeroPoint), 0)) : 0;
     const Tensor acc = integer_conv(s, x, xzp, ctx.input(kW), nullptr);
+    Tensor residual;
+    if (ctx.has_input(kResidual))
+      residual = layout_ == StoredLayout::ChannelsFirst
+                     ? ctx.input(kResidual)
+                     : channels_first_copy(ctx.input(kResidual), layout_);
+    const Tensor* r = residual.defined() ? &residual : nullptr;
     if (layout_ == StoredLayout::ChannelsFirst)
-      return finish_reference(ctx, acc, ctx.output(0), s.m, numel_of(s.win.out));
+      return finish_reference(ctx, acc, ctx.output(0), s.m, numel_of(s.win.out), r);
     Tensor y = allocate_tensor(out_type_, s.out);
-    finish_reference(ctx, acc, y, s.m, numel_of(s.win.out));
+    finish_reference(ctx, acc, y, s.m, numel_of(s.win.out), r);
     write_stored(y, layout_, ctx.output(0));
   }
 
@@ -279,7 +302,11 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
           pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
       for (int64_t d : s.win.dilations) dil.push_back(d - 1);
-      const dnnl::primitive_attr attr = primitive_attr(ctx, st->scalar, 1 << 1);
+      st->has_residual = ctx.has_input(kResidual);
+      if (st->has_residual)
+        st->residual = activation_md(s.out, dnnl::memory::data_type::f32, layout_);
+      const dnnl::primitive_attr attr =
+          primitive_attr(ctx, st->scalar, 1 << 1, st->has_residual ? &st->residual : nullptr);
       st->bias = dnnl_adapter::plain_md({s.m}, dnnl::memory::data_type::f32);
       const auto alg = dnnl::algorithm::convolution_direct;
       const auto prop = dnnl::prop_kind::forward_inference;
@@ -354,7 +381,8 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
         {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw())}};
     int32_t zps[2] = {0, 0};
     add_runtime_args(ctx, args, st.scalar, st.bias,
-                     reinterpret_cast<float*>(scratch + st.bias_offset), zps);
+                     reinterpret_cast<float*>(scratch + st.bias_offset), zps,
+                     st.has_residual ? &st.residual : nullptr);
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
     if (st.blocked_dst) {
       dnnl::memory plain = dnnl_adapter::wrap(st.plain_dst, y);

@@ -105,7 +105,8 @@ Graph use_channels_last(const Graph& graph) {
         case Role::Conv:
           ok = !n.has_input(3) || region_value(n.inputs[3]);
           break;
-        case Role::QuantizedConv:
+        case Role::QuantizedConv:  // its residual is input 6
+          ok = !n.has_input(6) || region_value(n.inputs[6]);
           break;
         case Role::Pool:
         case Role::Unary:
@@ -139,7 +140,7 @@ Graph use_channels_last(const Graph& graph) {
       case Role::Conv:
         return slot == 0 || slot == 3;
       case Role::QuantizedConv:
-        return slot == 0;
+        return slot == 0 || slot == 6;
       case Role::Pool:
       case Role::Unary:
       case Role::Resize:

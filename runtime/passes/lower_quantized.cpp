@@ -147,7 +147,7 @@ struct Lowering {
   bool conv = true;
   int rank = 2;  // of the output (conv: W's rank; product: 2 unless X's rank is declared)
   int64_t channels = 0;
-  std::string x, x_zp, multiplier, y_zp, output;
+  std::string x, x_zp, multiplier, y_zp, output, residual;
   Tensor weights;
   std::vector<double> scales{1.0}, bias;
   DType out = DType::Float;
@@ -246,8 +246,8 @@ class Lowerer {
     Lowering q;
     q.conv = n.op_type == "Conv";
     const bool gemm = n.op_type == "Gemm";
-    // (A Conv with a residual fused in, input 3, is not this pattern.)
-    if (n.inputs.size() < 2 || n.inputs.size() > 3 || n.outputs.size() != 1) return std::nullopt;
+    if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1) return std::nullopt;
+    if (n.inputs.size() == 4 && !q.conv) return std::nullopt;
     if (gemm && (n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f ||
                  n.attr_float("beta", 1.0f) != 1.0f))
       return std::nullopt;
@@ -280,6 +280,7 @@ class Lowerer {
       if (!b || b->size() != static_cast<size_t>(q.channels)) return std::nullopt;
       q.bias = *b;
     }
+    if (n.inputs.size() == 4) q.residual = n.inputs[3];  // fuse_conv_activation's residual
     for (const char* a : {"volt.activation", "volt.alpha", "volt.beta"})  // fuse_conv_activation's
       if (n.attributes.count(a)) q.activation[a] = n.attributes.at(a);
     if (q.activation.count("volt.activation"))
@@ -306,7 +307,8 @@ class Lowerer {
       absorb(cast);
     }
     if (q.out != DType::Float) return;
-    if (!q.activation_kind.empty()) return take_quantize(q);  // the layer's own activation is last
+    if (!q.activation_kind.empty() || !q.residual.empty())
+      return take_quantize(q);  // the layer's own activation (or residual) came last
     // Scales: constants, or a run-time scalar (times constants).
     while (Node* mul = rw_.sole_reader(q.output, "Mul")) {
       if (!q.bias.empty()) break;
@@ -347,6 +349,14 @@ class Lowerer {
         absorb(add);
       }
     }
+    // A residual: Add of a run-time value (ResNet's shortcut), before the activation.
+    if (Node* add = rw_.sole_reader(q.output, "Add"); add && q.conv && add->inputs.size() == 2) {
+      const std::string& other = add->inputs[0] == q.output ? add->inputs[1] : add->inputs[0];
+      if (other != q.output && !constant_value(g_, other)) {
+        q.residual = other;
+        absorb(add);
+      }
+    }
     if (const auto r = rw_.uses().sole_reader(q.output); r && !rw_.removed(&g_.nodes[*r])) {
       Node& act = g_.nodes[*r];
       auto attrs = activation_attributes(g_, act);
@@ -362,6 +372,9 @@ class Lowerer {
   // QuantizeLinear(v, constant scale, zero point): the layer writes 8 bits. Folds through the
   // activations that commute with a positive scale (Relu; Clip with its bounds scaled).
   void take_quantize(Lowering& q) {
+    // The residual is added after the output scales: dividing them by Y's scale would leave it
+    // unscaled. The layer then writes float.
+    if (!q.residual.empty()) return;
     Node* quant = rw_.sole_reader(q.output, "QuantizeLinear");
     if (!quant || quant->inputs.size() < 2) return;
     const auto ys = scales_of(g_, quant->inputs[1], 1);
@@ -420,7 +433,7 @@ class Lowerer {
       bias = add_initializer(first.name + "/int8_bias", std::move(b));
     }
     const std::string w = add_initializer(first.name + "/int8_weights", std::move(q.weights));
-    n.inputs = {q.x, q.x_zp, w, bias, q.multiplier, q.y_zp};
+    n.inputs = {q.x, q.x_zp, w, bias, q.multiplier, q.y_zp, q.residual};
     while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
     rw_.remove(q.first);
     rw_.replace(q.last, std::move(n));

@@ -45,7 +45,16 @@ Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
 Graph compute_fp16_in_fp32(const Graph& graph);
 Graph lower_quantized(const Graph& graph);
-Graph quantize_at_load(const Graph& graph);  // precision = int8
+// precision = int8: float Conv / MatMul / Gemm layers quantized at load, their inputs
+// dynamically (quantize_at_load) or with ranges a calibration batch gave (quantize_static; the
+// layers whose input has no range are quantized dynamically). quantizable_inputs: the values
+// calibration measures.
+struct ActivationRange {
+  float lo, hi;
+};
+Graph quantize_at_load(const Graph& graph);
+Graph quantize_static(const Graph& graph, const std::map<std::string, ActivationRange>& ranges);
+std::vector<std::string> quantizable_inputs(const Graph& graph);
 // How use_fp16 treats float weights: converted once (inference), or kept in fp32 and cast by a
 // node each run (mixed-precision training: the fp32 masters are what the optimizer updates, and
 // the gradient reaches them through the Cast).

@@ -340,13 +340,18 @@ TEST(QuantizedLowering, PrecisionInt8QuantizesFloatLayersAtLoad) {
   mb.initializer("w1", {16, 3, 3, 3}, floats(432, -0.5f, 0.5f, rng))
       .initializer("b1", {16}, floats(16, -0.1f, 0.1f, rng));
   mb.initializer("w2", {16, 16, 3, 3}, floats(2304, -0.2f, 0.2f, rng));
+  mb.initializer("wr", {16, 16, 3, 3}, floats(2304, -0.2f, 0.2f, rng));
   mb.initializer("w3", {16 * 8 * 8, 10}, floats(10240, -0.05f, 0.05f, rng));
   mb.initializer_i64("shape", {2}, {2, 16 * 8 * 8});
   mb.node("Conv", {"x", "w1", "b1"}, {"c1"}, [](onnx::NodeProto& n) {
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
   mb.node("Relu", {"c1"}, {"r1"});
-  mb.node("Conv", {"r1", "w2"}, {"c2"}, [](onnx::NodeProto& n) {
+  // A residual block: Conv -> Add(shortcut) -> Relu, which the int8 convolution takes in.
+  mb.node("Conv", {"r1", "wr"}, {"cr"}, [](onnx::NodeProto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); });
+  mb.node("Add", {"cr", "r1"}, {"sum"});
+  mb.node("Relu", {"sum"}, {"block"});
+  mb.node("Conv", {"block", "w2"}, {"c2"}, [](onnx::NodeProto& n) {
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
     ModelBuilder::set_ints(n, "strides", {2, 2});
   });
@@ -356,9 +361,9 @@ TEST(QuantizedLowering, PrecisionInt8QuantizesFloatLayersAtLoad) {
   const std::string bytes = mb.bytes();
   const Graph g =
       lower_quantized(quantize_at_load(load_model_from_bytes(bytes.data(), bytes.size()).graph));
-  EXPECT_EQ(count(g, "QuantizedConv"), 2);
+  EXPECT_EQ(count(g, "QuantizedConv"), 3);
   EXPECT_EQ(count(g, "QuantizedMatMul"), 1);
-  EXPECT_EQ(count(g, "Conv") + count(g, "MatMul") + count(g, "ConvInteger"), 0);
+  EXPECT_EQ(count(g, "Conv") + count(g, "MatMul") + count(g, "ConvInteger") + count(g, "Add"), 0);
   const Tensor x = float_tensor({2, 3, 16, 16}, rng, 0, 1);
   Session fp32 = Session::from_bytes(bytes.data(), bytes.size(), test_options());
   Session int8 =
@@ -373,6 +378,17 @@ TEST(QuantizedLowering, PrecisionInt8QuantizesFloatLayersAtLoad) {
   const double l2 = std::sqrt(diff / norm);
   EXPECT_LT(l2, 0.03);
   EXPECT_GT(l2, 0.0);  // it did quantize
+
+  // With a calibration batch (another draw of the same distribution): fixed scales, the layers
+  // chained in 8 bits (the first convolution writes uint8 for the second), the same bound.
+  SessionOptions calibrated = test_options({.precision = "int8"});
+  calibrated.calibration = {{"x", Value(float_tensor({2, 3, 16, 16}, rng, 0, 1))}};
+  Session fixed = Session::from_bytes(bytes.data(), bytes.size(), calibrated);
+  const Tensor c = fixed.run({{"x", x}})[0].tensor();
+  double cdiff = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) cdiff += std::pow(double{a.data<float>()[i]} - c.data<float>()[i], 2);
+  EXPECT_LT(std::sqrt(cdiff / norm), 0.03);
+  EXPECT_GT(std::sqrt(cdiff / norm), 0.0);
 }
 
 // Bad quantization parameters: a clear error naming the node, at session creation where they

@@ -210,12 +210,10 @@ class QuantizedLinear {
 
 struct QConvState {
   dnnl::convolution_forward prim;
-  dnnl::memory::desc src, dst, weights, scratch, plain_src, plain_dst, scalar;
-  dnnl::memory::desc bias, residual;
+  dnnl::memory::desc weights, scratch, scalar, bias, residual;
+  dnnl_adapter::Staged src, dst;  // the graph's layouts <-> the primitive's
   bool has_residual = false;
-  dnnl::reorder src_in, dst_out;
-  size_t src_offset = 0, dst_offset = 0, bias_offset = 0;
-  bool blocked_src = false, blocked_dst = false;
+  size_t bias_offset = 0;
   Tensor packed_weights;
 };
 
@@ -291,8 +289,8 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
         wshape = {s.group, s.m / s.group};
         wshape.insert(wshape.end(), ws.begin() + 1, ws.end());
       }
-      st->plain_src = activation_md(x, x_dt, x_layout_);
-      st->plain_dst = activation_md(s.out, y_dt, layout_);
+      const dnnl::memory::desc plain_src = activation_md(x, x_dt, x_layout_),
+                               plain_dst = activation_md(s.out, y_dt, layout_);
       // oneDNN's int8 kernels want channels-last activations: it picks them, reorders stage them.
       const dnnl::memory::desc src_any(dims(x.begin(), x.end()), x_dt, tag::any),
           dst_any(dims(s.out.begin(), s.out.end()), y_dt, tag::any),
@@ -334,27 +332,13 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       if (dnnl_adapter::is_reference(pd))
         throw KernelUnsupported{std::string("oneDNN ") + pd.impl_info_str()};
       st->prim = dnnl::convolution_forward(pd);
-      st->src = pd.src_desc();
-      st->dst = pd.dst_desc();
       st->weights = pd.weights_desc();
       st->scratch = pd.scratchpad_desc();
-      st->blocked_src = st->src != st->plain_src;
-      st->blocked_dst = st->dst != st->plain_dst;
-      size_t total = dnnl_adapter::align64(st->scratch.get_size());
-      if (st->blocked_src) {
-        st->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(
-            dnnl_adapter::engine(), st->plain_src, dnnl_adapter::engine(), st->src));
-        st->src_offset = total;
-        total += dnnl_adapter::align64(st->src.get_size());
-      }
-      if (st->blocked_dst) {
-        st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(
-            dnnl_adapter::engine(), st->dst, dnnl_adapter::engine(), st->plain_dst));
-        st->dst_offset = total;
-        total += dnnl_adapter::align64(st->dst.get_size());
-      }
-      st->bias_offset = total;
-      total += dnnl_adapter::align64(st->bias.get_size());
+      size_t total = st->scratch.get_size();
+      st->src = dnnl_adapter::Staged(plain_src, pd.src_desc(), true, total);
+      st->dst = dnnl_adapter::Staged(plain_dst, pd.dst_desc(), false, total);
+      st->bias_offset = dnnl_adapter::align64(total);
+      total = st->bias_offset + st->bias.get_size();
       st->packed_weights = dnnl_adapter::pack_constant(
           ctx, kW, *ctx.input_tensor(kW),
           dnnl_adapter::plain_md(wshape, dnnl::memory::data_type::s8), st->weights);
@@ -365,30 +349,17 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
 
   void run_dnnl(const QConvState& st, RunContext& ctx) const {
     char* scratch = static_cast<char*>(ctx.scratch());
-    dnnl::stream& stream = dnnl_adapter::stream();
-    dnnl::memory src = dnnl_adapter::wrap(st.plain_src, ctx.input(kX).raw());
-    if (st.blocked_src) {
-      dnnl::memory blocked = dnnl_adapter::wrap(st.src, scratch + st.src_offset);
-      st.src_in.execute(stream, src, blocked);
-      src = blocked;
-    }
     void* y = ctx.output(0).raw();
-    dnnl::memory dst = st.blocked_dst ? dnnl_adapter::wrap(st.dst, scratch + st.dst_offset)
-                                      : dnnl_adapter::wrap(st.plain_dst, y);
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, src},
-        {DNNL_ARG_DST, dst},
+        {DNNL_ARG_SRC, st.src.in(ctx.input(kX).raw(), scratch)},
+        {DNNL_ARG_DST, st.dst.out(y, scratch)},
         {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw())}};
     int32_t zps[2] = {0, 0};
     add_runtime_args(ctx, args, st.scalar, st.bias,
                      reinterpret_cast<float*>(scratch + st.bias_offset), zps,
                      st.has_residual ? &st.residual : nullptr);
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
-    if (st.blocked_dst) {
-      dnnl::memory plain = dnnl_adapter::wrap(st.plain_dst, y);
-      st.dst_out.execute(stream, dst, plain);
-      stream.wait();
-    }
+    st.dst.finish(y, scratch);
   }
 
   WindowAttributes attrs_;

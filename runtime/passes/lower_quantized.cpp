@@ -140,6 +140,17 @@ std::optional<Tensor> dequantized_constant(const Graph& g, const Node& n) {
   return y;
 }
 
+// Whether `v` is known to be one value: absent, a one-element constant, or a
+// DynamicQuantizeLinear's zero point. (The int8 primitives take one zero point for X; a per-row
+// one, which MatMulInteger allows, keeps the ONNX kernel.)
+bool scalar_zero_point(const Graph& g, const ValueUses& uses, const std::string& v) {
+  if (v.empty()) return true;
+  if (const Tensor* t = constant_value(g, v)) return t->numel() == 1;
+  const auto p = uses.producer(v);
+  return p && is_onnx_op(g.nodes[*p], "DynamicQuantizeLinear") && g.nodes[*p].outputs.size() > 2 &&
+         g.nodes[*p].outputs[2] == v;
+}
+
 // The quantized layer being built.
 struct Lowering {
   Node* first = nullptr;  // the node it starts from
@@ -198,6 +209,7 @@ class Lowerer {
     q.first = q.last = &n;
     q.x = n.inputs[0];
     q.x_zp = n.inputs.size() > 2 ? n.inputs[2] : "";
+    if (!scalar_zero_point(g_, rw_.uses(), q.x_zp)) return std::nullopt;
     q.out = DType::Int32;
     q.output = n.outputs[0];
     set_rank(q, n);
@@ -228,6 +240,7 @@ class Lowerer {
     q.first = q.last = &n;
     q.x = n.inputs[0];
     q.x_zp = n.inputs[2];
+    if (!scalar_zero_point(g_, rw_.uses(), q.x_zp)) return std::nullopt;
     q.y_zp = n.inputs[7];
     q.out = yz->dtype();
     q.output = n.outputs[0];

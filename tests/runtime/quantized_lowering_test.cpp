@@ -139,6 +139,23 @@ TEST(QuantizedLowering, Uint8WeightsShiftIntoInt8OrStayWithTheOnnxKernel) {
   }
 }
 
+// A per-row A zero point (MatMulInteger allows one) is not what the int8 primitives take: the
+// ONNX kernel keeps the node, with the same integers.
+TEST(QuantizedLowering, PerRowZeroPointKeepsTheOnnxKernel) {
+  std::mt19937 rng(10);
+  ModelBuilder mb(13);
+  mb.input("a", kUInt8, {3, 8}).input("azp", kUInt8, {3}).output_any("y", kInt32);
+  mb.initializer_int("b", kInt8, {8, 5}, ints(40, -100, 100, rng));
+  mb.node("MatMulInteger", {"a", "b", "azp"}, {"y"});
+  const std::string bytes = mb.bytes();
+  EXPECT_EQ(count(lowered(bytes), "QuantizedMatMul"), 0);
+  Tensor azp = Tensor::empty(DType::UInt8, {3});
+  for (int i = 0; i < 3; ++i) azp.data<uint8_t>()[i] = static_cast<uint8_t>(10 * i + 1);
+  auto [want, got] =
+      unoptimized_and_optimized(bytes, {{"a", u8_tensor({3, 8}, rng)}, {"azp", azp}});
+  expect_equal_integers(want, got);
+}
+
 // Dynamic quantization as quantizers write it: DynamicQuantizeLinear, ConvInteger, Cast, Mul by
 // (x scale · per-channel w scale), Add the bias, Relu: one node.
 TEST(QuantizedLowering, DynamicConvChainFoldsIntoOneNode) {
@@ -348,7 +365,9 @@ TEST(QuantizedLowering, PrecisionInt8QuantizesFloatLayersAtLoad) {
   });
   mb.node("Relu", {"c1"}, {"r1"});
   // A residual block: Conv -> Add(shortcut) -> Relu, which the int8 convolution takes in.
-  mb.node("Conv", {"r1", "wr"}, {"cr"}, [](onnx::NodeProto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); });
+  mb.node("Conv", {"r1", "wr"}, {"cr"}, [](onnx::NodeProto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
   mb.node("Add", {"cr", "r1"}, {"sum"});
   mb.node("Relu", {"sum"}, {"block"});
   mb.node("Conv", {"block", "w2"}, {"c2"}, [](onnx::NodeProto& n) {
@@ -386,7 +405,8 @@ TEST(QuantizedLowering, PrecisionInt8QuantizesFloatLayersAtLoad) {
   Session fixed = Session::from_bytes(bytes.data(), bytes.size(), calibrated);
   const Tensor c = fixed.run({{"x", x}})[0].tensor();
   double cdiff = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) cdiff += std::pow(double{a.data<float>()[i]} - c.data<float>()[i], 2);
+  for (int64_t i = 0; i < a.numel(); ++i)
+    cdiff += std::pow(double{a.data<float>()[i]} - c.data<float>()[i], 2);
   EXPECT_LT(std::sqrt(cdiff / norm), 0.03);
   EXPECT_GT(std::sqrt(cdiff / norm), 0.0);
 }

@@ -22,6 +22,10 @@ inline void quantize_loop(const float* x, int64_t n, float scale, int32_t zero_p
     y[i] = static_cast<Q>(static_cast<int32_t>(quantize_value(x[i], scale, z, lo, hi)));
 }
 
+// The intrinsics paths below run where the CPU has AVX-512 (the library is built for baseline
+// x86-64).
+const bool kAvx512 = __builtin_cpu_supports("avx512f");
+
 struct MinMax {
   float lo = 0, hi = 0;
 };
@@ -80,8 +84,7 @@ MinMax min_max_sse(const float* x, int64_t n) {
 }
 
 MinMax min_max_with_zero(const float* x, int64_t n) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");  // (kAvx512 is defined below)
-  return avx512 ? min_max_avx512(x, n) : min_max_sse(x, n);
+  return kAvx512 ? min_max_avx512(x, n) : min_max_sse(x, n);
 }
 
 constexpr int64_t kChunk = 1 << 14;  // elements per task of the parallel passes
@@ -142,8 +145,6 @@ __attribute__((target("avx512f"))) void quantize_avx512(const float* x, int64_t 
   }
 }
 #pragma GCC diagnostic pop
-
-const bool kAvx512 = __builtin_cpu_supports("avx512f");
 
 }  // namespace
 

@@ -89,21 +89,59 @@ inline void look_up(const uint8_t* x, int64_t n, const std::array<uint8_t, 256>&
 
 constexpr int64_t kBlock = 2048;  // elements per piece: the float values stay in L1
 
+void activate(const FusedActivation& act, float* v, int64_t n) {
+  if (act.kind == FusedActivation::Kind::Relu) {
+    for (int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.0f ? 0.0f : v[i];
+  } else if (act.any()) {
+    for (int64_t i = 0; i < n; ++i) v[i] = act.apply(v[i]);
+  }
+}
+
+// DequantizeLinear -> activation -> QuantizeLinear on 8-bit values, for QuantizedUnary and the
+// second stage of QuantizedAdd. With no activation or a Relu (ResNet's) it is computed: the
+// dequantize and quantize loops are vectorized and a byte table is not (the table took 75% of a
+// QDQ residual Add). Other activations (costly per element) are a 256-entry table.
+class Requantizer {
+ public:
+  Requantizer(const Node& n, const std::string& prefix, bool signed_in)
+      : p_(n, 2, prefix), signed_in_(signed_in), table_(lookup_table(p_, signed_in)) {}
+  DType out() const { return p_.out; }
+  // y[0, n) (raw bytes of out()) from x[0, n) (raw bytes of the input type); n <= kBlock.
+  void operator()(const uint8_t* x, int64_t n, void* y) const {
+    if (p_.act.kind != FusedActivation::Kind::Relu && p_.act.any())
+      return look_up(x, n, table_, signed_in_ ? 0x80 : 0, static_cast<uint8_t*>(y));
+    float v[kBlock];
+    const int32_t z0 = static_cast<int32_t>(p_.zero_points[0]),
+                  z1 = static_cast<int32_t>(p_.zero_points[1]);
+    if (signed_in_)
+      dequantize_span(reinterpret_cast<const int8_t*>(x), n, z0, p_.scales[0], v);
+    else
+      dequantize_span(x, n, z0, p_.scales[0], v);
+    activate(p_.act, v, n);
+    if (p_.out == DType::Int8)
+      quantize_span(v, n, p_.scales[1], z1, static_cast<int8_t*>(y));
+    else
+      quantize_span(v, n, p_.scales[1], z1, static_cast<uint8_t*>(y));
+  }
+
+ private:
+  QuantizedParams p_;
+  bool signed_in_;
+  std::array<uint8_t, 256> table_{};
+};
+
 class QuantizedAdd final : public Kernel {
  public:
   // volt.then_*: a DequantizeLinear -> activation -> QuantizeLinear after the sum (the pass
   // folded a QuantizedUnary in), as a table on its 8-bit result.
-  explicit QuantizedAdd(const Node& n) : p_(n, 3), then_(n.has_attr("volt.then_scales")) {
-    if (then_) {
-      then_params_ = std::make_unique<QuantizedParams>(n, 2, "volt.then_");
-      table_ = lookup_table(*then_params_, p_.out == DType::Int8);
-      final_ = then_params_->out;
-    }
+  explicit QuantizedAdd(const Node& n) : p_(n, 3) {
+    if (n.has_attr("volt.then_scales"))
+      then_ = std::make_unique<Requantizer>(n, "volt.then_", p_.out == DType::Int8);
   }
   void infer(InferContext& ctx) const override {
     if (!is_8bit(ctx.dtype(0)) || !is_8bit(ctx.dtype(1)))
       ctx.error("A and B must be uint8 or int8");
-    ctx.set_output(0, then_ ? final_ : p_.out,
+    ctx.set_output(0, then_ ? then_->out() : p_.out,
                    broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node()));
   }
   void run(RunContext& ctx) const override {
@@ -149,16 +187,7 @@ class QuantizedAdd final : public Kernel {
   static int32_t value8(const Tensor& t, int64_t i) {
     return t.dtype() == DType::Int8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
   }
-  static void activate(const FusedActivation& act, float* v, int64_t n) {
-    if (act.kind == FusedActivation::Kind::Relu) {
-      for (int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.0f ? 0.0f : v[i];
-    } else if (act.any()) {
-      for (int64_t i = 0; i < n; ++i) v[i] = act.apply(v[i]);
-    }
-  }
   // The activation, then QuantizeLinear's arithmetic, into y[at, at + n); then the second stage.
-  // A Relu second stage (ResNet's) is computed, not looked up: the dequantize and quantize
-  // loops are vectorized and a byte table is not (the table took 75% of the Add).
   void finish(float* v, int64_t n, Tensor& y, int64_t at) const {
     activate(p_.act, v, n);
     const float ys = p_.scales[2];
@@ -169,52 +198,32 @@ class QuantizedAdd final : public Kernel {
       quantize_span(v, n, ys, yz, reinterpret_cast<int8_t*>(sum));
     else
       quantize_span(v, n, ys, yz, sum);
-    const QuantizedParams& t = *then_params_;
-    if (t.act.kind == FusedActivation::Kind::Relu || !t.act.any()) {
-      const int32_t z0 = static_cast<int32_t>(t.zero_points[0]);
-      if (p_.out == DType::Int8)
-        dequantize_span(reinterpret_cast<const int8_t*>(sum), n, z0, t.scales[0], v);
-      else
-        dequantize_span(sum, n, z0, t.scales[0], v);
-      activate(t.act, v, n);
-      const int32_t z1 = static_cast<int32_t>(t.zero_points[1]);
-      return with_8bit_out(y, [&](auto py) { quantize_span(v, n, t.scales[1], z1, py + at); });
-    }
-    look_up(sum, n, table_, p_.out == DType::Int8 ? 0x80 : 0, static_cast<uint8_t*>(y.raw()) + at);
+    (*then_)(sum, n, static_cast<uint8_t*>(y.raw()) + at);
   }
 
   QuantizedParams p_;
-  bool then_;
-  std::unique_ptr<QuantizedParams> then_params_;
-  std::array<uint8_t, 256> table_{};
-  DType final_ = DType::UInt8;
+  std::unique_ptr<Requantizer> then_;
 };
 
 class QuantizedUnary final : public Kernel {
  public:
   explicit QuantizedUnary(const Node& n)
-      : p_(n, 2),
-        signed_in_(n.attr_int("volt.input_type", 2) == 3),
-        table_(lookup_table(p_, signed_in_)) {}
+      : signed_in_(n.attr_int("volt.input_type", 2) == 3), stage_(n, "volt.", signed_in_) {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != (signed_in_ ? DType::Int8 : DType::UInt8))
       ctx.error("X must have the type volt.input_type says");
-    ctx.set_output(0, p_.out, ctx.shape(0));
+    ctx.set_output(0, stage_.out(), ctx.shape(0));
   }
   void run(RunContext& ctx) const override {
-    // 8-bit in and out: a byte-to-byte table over the raw bytes (int8 offset by 128).
     const uint8_t* x = static_cast<const uint8_t*>(ctx.input(0).raw());
     uint8_t* y = static_cast<uint8_t*>(ctx.output(0).raw());
-    const uint8_t flip = signed_in_ ? 0x80 : 0;
-    parallel_chunks(ctx.input(0).numel(), 1 << 14, [&](int64_t lo, int64_t hi) {
-      look_up(x + lo, hi - lo, table_, flip, y + lo);
-    });
+    parallel_chunks(ctx.input(0).numel(), kBlock,
+                    [&](int64_t lo, int64_t hi) { stage_(x + lo, hi - lo, y + lo); });
   }
 
  private:
-  QuantizedParams p_;
   bool signed_in_;
-  std::array<uint8_t, 256> table_{};
+  Requantizer stage_;
 };
 
 }  // namespace

@@ -205,6 +205,11 @@ void erase_marked(std::vector<Node>& nodes, const std::vector<char>& marked) {
   nodes = std::move(kept);
 }
 
+void copy_conv_geometry(const Node& from, Node& to) {
+  for (const char* a : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
+    if (from.attributes.count(a)) to.attributes[a] = from.attributes.at(a);
+}
+
 Attribute string_attribute(const std::string& s) {
   Attribute a;
   a.type = Attribute::Type::String;

@@ -19,27 +19,13 @@
 #include <cmath>
 #include <optional>
 
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
-
-double element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::Float:
-      return t.data<float>()[i];
-    case DType::UInt8:
-      return t.data<uint8_t>()[i];
-    case DType::Int8:
-      return t.data<int8_t>()[i];
-    case DType::Int32:
-      return t.data<int32_t>()[i];
-    default:
-      return std::nan("");
-  }
-}
 
 // Positive finite float scales, one per tensor or `channels` of them; nullopt otherwise (the
 // ONNX kernel then reports the bad value).
@@ -50,7 +36,7 @@ std::optional<std::vector<double>> scales_of(const Graph& g, const std::string& 
     return std::nullopt;
   std::vector<double> v;
   for (int64_t i = 0; i < t->numel(); ++i) {
-    v.push_back(element(*t, i));
+    v.push_back(value_at(*t, i));
     if (!(v.back() > 0) || !std::isfinite(v.back())) return std::nullopt;
   }
   return v;
@@ -80,7 +66,7 @@ std::optional<Tensor> int8_weights(const Graph& g, const std::string& w_name,
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t channel = conv || transposed ? r : c;
       const double v =
-          element(*w, r * cols + c) - (zp ? element(*zp, zp->numel() == 1 ? 0 : channel) : 0.0);
+          value_at(*w, r * cols + c) - (zp ? value_at(*zp, zp->numel() == 1 ? 0 : channel) : 0.0);
       if (v < -128 || v > 127) return std::nullopt;
       out.data<int8_t>()[transposed ? c * rows + r : r * cols + c] = static_cast<int8_t>(v);
     }
@@ -99,15 +85,20 @@ std::optional<std::vector<double>> channel_values(const Tensor* t, int64_t chann
     if (axis < 0 || t->shape()[static_cast<size_t>(axis)] != channels) return std::nullopt;
   }
   std::vector<double> v;
-  for (int64_t i = 0; i < t->numel(); ++i) v.push_back(element(*t, i));
+  for (int64_t i = 0; i < t->numel(); ++i) v.push_back(value_at(*t, i));
   return v;
 }
 
-// A run-time scalar: a DynamicQuantizeLinear's scale.
-bool dynamic_scale(const Graph& g, const ValueUses& uses, const std::string& v) {
+// Whether `v` is output `k` of a DynamicQuantizeLinear (1: its scale, 2: its zero point; both
+// one value, known at run time).
+bool dynamic_quantizer_output(const Graph& g, const ValueUses& uses, const std::string& v,
+                              size_t k) {
   const auto p = uses.producer(v);
-  return p && is_onnx_op(g.nodes[*p], "DynamicQuantizeLinear") && g.nodes[*p].outputs.size() > 1 &&
-         g.nodes[*p].outputs[1] == v;
+  return p && is_onnx_op(g.nodes[*p], "DynamicQuantizeLinear") && g.nodes[*p].outputs.size() > k &&
+         g.nodes[*p].outputs[k] == v;
+}
+bool dynamic_scale(const Graph& g, const ValueUses& uses, const std::string& v) {
+  return dynamic_quantizer_output(g, uses, v, 1);
 }
 
 // The value of DequantizeLinear `n` when its inputs are constants with valid parameters.
@@ -129,13 +120,13 @@ std::optional<Tensor> dequantized_constant(const Graph& g, const Node& n) {
     for (size_t d = static_cast<size_t>(axis) + 1; d < x->rank(); ++d) inner *= x->shape()[d];
   }
   for (int64_t i = 0; i < s->numel(); ++i)
-    if (!(element(*s, i) > 0) || !std::isfinite(element(*s, i))) return std::nullopt;
+    if (!(value_at(*s, i) > 0) || !std::isfinite(value_at(*s, i))) return std::nullopt;
   Tensor y = allocate_tensor(DType::Float, x->shape());
   for (int64_t e = 0; e < x->numel(); ++e) {
     const int64_t k = s->numel() > 1 ? (e / inner) % s->numel() : 0;
     y.data<float>()[e] =
-        static_cast<float>(element(*x, e) - (z ? element(*z, z->numel() > 1 ? k : 0) : 0)) *
-        static_cast<float>(element(*s, k));
+        static_cast<float>(value_at(*x, e) - (z ? value_at(*z, z->numel() > 1 ? k : 0) : 0)) *
+        static_cast<float>(value_at(*s, k));
   }
   return y;
 }
@@ -146,9 +137,7 @@ std::optional<Tensor> dequantized_constant(const Graph& g, const Node& n) {
 bool scalar_zero_point(const Graph& g, const ValueUses& uses, const std::string& v) {
   if (v.empty()) return true;
   if (const Tensor* t = constant_value(g, v)) return t->numel() == 1;
-  const auto p = uses.producer(v);
-  return p && is_onnx_op(g.nodes[*p], "DynamicQuantizeLinear") && g.nodes[*p].outputs.size() > 2 &&
-         g.nodes[*p].outputs[2] == v;
+  return dynamic_quantizer_output(g, uses, v, 2);
 }
 
 // The quantized layer being built.
@@ -235,7 +224,7 @@ class Lowerer {
     if (q.conv && n.has_input(8)) {  // int32, in the accumulator's units
       const Tensor* b = constant_value(g_, n.inputs[8]);
       if (!b || b->dtype() != DType::Int32 || b->numel() != q.channels) return std::nullopt;
-      for (int64_t c = 0; c < q.channels; ++c) q.bias.push_back(element(*b, c) * at(q.scales, c));
+      for (int64_t c = 0; c < q.channels; ++c) q.bias.push_back(value_at(*b, c) * at(q.scales, c));
     }
     q.first = q.last = &n;
     q.x = n.inputs[0];
@@ -426,9 +415,7 @@ class Lowerer {
     const Node& first = *q.first;
     Node n = make_node(first.name, q.conv ? "QuantizedConv" : "QuantizedMatMul", {}, {q.output}, 1);
     n.domain = kVoltDomain;
-    if (q.conv)
-      for (const char* a : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
-        if (first.attributes.count(a)) n.attributes[a] = first.attributes.at(a);
+    if (q.conv) copy_conv_geometry(first, n);
     Attribute scales;
     scales.type = Attribute::Type::Floats;
     for (double s : q.scales) scales.floats.push_back(static_cast<float>(s));
@@ -471,7 +458,7 @@ class Lowerer {
     const Tensor* z = constant_value(g_, n.inputs[2]);
     if (!z || z->numel() != 1 || (z->dtype() != DType::UInt8 && z->dtype() != DType::Int8))
       return std::nullopt;
-    return TensorParams{(*s)[0], static_cast<int64_t>(element(*z, 0)), z->dtype()};
+    return TensorParams{(*s)[0], static_cast<int64_t>(value_at(*z, 0)), z->dtype()};
   }
 
   const Node* dequantize_producer(const std::string& v) const {

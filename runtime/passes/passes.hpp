@@ -158,6 +158,10 @@ Node cast_node(const std::string& in, const std::string& out, DType to);
 void cast_graph_boundary(Graph& g, const Graph& original, DType outer, DType inner,
                          const std::string& suffix);
 
+// Conv's geometry attributes (auto_pad, dilations, group, kernel_shape, pads, strides) of `from`
+// onto `to`: a pass that rewrites a convolution into another op keeps its window.
+void copy_conv_geometry(const Node& from, Node& to);
+
 // An attribute of type String holding `s`.
 Attribute string_attribute(const std::string& s);
 

@@ -102,11 +102,6 @@ std::optional<Layer> quantizable(const Graph& graph, const Node& n) {
   return l;
 }
 
-void copy_conv_geometry(const Node& from, Node& to) {
-  for (const char* a : {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})
-    if (from.attributes.count(a)) to.attributes[a] = from.attributes.at(a);
-}
-
 class LayerQuantizer {
  public:
   LayerQuantizer(const Graph& graph, const std::map<std::string, ActivationRange>* ranges)

@@ -129,6 +129,13 @@ class ModelBuilder {
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(v);
   }
+  static void set_strings(onnx::NodeProto& n, const std::string& key,
+                          const std::vector<std::string>& v) {
+    auto* a = n.add_attribute();
+    a->set_name(key);
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (const auto& s : v) a->add_strings(s);
+  }
 
  private:
   static void set_type(onnx::ValueInfoProto* v, const std::string& name, int elem,

@@ -45,22 +45,7 @@ class Recurrent final : public Kernel {
     reverse_ = a.reverse;
     dirs_ = a.dirs;
     const std::vector<std::string>& names = a.activations;
-    const size_t per_dir = a.per_dir();
-    spec_ = {cell, hidden_, dirs_, reverse_, layout_, linear_before_reset_, false, ""};
-    if (clip_ == 0 && !input_forget_) {
-      bool same = true;
-      for (const auto& name : names) same = same && name == names[0];
-      if (cell == Cell::Rnn) {
-        spec_.primitive_cell =
-            same && (names[0] == "Tanh" || names[0] == "Relu" || names[0] == "Sigmoid");
-        spec_.rnn_activation = names[0];
-      } else {
-        spec_.primitive_cell = true;
-        for (size_t i = 0; i < names.size(); ++i)
-          spec_.primitive_cell =
-              spec_.primitive_cell && names[i] == (i % per_dir == 0 ? "Sigmoid" : "Tanh");
-      }
-    }
+    spec_ = recurrent_spec(a);
     for (size_t i = 0; i < names.size(); ++i)
       acts_.push_back(activation(names[i], a.params[i].first, a.params[i].second, n));
   }

@@ -74,4 +74,27 @@ inline RecurrentAttrs recurrent_attrs(const Node& n, Cell cell) {
   return a;
 }
 
+// What oneDNN's RNN primitives need to know of the node, and whether they compute its cell:
+// the default activations (Sigmoid for the gates, Tanh elsewhere; for RNN one of Tanh, Relu,
+// Sigmoid in every direction), no clip, no input_forget.
+inline RecurrentSpec recurrent_spec(const RecurrentAttrs& a) {
+  RecurrentSpec spec{a.cell, a.hidden, a.dirs, a.reverse, a.layout, a.linear_before_reset,
+                     false,  ""};
+  if (a.clip != 0 || a.input_forget) return spec;
+  const std::vector<std::string>& names = a.activations;
+  if (a.cell == Cell::Rnn) {
+    bool same = true;
+    for (const auto& name : names) same = same && name == names[0];
+    spec.primitive_cell =
+        same && (names[0] == "Tanh" || names[0] == "Relu" || names[0] == "Sigmoid");
+    spec.rnn_activation = names[0];
+    return spec;
+  }
+  spec.primitive_cell = true;
+  for (size_t i = 0; i < names.size(); ++i)
+    spec.primitive_cell =
+        spec.primitive_cell && names[i] == (i % a.per_dir() == 0 ? "Sigmoid" : "Tanh");
+  return spec;
+}
+
 }  // namespace volt

@@ -12,19 +12,35 @@ using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 constexpr auto f32 = dnnl::memory::data_type::f32;
 
+// The shapes and plain descriptors the forward and backward primitives share.
+struct Geometry {
+  dnnl::memory::desc src_layer, src_iter, src_iter_c, peephole, bias, dst_layer, dst_iter,
+      dst_iter_c;
+  dnnl::rnn_direction direction = dnnl::rnn_direction::unidirectional_left2right;
+  bool lbr = false, peepholes = false;
+  int64_t seq = 0, batch = 0, hidden = 0, in = 0;
+  // Whether W, R, B and P are constants (inference) rather than fed each run (training).
+  bool constant_weights = false;
+};
+
+// The primitives made from a Geometry: the forward one (inference, or training with a workspace
+// for the backward one) and, for training, the backward one.
+struct Primitives {
+  dnnl::primitive forward, backward;
+  dnnl::memory::desc weights_layer, weights_iter, scratch, workspace;
+  // Backward: the weights as it reads them, the weight gradients as it writes them.
+  dnnl::memory::desc bwd_weights_layer, bwd_weights_iter, diff_weights_layer, diff_weights_iter;
+};
+
 struct RecurrentState {
-  dnnl::primitive prim;
-  dnnl::memory::desc src_layer, src_iter, src_iter_c, weights_layer, weights_iter, peephole, bias,
-      dst_layer, dst_iter, dst_iter_c, scratch;
+  Geometry g;
+  Primitives p;
   // The weights in oneDNN's layouts: packed once when they are constants; otherwise (training
   // feeds them each step) packed at each run.
   struct Weights {
     Tensor layer, iter, peephole, bias;
   } weights;
-  bool runtime_weights = false;
-  bool lbr = false, peepholes = false;
   size_t dst_layer_offset = 0, dst_iter_offset = 0, dst_iter_c_offset = 0;
-  int64_t seq = 0, batch = 0, hidden = 0, in = 0;
 };
 
 int64_t gate_count(Cell cell) {
@@ -103,135 +119,364 @@ Tensor packed(const Tensor& plain, const dnnl::memory::desc& plain_md,
   return out;
 }
 
-RecurrentState::Weights pack_weights(const RecurrentState& st, const RecurrentSpec& spec,
-                                     const Tensor& w, const Tensor& r, const Tensor* b,
-                                     const Tensor* p) {
-  const int64_t dirs = spec.dirs, g = gate_count(spec.cell), in = st.in, h = st.hidden;
+// The weights in the layouts `layer` and `iter` a primitive reads.
+RecurrentState::Weights pack_weights(const Geometry& g, const RecurrentSpec& spec,
+                                     const dnnl::memory::desc& layer,
+                                     const dnnl::memory::desc& iter, const Tensor& w,
+                                     const Tensor& r, const Tensor* b, const Tensor* p) {
+  const int64_t dirs = spec.dirs, gates = gate_count(spec.cell), in = g.in, h = g.hidden;
   RecurrentState::Weights out;
   const Tensor wl = ldigo(w, spec.cell, dirs, in, h), wi = ldigo(r, spec.cell, dirs, h, h);
-  out.layer =
-      packed(wl, dnnl::memory::desc({1, dirs, in, g, h}, f32, tag::ldigo), st.weights_layer);
-  out.iter = packed(wi, dnnl::memory::desc({1, dirs, h, g, h}, f32, tag::ldigo), st.weights_iter);
-  out.bias = bias_ldgo(b, spec.cell, st.lbr, dirs, h);
+  out.layer = packed(wl, dnnl::memory::desc({1, dirs, in, gates, h}, f32, tag::ldigo), layer);
+  out.iter = packed(wi, dnnl::memory::desc({1, dirs, h, gates, h}, f32, tag::ldigo), iter);
+  out.bias = bias_ldgo(b, spec.cell, g.lbr, dirs, h);
   if (p) out.peephole = peephole_ldgo(*p, dirs, h);
   return out;
 }
 
-std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& spec) {
+// Checks what oneDNN computes and describes the node's tensors; throws KernelUnsupported (with
+// the reason) otherwise. Inputs 0-7 are the forward node's, for RecurrentGrad too.
+// With `staged` (training), the data and states are described as oneDNN's plain tnc and ldnc,
+// the initial states always present: the kernel copies them there. oneDNN 2.6's left-to-right
+// backward computes wrong weight gradients from batch-first data or without initial states,
+// where the other directions are right (tests/gradcheck/recurrent_backward_test.cpp).
+Geometry describe(InferContext& ctx, const RecurrentSpec& spec, bool staged) {
   if (!spec.primitive_cell)
     throw KernelUnsupported{"activations, clip or input_forget oneDNN does not compute"};
-  for (size_t i = 0; i < ctx.input_count() && i < 8; ++i)
+  for (size_t i = 0; i < ctx.input_count(); ++i)
     if (ctx.has_input(i) && i != 4 && ctx.dtype(i) != DType::Float)
       throw KernelUnsupported{std::string("dtype ") + dtype_name(ctx.dtype(i))};
   const Tensor* w = ctx.input_tensor(1);
   const Tensor* r = ctx.input_tensor(2);
   const Tensor* b = ctx.has_input(3) ? ctx.input_tensor(3) : nullptr;
-  const bool lstm_p = spec.cell == Cell::Lstm && ctx.has_input(7);
-  const Tensor* p = lstm_p ? ctx.input_tensor(7) : nullptr;
-  const bool constant = w && r && (!ctx.has_input(3) || b) && (!lstm_p || p);
+  Geometry g;
+  g.peepholes = spec.cell == Cell::Lstm && ctx.has_input(7);
+  const Tensor* p = g.peepholes ? ctx.input_tensor(7) : nullptr;
+  g.constant_weights = w && r && (!ctx.has_input(3) || b) && (!g.peepholes || p);
   const Shape& x = ctx.shape(0);
-  auto st = std::make_shared<RecurrentState>();
-  st->seq = spec.layout ? x[1] : x[0];
-  st->batch = spec.layout ? x[0] : x[1];
-  const int64_t in = x[2], dirs = spec.dirs, g = gate_count(spec.cell);
-  st->in = in;
-  st->hidden = spec.hidden ? spec.hidden : ctx.shape(2)[2];
-  const int64_t h = st->hidden;
-  if (st->seq == 0 || st->batch == 0 || in == 0 || h == 0) throw KernelUnsupported{"empty"};
+  g.seq = spec.layout ? x[1] : x[0];
+  g.batch = spec.layout ? x[0] : x[1];
+  g.in = x[2];
+  g.hidden = spec.hidden ? spec.hidden : ctx.shape(2)[2];
+  const int64_t t = g.seq, n = g.batch, in = g.in, h = g.hidden, dirs = spec.dirs,
+                gates = gate_count(spec.cell);
+  if (t == 0 || n == 0 || in == 0 || h == 0) throw KernelUnsupported{"empty"};
   // The reference loop checks these with messages naming the node; it runs on a mismatch.
   auto numel = [&](size_t i) { return numel_of(ctx.shape(i)); };
-  if (numel(1) != dirs * g * h * in || numel(2) != dirs * g * h * h ||
-      (ctx.has_input(3) && numel(3) != dirs * 2 * g * h) || (lstm_p && numel(7) != dirs * 3 * h))
+  if (numel(1) != dirs * gates * h * in || numel(2) != dirs * gates * h * h ||
+      (ctx.has_input(3) && numel(3) != dirs * 2 * gates * h) ||
+      (g.peepholes && numel(7) != dirs * 3 * h))
     throw KernelUnsupported{"weights of unexpected sizes"};
   if (ctx.has_input(4)) {  // every sequence at full length, or the reference loop
     const Tensor* lens = ctx.input_tensor(4);
-    if (!lens || lens->dtype() != DType::Int32 || lens->numel() != st->batch)
+    if (!lens || lens->dtype() != DType::Int32 || lens->numel() != n)
       throw KernelUnsupported{"sequence_lens known only at run time"};
-    for (int64_t i = 0; i < st->batch; ++i)
-      if (lens->data<int32_t>()[i] != st->seq)
-        throw KernelUnsupported{"sequences of several lengths"};
+    for (int64_t i = 0; i < n; ++i)
+      if (lens->data<int32_t>()[i] != t) throw KernelUnsupported{"sequences of several lengths"};
   }
-  const bool lbr = spec.cell == Cell::Gru && spec.linear_before_reset;
-  const int64_t t = st->seq, n = st->batch;
-  st->src_layer = dnnl::memory::desc({t, n, in}, f32, spec.layout ? tag::ntc : tag::tnc);
-  if (ctx.has_input(5)) st->src_iter = state_md(dirs, n, h, spec.layout);
-  if (spec.cell == Cell::Lstm && ctx.has_input(6))
-    st->src_iter_c = state_md(dirs, n, h, spec.layout);
-  const dnnl::memory::desc wl_any({1, dirs, in, g, h}, f32, tag::any),
-      wi_any({1, dirs, h, g, h}, f32, tag::any);
-  st->bias = dnnl::memory::desc({1, dirs, lbr ? g + 1 : g, h}, f32, tag::ldgo);
-  if (lstm_p) st->peephole = dnnl::memory::desc({1, dirs, 3, h}, f32, tag::ldgo);
-  st->dst_layer = dnnl::memory::desc({t, n, dirs * h}, f32, tag::tnc);
-  st->dst_iter = dnnl::memory::desc({1, dirs, n, h}, f32, tag::ldnc);
-  if (spec.cell == Cell::Lstm) st->dst_iter_c = st->dst_iter;
-  const auto dir = dirs == 2      ? dnnl::rnn_direction::bidirectional_concat
-                   : spec.reverse ? dnnl::rnn_direction::unidirectional_right2left
-                                  : dnnl::rnn_direction::unidirectional_left2right;
-  const auto kind = dnnl::prop_kind::forward_inference;
+  g.lbr = spec.cell == Cell::Gru && spec.linear_before_reset;
+  const bool batch_first = spec.layout && !staged;
+  g.src_layer = dnnl::memory::desc({t, n, in}, f32, batch_first ? tag::ntc : tag::tnc);
+  const int64_t state_layout = staged ? 0 : spec.layout;
+  if (ctx.has_input(5) || staged) g.src_iter = state_md(dirs, n, h, state_layout);
+  if (spec.cell == Cell::Lstm && (ctx.has_input(6) || staged))
+    g.src_iter_c = state_md(dirs, n, h, state_layout);
+  g.bias = dnnl::memory::desc({1, dirs, g.lbr ? gates + 1 : gates, h}, f32, tag::ldgo);
+  if (g.peepholes) g.peephole = dnnl::memory::desc({1, dirs, 3, h}, f32, tag::ldgo);
+  g.dst_layer = dnnl::memory::desc({t, n, dirs * h}, f32, tag::tnc);
+  g.dst_iter = dnnl::memory::desc({1, dirs, n, h}, f32, tag::ldnc);
+  if (spec.cell == Cell::Lstm) g.dst_iter_c = g.dst_iter;
+  g.direction = dirs == 2      ? dnnl::rnn_direction::bidirectional_concat
+                : spec.reverse ? dnnl::rnn_direction::unidirectional_right2left
+                               : dnnl::rnn_direction::unidirectional_left2right;
+  return g;
+}
+
+// The forward primitive (and with `training`, its backward one) for this cell. The backward
+// descriptors take the forward ones for the data and their gradients; the weights (read and
+// written) in the layouts oneDNN picks.
+Primitives make_primitives(const Geometry& g, const RecurrentSpec& spec, bool training) {
+  const int64_t dirs = spec.dirs, gates = gate_count(spec.cell), in = g.in, h = g.hidden;
+  const dnnl::memory::desc wl_any({1, dirs, in, gates, h}, f32, tag::any),
+      wi_any({1, dirs, h, gates, h}, f32, tag::any);
+  const auto kind =
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   const dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
   const auto& eng = dnnl_adapter::engine();
-  auto finish = [&](const auto& pd) {
-    // oneDNN 2.6 has no brgemm GRU: its "ref" RNN drives packed sgemm calls, not an
-    // elementwise loop (speech_lstm_gru's GRU, 50 steps of 96 units: 0.39 ms), so it is taken.
-    st->weights_layer = pd.weights_layer_desc();
-    st->weights_iter = pd.weights_iter_desc();
-    st->scratch = pd.scratchpad_desc();
+  Primitives out;
+  // oneDNN 2.6 has no brgemm GRU: its "ref" RNN drives packed sgemm calls, not an elementwise
+  // loop (speech_lstm_gru's GRU, 50 steps of 96 units: 0.39 ms), so it is taken.
+  auto finish = [&](auto fwd_pd, auto make_bwd_pd) {
+    out.forward = dnnl::primitive(fwd_pd);
+    out.weights_layer = fwd_pd.weights_layer_desc();
+    out.weights_iter = fwd_pd.weights_iter_desc();
+    out.scratch = fwd_pd.scratchpad_desc();
+    if (!training) return;
+    out.workspace = fwd_pd.workspace_desc();
+    auto bwd_pd = make_bwd_pd(fwd_pd);
+    out.backward = dnnl::primitive(bwd_pd);
+    out.bwd_weights_layer = bwd_pd.weights_layer_desc();
+    out.bwd_weights_iter = bwd_pd.weights_iter_desc();
+    out.diff_weights_layer = bwd_pd.diff_weights_layer_desc();
+    out.diff_weights_iter = bwd_pd.diff_weights_iter_desc();
+    if (bwd_pd.scratchpad_desc().get_size() > out.scratch.get_size())
+      out.scratch = bwd_pd.scratchpad_desc();
   };
+  const auto bwd = dnnl::prop_kind::backward;
   if (spec.cell == Cell::Lstm) {
-    const auto d =
-        lstm_p ? dnnl::lstm_forward::desc(kind, dir, st->src_layer, st->src_iter, st->src_iter_c,
-                                          wl_any, wi_any, st->peephole, st->bias, st->dst_layer,
-                                          st->dst_iter, st->dst_iter_c)
-               : dnnl::lstm_forward::desc(kind, dir, st->src_layer, st->src_iter, st->src_iter_c,
-                                          wl_any, wi_any, st->bias, st->dst_layer, st->dst_iter,
-                                          st->dst_iter_c);
-    const dnnl::lstm_forward::primitive_desc pd(d, attr, eng);
-    finish(pd);
-    st->prim = dnnl::lstm_forward(pd);
-  } else if (lbr) {
-    const dnnl::lbr_gru_forward::desc d(kind, dir, st->src_layer, st->src_iter, wl_any, wi_any,
-                                        st->bias, st->dst_layer, st->dst_iter);
-    const dnnl::lbr_gru_forward::primitive_desc pd(d, attr, eng);
-    finish(pd);
-    st->prim = dnnl::lbr_gru_forward(pd);
+    const auto fwd = g.peepholes
+                         ? dnnl::lstm_forward::desc(kind, g.direction, g.src_layer, g.src_iter,
+                                                    g.src_iter_c, wl_any, wi_any, g.peephole,
+                                                    g.bias, g.dst_layer, g.dst_iter, g.dst_iter_c)
+                         : dnnl::lstm_forward::desc(kind, g.direction, g.src_layer, g.src_iter,
+                                                    g.src_iter_c, wl_any, wi_any, g.bias,
+                                                    g.dst_layer, g.dst_iter, g.dst_iter_c);
+    finish(dnnl::lstm_forward::primitive_desc(fwd, attr, eng), [&](const auto& hint) {
+      const auto d =
+          g.peepholes
+              ? dnnl::lstm_backward::desc(bwd, g.direction, g.src_layer, g.src_iter, g.src_iter_c,
+                                          wl_any, wi_any, g.peephole, g.bias, g.dst_layer,
+                                          g.dst_iter, g.dst_iter_c, g.src_layer, g.src_iter,
+                                          g.src_iter_c, wl_any, wi_any, g.peephole, g.bias,
+                                          g.dst_layer, g.dst_iter, g.dst_iter_c)
+              : dnnl::lstm_backward::desc(
+                    bwd, g.direction, g.src_layer, g.src_iter, g.src_iter_c, wl_any, wi_any, g.bias,
+                    g.dst_layer, g.dst_iter, g.dst_iter_c, g.src_layer, g.src_iter, g.src_iter_c,
+                    wl_any, wi_any, g.bias, g.dst_layer, g.dst_iter, g.dst_iter_c);
+      return dnnl::lstm_backward::primitive_desc(d, attr, eng, hint);
+    });
+  } else if (g.lbr) {
+    const dnnl::lbr_gru_forward::desc fwd(kind, g.direction, g.src_layer, g.src_iter, wl_any,
+                                          wi_any, g.bias, g.dst_layer, g.dst_iter);
+    finish(dnnl::lbr_gru_forward::primitive_desc(fwd, attr, eng), [&](const auto& hint) {
+      const dnnl::lbr_gru_backward::desc d(
+          bwd, g.direction, g.src_layer, g.src_iter, wl_any, wi_any, g.bias, g.dst_layer,
+          g.dst_iter, g.src_layer, g.src_iter, wl_any, wi_any, g.bias, g.dst_layer, g.dst_iter);
+      return dnnl::lbr_gru_backward::primitive_desc(d, attr, eng, hint);
+    });
   } else if (spec.cell == Cell::Gru) {
-    const dnnl::gru_forward::desc d(kind, dir, st->src_layer, st->src_iter, wl_any, wi_any,
-                                    st->bias, st->dst_layer, st->dst_iter);
-    const dnnl::gru_forward::primitive_desc pd(d, attr, eng);
-    finish(pd);
-    st->prim = dnnl::gru_forward(pd);
+    const dnnl::gru_forward::desc fwd(kind, g.direction, g.src_layer, g.src_iter, wl_any, wi_any,
+                                      g.bias, g.dst_layer, g.dst_iter);
+    finish(dnnl::gru_forward::primitive_desc(fwd, attr, eng), [&](const auto& hint) {
+      const dnnl::gru_backward::desc d(bwd, g.direction, g.src_layer, g.src_iter, wl_any, wi_any,
+                                       g.bias, g.dst_layer, g.dst_iter, g.src_layer, g.src_iter,
+                                       wl_any, wi_any, g.bias, g.dst_layer, g.dst_iter);
+      return dnnl::gru_backward::primitive_desc(d, attr, eng, hint);
+    });
   } else {
     const auto act = spec.rnn_activation == "Relu"      ? dnnl::algorithm::eltwise_relu
                      : spec.rnn_activation == "Sigmoid" ? dnnl::algorithm::eltwise_logistic
                                                         : dnnl::algorithm::eltwise_tanh;
-    const dnnl::vanilla_rnn_forward::desc d(kind, act, dir, st->src_layer, st->src_iter, wl_any,
-                                            wi_any, st->bias, st->dst_layer, st->dst_iter);
-    const dnnl::vanilla_rnn_forward::primitive_desc pd(d, attr, eng);
-    finish(pd);
-    st->prim = dnnl::vanilla_rnn_forward(pd);
+    const dnnl::vanilla_rnn_forward::desc fwd(kind, act, g.direction, g.src_layer, g.src_iter,
+                                              wl_any, wi_any, g.bias, g.dst_layer, g.dst_iter);
+    finish(dnnl::vanilla_rnn_forward::primitive_desc(fwd, attr, eng), [&](const auto& hint) {
+      const dnnl::vanilla_rnn_backward::desc d(
+          bwd, act, g.direction, g.src_layer, g.src_iter, wl_any, wi_any, g.bias, g.dst_layer,
+          g.dst_iter, g.src_layer, g.src_iter, wl_any, wi_any, g.bias, g.dst_layer, g.dst_iter);
+      return dnnl::vanilla_rnn_backward::primitive_desc(d, attr, eng, hint);
+    });
   }
-  st->lbr = lbr;
-  st->peepholes = lstm_p;
-  st->runtime_weights = !constant;
-  if (constant) st->weights = pack_weights(*st, spec, *w, *r, b, p);
-  size_t bytes = dnnl_adapter::align64(st->scratch.get_size());
-  st->dst_layer_offset = bytes;
-  bytes += dnnl_adapter::align64(st->dst_layer.get_size());
-  st->dst_iter_offset = bytes;
-  bytes += dnnl_adapter::align64(st->dst_iter.get_size());
-  st->dst_iter_c_offset = bytes;
-  if (spec.cell == Cell::Lstm) bytes += st->dst_iter.get_size();
+  return out;
+}
+
+// Places the forward outputs after `bytes` of scratch: dst_layer, dst_iter, dst_iter_c.
+void place_outputs(RecurrentState& st, const RecurrentSpec& spec, size_t& bytes) {
+  st.dst_layer_offset = bytes;
+  bytes += dnnl_adapter::align64(st.g.dst_layer.get_size());
+  st.dst_iter_offset = bytes;
+  bytes += dnnl_adapter::align64(st.g.dst_iter.get_size());
+  st.dst_iter_c_offset = bytes;
+  if (spec.cell == Cell::Lstm) bytes += dnnl_adapter::align64(st.g.dst_iter.get_size());
+}
+
+const Tensor* optional_input(InferContext& ctx, size_t i) {
+  return ctx.has_input(i) ? ctx.input_tensor(i) : nullptr;
+}
+
+std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& spec) {
+  auto st = std::make_shared<RecurrentState>();
+  st->g = describe(ctx, spec, false);
+  st->p = make_primitives(st->g, spec, false);
+  if (st->g.constant_weights)
+    st->weights = pack_weights(st->g, spec, st->p.weights_layer, st->p.weights_iter,
+                               *ctx.input_tensor(1), *ctx.input_tensor(2), optional_input(ctx, 3),
+                               st->g.peepholes ? ctx.input_tensor(7) : nullptr);
+  size_t bytes = dnnl_adapter::align64(st->p.scratch.get_size());
+  place_outputs(*st, spec, bytes);
   ctx.request_scratch(bytes);
   return st;
 }
 
-// oneDNN's [1, D, N, H] state into the output's [D, N, H] (layout 0) or [N, D, H] (layout 1).
-void write_state(const float* src, Tensor& out, int64_t dirs, int64_t n, int64_t h,
-                 int64_t layout) {
+// oneDNN's [1, D, N, H] state into the output's [D, N, H] (layout 0) or [N, D, H] (layout 1),
+// or back (`to_onednn`).
+void move_state(const float* src, float* dst, int64_t dirs, int64_t n, int64_t h, int64_t layout,
+                bool to_onednn) {
+  for (int64_t d = 0; d < dirs; ++d)
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t onednn = (d * n + b) * h, node = (layout ? b * dirs + d : d * n + b) * h;
+      std::copy_n(src + (to_onednn ? node : onednn), h, dst + (to_onednn ? onednn : node));
+    }
+}
+
+// Y [T, D, N, H] (layout 0) or [N, T, D, H] (layout 1) from oneDNN's [T, N, D*H], or back.
+void move_sequence(const float* src, float* dst, int64_t t, int64_t n, int64_t dirs, int64_t h,
+                   int64_t layout, bool to_onednn) {
+#pragma omp parallel for if (t * n * dirs * h > 65536)
+  for (int64_t s = 0; s < t; ++s)
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t d = 0; d < dirs; ++d) {
+        const int64_t onednn = (s * n + b) * dirs * h + d * h,
+                      node = (layout ? (b * t + s) * dirs + d : (s * dirs + d) * n + b) * h;
+        std::copy_n(src + (to_onednn ? node : onednn), h, dst + (to_onednn ? onednn : node));
+      }
+}
+
+// The data a forward primitive reads: X and the initial states (nullptr: none).
+struct Sources {
+  const void *layer = nullptr, *iter = nullptr, *iter_c = nullptr;
+};
+
+// The arguments of the forward primitive for this run.
+std::unordered_map<int, dnnl::memory> forward_args(const RecurrentState& st,
+                                                   const RecurrentSpec& spec, const Sources& src,
+                                                   const RecurrentState::Weights& weights,
+                                                   char* scratch) {
+  using dnnl_adapter::wrap;
+  const Geometry& g = st.g;
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC_LAYER, wrap(g.src_layer, src.layer)},
+      {DNNL_ARG_WEIGHTS_LAYER, wrap(st.p.weights_layer, weights.layer.raw())},
+      {DNNL_ARG_WEIGHTS_ITER, wrap(st.p.weights_iter, weights.iter.raw())},
+      {DNNL_ARG_BIAS, wrap(g.bias, weights.bias.raw())},
+      {DNNL_ARG_DST_LAYER, wrap(g.dst_layer, scratch + st.dst_layer_offset)},
+      {DNNL_ARG_DST_ITER, wrap(g.dst_iter, scratch + st.dst_iter_offset)}};
+  if (src.iter) args.emplace(DNNL_ARG_SRC_ITER, wrap(g.src_iter, src.iter));
+  if (spec.cell == Cell::Lstm) {
+    if (src.iter_c) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(g.src_iter_c, src.iter_c));
+    if (g.peepholes)
+      args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(g.peephole, weights.peephole.raw()));
+    args.emplace(DNNL_ARG_DST_ITER_C, wrap(g.dst_iter_c, scratch + st.dst_iter_c_offset));
+  }
+  return args;
+}
+
+RecurrentState::Weights fed_weights(const RecurrentState& st, const RecurrentSpec& spec,
+                                    RunContext& ctx, const dnnl::memory::desc& layer,
+                                    const dnnl::memory::desc& iter) {
+  return pack_weights(st.g, spec, layer, iter, ctx.input(1), ctx.input(2),
+                      ctx.has_input(3) ? &ctx.input(3) : nullptr,
+                      st.g.peepholes ? &ctx.input(7) : nullptr);
+}
+
+// RecurrentGrad on oneDNN: the forward primitive for training (its workspace keeps each step's
+// gates), then the backward one; the buffers they exchange in the node's scratch.
+struct RecurrentGradState {
+  RecurrentState fwd;
+  RecurrentState::Weights bwd_weights;  // constants: packed once for the backward primitive
+  size_t src_layer = 0, src_iter = 0, src_iter_c = 0, workspace = 0, diff_dst_layer = 0,
+         diff_dst_iter = 0, diff_dst_iter_c = 0, diff_src_layer = 0, diff_src_iter = 0,
+         diff_src_iter_c = 0, diff_weights_layer = 0, diff_weights_iter = 0, diff_bias = 0,
+         diff_peephole = 0, diff_end = 0;
+};
+
+// RecurrentGrad's inputs after the forward node's 8, and its outputs.
+enum GradInput : size_t { kDY = 8, kDYh = 9, kDYc = 10 };
+enum GradOutput : size_t { kDX, kDW, kDR, kDB, kDH0, kDC0, kDP };
+
+std::shared_ptr<RecurrentGradState> prepare_grad(InferContext& ctx, const RecurrentSpec& spec) {
+  auto st = std::make_shared<RecurrentGradState>();
+  RecurrentState& f = st->fwd;
+  f.g = describe(ctx, spec, true);
+  f.p = make_primitives(f.g, spec, true);
+  const Geometry& g = f.g;
+  if (g.constant_weights) {  // a frozen recurrent layer that other weights train through
+    auto pack = [&](const dnnl::memory::desc& layer, const dnnl::memory::desc& iter) {
+      return pack_weights(g, spec, layer, iter, *ctx.input_tensor(1), *ctx.input_tensor(2),
+                          optional_input(ctx, 3), g.peepholes ? ctx.input_tensor(7) : nullptr);
+    };
+    f.weights = pack(f.p.weights_layer, f.p.weights_iter);
+    st->bwd_weights = pack(f.p.bwd_weights_layer, f.p.bwd_weights_iter);
+  }
+  size_t bytes = dnnl_adapter::align64(f.p.scratch.get_size());
+  place_outputs(f, spec, bytes);
+  auto place = [&](size_t& offset, size_t size) {
+    offset = bytes;
+    bytes += dnnl_adapter::align64(size);
+  };
+  place(st->src_layer, spec.layout ? g.src_layer.get_size() : 0);
+  place(st->src_iter, g.src_iter.get_size());
+  place(st->src_iter_c, g.src_iter_c.get_size());
+  place(st->workspace, f.p.workspace.get_size());
+  place(st->diff_dst_layer, g.dst_layer.get_size());
+  place(st->diff_dst_iter, g.dst_iter.get_size());
+  place(st->diff_dst_iter_c, g.dst_iter_c.get_size());
+  place(st->diff_src_layer, g.src_layer.get_size());
+  place(st->diff_src_iter, g.src_iter.get_size());
+  place(st->diff_src_iter_c, g.src_iter_c.get_size());
+  // The weight gradients, which the backward primitive adds to: zeroed in one fill each run.
+  place(st->diff_weights_layer, f.p.diff_weights_layer.get_size());
+  place(st->diff_weights_iter, f.p.diff_weights_iter.get_size());
+  place(st->diff_bias, g.bias.get_size());
+  place(st->diff_peephole, g.peephole.get_size());
+  st->diff_end = bytes;
+  ctx.request_scratch(bytes);
+  return st;
+}
+
+// oneDNN's ldigo [1, D, I, G, H] gradient (its gate order) as ONNX's [D, G*H, I].
+void from_ldigo(const float* src, float* dst, Cell cell, int64_t dirs, int64_t in, int64_t h) {
+  const int64_t g = gate_count(cell);
+  for (int64_t d = 0; d < dirs; ++d)
+    for (int64_t k = 0; k < g; ++k) {
+      float* rows = dst + (d * g + onnx_gate(cell, k)) * h * in;
+      for (int64_t o = 0; o < h; ++o)
+        for (int64_t i = 0; i < in; ++i) rows[o * in + i] = src[((d * in + i) * g + k) * h + o];
+    }
+}
+
+// A weight gradient from the layout the backward primitive wrote into ONNX's.
+void write_weight_grad(const dnnl::memory::desc& md, const void* src, Tensor& out, Cell cell,
+                       int64_t dirs, int64_t in, int64_t h) {
+  const dnnl::memory::desc plain({1, dirs, in, gate_count(cell), h}, f32, tag::ldigo);
+  const void* ldigo_data = src;
+  Tensor staged;
+  if (md != plain) {
+    staged = allocate_tensor(DType::Float, {1, dirs, in, gate_count(cell), h});
+    dnnl_adapter::reorder_now(md, src, plain, staged.raw());
+    ldigo_data = staged.raw();
+  }
+  from_ldigo(static_cast<const float*>(ldigo_data), out.data<float>(), cell, dirs, in, h);
+}
+
+// The summed ldgo bias gradient as ONNX's [D, 2*G*H]: each gate's input and recurrence biases
+// get the same gradient, but for linear_before_reset GRU's candidate recurrence bias (gate 3).
+void write_bias_grad(const float* src, Tensor& out, Cell cell, bool lbr, int64_t dirs, int64_t h) {
+  const int64_t g = gate_count(cell), gb = lbr ? g + 1 : g;
   float* dst = out.data<float>();
   for (int64_t d = 0; d < dirs; ++d)
-    for (int64_t b = 0; b < n; ++b)
-      std::copy_n(src + (d * n + b) * h, h, dst + (layout ? b * dirs + d : d * n + b) * h);
+    for (int64_t k = 0; k < g; ++k) {
+      const int64_t og = onnx_gate(cell, k), rk = lbr && k == 2 ? 3 : k;
+      for (int64_t o = 0; o < h; ++o) {
+        dst[d * 2 * g * h + og * h + o] = src[(d * gb + k) * h + o];
+        dst[d * 2 * g * h + (g + og) * h + o] = src[(d * gb + rk) * h + o];
+      }
+    }
+}
+
+// oneDNN's ldgo peephole gradient (i, f, o) as ONNX's P [D, 3*H] (i, o, f).
+void write_peephole_grad(const float* src, Tensor& out, int64_t dirs, int64_t h) {
+  static constexpr int64_t kOnnx[3] = {0, 2, 1};
+  float* dst = out.data<float>();
+  for (int64_t d = 0; d < dirs; ++d)
+    for (int64_t k = 0; k < 3; ++k)
+      std::copy_n(src + (d * 3 + k) * h, h, dst + (d * 3 + kOnnx[k]) * h);
+}
+
+void zero_output(RunContext& ctx, size_t o) {
+  if (o < ctx.output_count() && ctx.has_output(o)) {
+    Tensor& t = ctx.output(o);
+    std::fill_n(static_cast<char*>(t.raw()), t.nbytes(), 0);
+  }
 }
 
 }  // namespace
@@ -247,48 +492,141 @@ std::shared_ptr<void> prepare_dnnl_recurrent(InferContext& ctx, const RecurrentS
 void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec& spec) {
   const auto& st = *static_cast<const RecurrentState*>(state);
   char* scratch = static_cast<char*>(ctx.scratch());
-  float* dst_layer = reinterpret_cast<float*>(scratch + st.dst_layer_offset);
-  float* dst_iter = reinterpret_cast<float*>(scratch + st.dst_iter_offset);
-  float* dst_iter_c = reinterpret_cast<float*>(scratch + st.dst_iter_c_offset);
-  using dnnl_adapter::wrap;
-  RecurrentState::Weights fed;  // weights fed at run time, packed for this run
-  if (st.runtime_weights)
-    fed = pack_weights(st, spec, ctx.input(1), ctx.input(2),
-                       ctx.has_input(3) ? &ctx.input(3) : nullptr,
-                       st.peepholes ? &ctx.input(7) : nullptr);
-  const RecurrentState::Weights& weights = st.runtime_weights ? fed : st.weights;
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC_LAYER, wrap(st.src_layer, ctx.input(0).raw())},
-      {DNNL_ARG_WEIGHTS_LAYER, wrap(st.weights_layer, weights.layer.raw())},
-      {DNNL_ARG_WEIGHTS_ITER, wrap(st.weights_iter, weights.iter.raw())},
-      {DNNL_ARG_BIAS, wrap(st.bias, weights.bias.raw())},
-      {DNNL_ARG_DST_LAYER, wrap(st.dst_layer, dst_layer)},
-      {DNNL_ARG_DST_ITER, wrap(st.dst_iter, dst_iter)}};
-  if (ctx.has_input(5)) args.emplace(DNNL_ARG_SRC_ITER, wrap(st.src_iter, ctx.input(5).raw()));
-  if (spec.cell == Cell::Lstm) {
-    if (ctx.has_input(6))
-      args.emplace(DNNL_ARG_SRC_ITER_C, wrap(st.src_iter_c, ctx.input(6).raw()));
-    if (st.peepholes)
-      args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(st.peephole, weights.peephole.raw()));
-    args.emplace(DNNL_ARG_DST_ITER_C, wrap(st.dst_iter_c, dst_iter_c));
-  }
+  const bool fed = !st.g.constant_weights;  // weights fed at run time, packed for this run
+  const RecurrentState::Weights weights =
+      fed ? fed_weights(st, spec, ctx, st.p.weights_layer, st.p.weights_iter) : st.weights;
   dnnl_adapter::guarded(ctx.node(), [&] {
-    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
+    const Sources src{ctx.input(0).raw(), ctx.has_input(5) ? ctx.input(5).raw() : nullptr,
+                      ctx.has_input(6) ? ctx.input(6).raw() : nullptr};
+    dnnl_adapter::execute(st.p.forward, forward_args(st, spec, src, weights, scratch), st.p.scratch,
+                          scratch);
     return 0;
   });
-  const int64_t t = st.seq, n = st.batch, h = st.hidden, dirs = spec.dirs;
-  if (ctx.has_output(0)) {  // [T, N, D*H] -> Y [T, D, N, H] (layout 0) or [N, T, D, H]
-    float* y = ctx.output(0).data<float>();
-#pragma omp parallel for if (t * n * dirs * h > 65536)
+  const int64_t t = st.g.seq, n = st.g.batch, h = st.g.hidden, dirs = spec.dirs;
+  auto at = [&](size_t offset) { return reinterpret_cast<float*>(scratch + offset); };
+  if (ctx.has_output(0))
+    move_sequence(at(st.dst_layer_offset), ctx.output(0).data<float>(), t, n, dirs, h, spec.layout,
+                  false);
+  if (ctx.has_output(1))
+    move_state(at(st.dst_iter_offset), ctx.output(1).data<float>(), dirs, n, h, spec.layout, false);
+  if (spec.cell == Cell::Lstm && ctx.has_output(2))
+    move_state(at(st.dst_iter_c_offset), ctx.output(2).data<float>(), dirs, n, h, spec.layout,
+               false);
+}
+
+std::shared_ptr<void> prepare_dnnl_recurrent_grad(InferContext& ctx, const RecurrentSpec& spec) {
+  try {
+    return prepare_grad(ctx, spec);
+  } catch (const dnnl::error& e) {
+    throw KernelUnsupported{std::string("oneDNN: ") + e.what()};
+  }
+}
+
+void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const RecurrentSpec& spec) {
+  using dnnl_adapter::wrap;
+  const auto& st = *static_cast<const RecurrentGradState*>(state);
+  const RecurrentState& f = st.fwd;
+  const Geometry& g = f.g;
+  char* scratch = static_cast<char*>(ctx.scratch());
+  auto at = [&](size_t offset) { return reinterpret_cast<float*>(scratch + offset); };
+  const bool fed = !g.constant_weights;
+  const RecurrentState::Weights weights =
+      fed ? fed_weights(f, spec, ctx, f.p.weights_layer, f.p.weights_iter) : f.weights;
+  const RecurrentState::Weights bwd_weights =
+      fed ? fed_weights(f, spec, ctx, f.p.bwd_weights_layer, f.p.bwd_weights_iter) : st.bwd_weights;
+  const int64_t t = g.seq, n = g.batch, h = g.hidden, dirs = spec.dirs;
+  const bool lstm = spec.cell == Cell::Lstm;
+
+  // X time-major and the initial states [D, N, H] (zero where the node has none).
+  const float* x = ctx.input(0).data<float>();
+  if (spec.layout) {
     for (int64_t s = 0; s < t; ++s)
       for (int64_t b = 0; b < n; ++b)
-        for (int64_t d = 0; d < dirs; ++d)
-          std::copy_n(dst_layer + (s * n + b) * dirs * h + d * h, h,
-                      y + (spec.layout ? (b * t + s) * dirs + d : (s * dirs + d) * n + b) * h);
+        std::copy_n(x + (b * t + s) * g.in, g.in, at(st.src_layer) + (s * n + b) * g.in);
+    x = at(st.src_layer);
   }
-  if (ctx.has_output(1)) write_state(dst_iter, ctx.output(1), dirs, n, h, spec.layout);
-  if (spec.cell == Cell::Lstm && ctx.has_output(2))
-    write_state(dst_iter_c, ctx.output(2), dirs, n, h, spec.layout);
+  auto initial = [&](size_t input, size_t offset) {
+    if (ctx.has_input(input))
+      move_state(ctx.input(input).data<float>(), at(offset), dirs, n, h, spec.layout, true);
+    else
+      std::fill_n(at(offset), dirs * n * h, 0.0f);
+    return at(offset);
+  };
+  const Sources src{x, initial(5, st.src_iter), lstm ? initial(6, st.src_iter_c) : nullptr};
+  auto args = forward_args(f, spec, src, weights, scratch);
+  args.emplace(DNNL_ARG_WORKSPACE, wrap(f.p.workspace, scratch + st.workspace));
+  dnnl_adapter::guarded(ctx.node(), [&] {
+    dnnl_adapter::execute(f.p.forward, args, f.p.scratch, scratch);
+    return 0;
+  });
+
+  // The output gradients in oneDNN's layouts; zero where none arrives.
+  std::fill(scratch + st.diff_dst_layer, scratch + st.diff_src_layer, 0);
+  if (ctx.has_input(kDY))
+    move_sequence(ctx.input(kDY).data<float>(), at(st.diff_dst_layer), t, n, dirs, h, spec.layout,
+                  true);
+  if (ctx.has_input(kDYh))
+    move_state(ctx.input(kDYh).data<float>(), at(st.diff_dst_iter), dirs, n, h, spec.layout, true);
+  if (lstm && ctx.has_input(kDYc))
+    move_state(ctx.input(kDYc).data<float>(), at(st.diff_dst_iter_c), dirs, n, h, spec.layout,
+               true);
+  std::fill(scratch + st.diff_weights_layer, scratch + st.diff_end, 0);
+
+  // dX straight into its output where the layouts agree.
+  float* dx =
+      ctx.has_output(kDX) && !spec.layout ? ctx.output(kDX).data<float>() : at(st.diff_src_layer);
+  args[DNNL_ARG_WEIGHTS_LAYER] = wrap(f.p.bwd_weights_layer, bwd_weights.layer.raw());
+  args[DNNL_ARG_WEIGHTS_ITER] = wrap(f.p.bwd_weights_iter, bwd_weights.iter.raw());
+  args.emplace(DNNL_ARG_DIFF_DST_LAYER, wrap(g.dst_layer, at(st.diff_dst_layer)));
+  args.emplace(DNNL_ARG_DIFF_DST_ITER, wrap(g.dst_iter, at(st.diff_dst_iter)));
+  args.emplace(DNNL_ARG_DIFF_SRC_LAYER, wrap(g.src_layer, dx));
+  args.emplace(DNNL_ARG_DIFF_SRC_ITER, wrap(g.src_iter, at(st.diff_src_iter)));
+  args.emplace(DNNL_ARG_DIFF_WEIGHTS_LAYER,
+               wrap(f.p.diff_weights_layer, at(st.diff_weights_layer)));
+  args.emplace(DNNL_ARG_DIFF_WEIGHTS_ITER, wrap(f.p.diff_weights_iter, at(st.diff_weights_iter)));
+  args.emplace(DNNL_ARG_DIFF_BIAS, wrap(g.bias, at(st.diff_bias)));
+  if (lstm) {
+    args.emplace(DNNL_ARG_DIFF_DST_ITER_C, wrap(g.dst_iter_c, at(st.diff_dst_iter_c)));
+    args.emplace(DNNL_ARG_DIFF_SRC_ITER_C, wrap(g.src_iter_c, at(st.diff_src_iter_c)));
+    if (g.peepholes) {
+      args[DNNL_ARG_WEIGHTS_PEEPHOLE] = wrap(g.peephole, bwd_weights.peephole.raw());
+      args.emplace(DNNL_ARG_DIFF_WEIGHTS_PEEPHOLE, wrap(g.peephole, at(st.diff_peephole)));
+    }
+  }
+  args[DNNL_ARG_BIAS] = wrap(g.bias, bwd_weights.bias.raw());
+  dnnl_adapter::guarded(ctx.node(), [&] {
+    dnnl_adapter::execute(f.p.backward, std::move(args), f.p.scratch, scratch);
+    return 0;
+  });
+
+  if (ctx.has_output(kDX) && spec.layout) {
+    float* out = ctx.output(kDX).data<float>();
+    for (int64_t s = 0; s < t; ++s)
+      for (int64_t b = 0; b < n; ++b)
+        std::copy_n(dx + (s * n + b) * g.in, g.in, out + (b * t + s) * g.in);
+  }
+  if (ctx.has_output(kDH0))
+    move_state(at(st.diff_src_iter), ctx.output(kDH0).data<float>(), dirs, n, h, spec.layout,
+               false);
+  if (lstm && ctx.has_output(kDC0))
+    move_state(at(st.diff_src_iter_c), ctx.output(kDC0).data<float>(), dirs, n, h, spec.layout,
+               false);
+  else
+    zero_output(ctx, kDC0);
+  if (ctx.has_output(kDW))
+    write_weight_grad(f.p.diff_weights_layer, at(st.diff_weights_layer), ctx.output(kDW), spec.cell,
+                      dirs, g.in, h);
+  if (ctx.has_output(kDR))
+    write_weight_grad(f.p.diff_weights_iter, at(st.diff_weights_iter), ctx.output(kDR), spec.cell,
+                      dirs, h, h);
+  if (ctx.has_output(kDB))
+    write_bias_grad(at(st.diff_bias), ctx.output(kDB), spec.cell, g.lbr, dirs, h);
+  if (kDP < ctx.output_count() && ctx.has_output(kDP)) {
+    if (g.peepholes)
+      write_peephole_grad(at(st.diff_peephole), ctx.output(kDP), dirs, h);
+    else
+      zero_output(ctx, kDP);
+  }
 }
 
 }  // namespace volt

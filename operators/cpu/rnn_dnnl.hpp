@@ -2,7 +2,8 @@
 // activations (and Tanh, Relu or Sigmoid for RNN), no clip or input_forget, every sequence at
 // full length; both directions, both layouts, initial states, LSTM peepholes,
 // linear_before_reset GRU. Constant weights reordered once per plan into oneDNN's packed
-// layout; weights fed at run time (training) reordered at each run.
+// layout; weights fed at run time (training) reordered at each run. The gradient on oneDNN's
+// backward primitives for the same cells.
 #pragma once
 #include <memory>
 #include <string>
@@ -30,5 +31,10 @@ struct RecurrentSpec {
 // KernelUnsupported (with the reason) for what oneDNN does not compute.
 std::shared_ptr<void> prepare_dnnl_recurrent(InferContext& ctx, const RecurrentSpec& spec);
 void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec& spec);
+
+// The same for RecurrentGrad (operators/cpu/rnn_grad.cpp): oneDNN's forward-training and
+// backward primitives, the forward recomputed with a workspace the backward reads; fp32.
+std::shared_ptr<void> prepare_dnnl_recurrent_grad(InferContext& ctx, const RecurrentSpec& spec);
+void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const RecurrentSpec& spec);
 
 }  // namespace volt

@@ -1,9 +1,11 @@
 // The gradient of RNN, GRU and LSTM (ai.volt RecurrentGrad): backpropagation through time. The
 // forward recurrence is recomputed here, keeping each step's gates (the forward node keeps
-// none), then walked back from the last step: every direction, both layouts, sequence_lens,
-// initial states, clip, LSTM peepholes and input_forget, GRU's linear_before_reset. In double
-// precision; the activations whose derivative follows from their output (Sigmoid, Tanh, Relu),
-// which are the defaults and what exporters write.
+// none), then walked back from the last step. In fp32, for the cells oneDNN computes (rnn_dnnl:
+// default activations, no clip or input_forget, full-length sequences), on oneDNN's
+// forward-training and backward primitives. Otherwise, and in double, on the loops below:
+// every direction, both layouts, sequence_lens, initial states, clip, LSTM peepholes and
+// input_forget, GRU's linear_before_reset, with the activations whose derivative follows from
+// their output (Sigmoid, Tanh, Relu), which are the defaults and what exporters write.
 //
 // Inputs: X, W, R, B, sequence_lens, initial_h, initial_c, P (the forward node's), then dY,
 // dY_h, dY_c ("" where no gradient arrives). Outputs: dX, dW, dR, dB, d_initial_h, d_initial_c,
@@ -55,7 +57,8 @@ Cell cell_named(const std::string& s, const Node& n) {
 class RecurrentGrad final : public Kernel {
  public:
   explicit RecurrentGrad(const Node& n)
-      : a_(recurrent_attrs(n, cell_named(n.attr_string("cell", ""), n))) {
+      : a_(recurrent_attrs(n, cell_named(n.attr_string("cell", ""), n))),
+        spec_(recurrent_spec(a_)) {
     for (const auto& name : a_.activations)
       VOLT_CHECK(name == "Sigmoid" || name == "Tanh" || name == "Relu", NotImplemented,
                  n.describe() + ": the gradient of a recurrent cell with activation '" + name +
@@ -72,9 +75,16 @@ class RecurrentGrad final : public Kernel {
         x,     ctx.shape(kW), ctx.shape(kR),        Shape{a_.dirs, 2 * a_.gates() * h},
         state, state,         Shape{a_.dirs, 3 * h}};
     for (size_t o = 0; o < ctx.output_count(); ++o) ctx.set_output(o, ctx.dtype(kX), shapes[o]);
+    if (ctx.dtype(kX) != DType::Float) return;  // double: the loops, for the gradient checks
+    try {
+      ctx.set_state(prepare_dnnl_recurrent_grad(ctx, spec_));
+    } catch (const KernelUnsupported& u) {
+      ctx.runs_reference_loop(u.reason);
+    }
   }
 
   void run(RunContext& ctx) const override {
+    if (ctx.state_ptr()) return run_dnnl_recurrent_grad(ctx.state_ptr(), ctx, spec_);
     if (ctx.input(kX).dtype() == DType::Double)
       run_as<double>(ctx);
     else
@@ -439,6 +449,7 @@ class RecurrentGrad final : public Kernel {
   }
 
   RecurrentAttrs a_;
+  RecurrentSpec spec_;
 };
 
 }  // namespace

@@ -7,26 +7,44 @@
 //
 //   acc[m] = Σ (X - x_zero_point) · W             exact; W was shifted by its zero point
 //   volt.output_type INT32: Y = acc
-//   otherwise:  v = activation(acc · volt.scales[m] · multiplier + B[m] [+ residual])
+//   otherwise:  v = activation(acc · volt.scales[m] · multiplier + B[m]
+//                              [+ volt.residual_scale · (R - volt.residual_zero_point)])
 //               FLOAT: Y = v;  UINT8 / INT8: Y = saturate(round_half_even(v) + y_zero_point)
+//
+// A QDQ residual Add folded in (volt.add_*: the layer's own 8-bit result c, what QuantizeLinear
+// would have made of v, dequantized, added to the 8-bit R, the sum quantized; then, with
+// volt.then_*, dequantized again, an activation, quantized to Y), each rounding and saturation
+// kept as the unfused nodes make it:
+//   c = saturate(round(v) + z_c) - z_c;  s = act_add(c·s_c + (R - z_r)·s_r) / s_sum
+//   Y = saturate(round(s) + y_zero_point), or with volt.then_*:
+//   t = saturate(round(s) + z_sum) - z_sum;  Y = saturate(round(act_then((t + z_sum - z_t)·s_t)
+//       / s_y) + y_zero_point)
+// (volt.add_scales [s_c, s_r, s_sum], volt.add_zero_points [z_c, z_r, z_sum], volt.add_types
+// [c's, the sum's], volt.add_activation; volt.then_scales [s_t, s_y], volt.then_zero_points
+// [z_t, z_y], volt.then_activation).
 //
 // Inputs: 0 X (uint8 or int8), 1 x_zero_point (scalar, optional), 2 W (int8 constant; Conv's
 // [M, C/group, k...] or MatMul's [K, N]), 3 B (float [M], optional), 4 multiplier (float scalar,
 // optional, known at run time only: a dynamic quantizer's scale), 5 y_zero_point (scalar,
-// optional), 6 (QuantizedConv, float Y) a residual added before the activation (a binary post-op:
-// ResNet's Conv -> Add -> Relu). Attributes: Conv's, volt.scales (1 or M floats), volt.output_type
-// (ONNX type code), the fused activation (volt.activation, volt.alpha, volt.beta).
+// optional), 6 (QuantizedConv) R, a residual of Y's shape and layout added before the activation
+// (a binary post-op: ResNet's Conv -> Add -> Relu): float, or 8-bit with its scale in Y's units
+// and zero point as attributes, so that one block's 8-bit output is the next block's shortcut.
+// Attributes: Conv's, volt.scales (1 or M floats), volt.output_type (ONNX type code), the fused
+// activation (volt.activation, volt.alpha, volt.beta), volt.residual_scale (default 1) and
+// volt.residual_zero_point (default 0).
 //
 // Where oneDNN has no int8 kernel (no VNNI on this CPU: its older kernels add pairs of u8·s8
 // products in saturating 16-bit arithmetic, which is not exact; more than 3 spatial axes), a
 // reference loop computes the same formula exactly.
 #include <cstring>
+#include <map>
 
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/matmul_shapes.hpp"
+#include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/cpu/quantization.hpp"
 #include "operators/registry.hpp"
@@ -42,8 +60,7 @@ enum Input : size_t {
   kBias = 3,
   kMultiplier = 4,
   kYZeroPoint = 5,
-  kResidual =
-      6  // QuantizedConv: a float tensor of Y's shape and layout, added before the activation
+  kResidual = 6  // QuantizedConv: a tensor of Y's shape and layout, added before the activation
 };
 
 // Whether oneDNN's int8 kernels on this CPU accumulate exactly (VNNI's u8·s8 dot products into
@@ -64,6 +81,87 @@ bool exact_int8_dot() {
   return yes;
 }
 
+// One step of what follows the output scales and the multiplier, in order: the same list makes
+// the primitive's post-ops and drives the reference loop.
+struct Step {
+  enum class Kind { Linear, Round, Clip, AddResidual, Activate } kind;
+  float a = 1, b = 0;  // Linear: a·v + b; Clip: to [a, b]
+  FusedActivation act;
+};
+
+float lowest(DType t) {
+  return t == DType::Int8 ? -128.0f : 0.0f;
+}
+float highest(DType t) {
+  return t == DType::Int8 ? 127.0f : 255.0f;
+}
+
+// The steps of a node's attributes (see the formulas at the top).
+std::vector<Step> steps_of(const Node& n) {
+  using K = Step::Kind;
+  std::vector<Step> steps;
+  auto linear = [&](float a, float b) {
+    if (a != 1.0f || b != 0.0f) steps.push_back({K::Linear, a, b, {}});
+  };
+  auto activate = [&](const FusedActivation& act) {
+    if (act.any()) steps.push_back({K::Activate, 1, 0, act});
+  };
+  // round(v), saturated to `type` around zero point `z`, minus z.
+  auto requantize = [&](DType type, float z) {
+    steps.push_back({K::Round, 1, 0, {}});
+    steps.push_back({K::Clip, lowest(type) - z, highest(type) - z, {}});
+  };
+  const FusedActivation own = FusedActivation::of(n);
+  const bool residual = n.inputs.size() > kResidual && !n.inputs[kResidual].empty();
+  if (n.has_attr("volt.add_scales")) {
+    const auto s = n.attr_floats("volt.add_scales");
+    const auto z = n.attr_ints("volt.add_zero_points"), t = n.attr_ints("volt.add_types");
+    VOLT_CHECK(residual && s.size() == 3 && z.size() == 3 && t.size() == 2, InvalidModel,
+               n.describe() + ": a folded Add needs R, 3 volt.add_scales and zero points, 2 types");
+    for (float v : s)
+      VOLT_CHECK(v > 0 && std::isfinite(v), InvalidModel,
+                 n.describe() + ": volt.add_scales must be positive and finite");
+    activate(own);
+    requantize(static_cast<DType>(t[0]), static_cast<float>(z[0]));
+    linear(s[0] / s[1], -static_cast<float>(z[1]));  // c·s_c/s_r - z_r
+    steps.push_back({K::AddResidual, 1, 0, {}});
+    linear(s[1], 0);  // the sum's float value
+    activate(FusedActivation::of(n, "volt.add_"));
+    linear(1 / s[2], 0);
+    if (n.has_attr("volt.then_scales")) {
+      const auto ts = n.attr_floats("volt.then_scales");
+      const auto tz = n.attr_ints("volt.then_zero_points");
+      VOLT_CHECK(ts.size() == 2 && tz.size() == 2 && ts[0] > 0 && ts[1] > 0 &&
+                     std::isfinite(ts[0]) && std::isfinite(ts[1]),
+                 InvalidModel,
+                 n.describe() + ": volt.then_* needs 2 positive scales, 2 zero points");
+      requantize(static_cast<DType>(t[1]), static_cast<float>(z[2]));
+      linear(ts[0], static_cast<float>(z[2] - tz[0]) * ts[0]);
+      activate(FusedActivation::of(n, "volt.then_"));
+      linear(1 / ts[1], 0);
+    }
+    return steps;
+  }
+  if (residual) {
+    const float k = n.attr_float("volt.residual_scale", 1.0f),
+                z = static_cast<float>(n.attr_int("volt.residual_zero_point", 0));
+    VOLT_CHECK(k > 0 && std::isfinite(k) && std::isfinite(z), InvalidModel,
+               n.describe() + ": volt.residual_scale must be positive and finite");
+    linear(1 / k, 0);  // (v/k + R)·k - k·z = v + k·(R - z)
+    steps.push_back({K::AddResidual, 1, 0, {}});
+    linear(k, -k * z);
+  }
+  activate(own);
+  return steps;
+}
+
+// The run-time arguments of a primitive's post-ops besides the multiplier: the residual's index,
+// and the scalar constants of steps made binary post-ops (index, value).
+struct PostOpArgs {
+  int residual = -1;
+  std::vector<std::pair<int, float>> constants;
+};
+
 // What QuantizedConv and QuantizedMatMul share: the attributes, their checks, the primitive's
 // attributes and the run-time arguments of its post-ops and zero points.
 class QuantizedLinear {
@@ -72,7 +170,7 @@ class QuantizedLinear {
       : scales_(n.attr_floats("volt.scales", {1.0f})),
         out_type_(
             static_cast<DType>(n.attr_int("volt.output_type", static_cast<int64_t>(DType::Float)))),
-        act_(FusedActivation::of(n)) {}
+        steps_(steps_of(n)) {}
 
  protected:
   // Checks what the pass promised; `m` is the number of output channels.
@@ -97,28 +195,88 @@ class QuantizedLinear {
     if (!quantized && out_type_ != DType::Float && out_type_ != DType::Int32)
       ctx.error("volt.output_type must be float, int32, uint8 or int8");
     if (out_type_ == DType::Int32 &&
-        (ctx.has_input(kBias) || ctx.has_input(kMultiplier) || act_.any()))
-      ctx.error("an int32 output takes no scale, bias or activation");
+        (ctx.has_input(kBias) || ctx.has_input(kMultiplier) || !steps_.empty()))
+      ctx.error("an int32 output takes no scale, bias, activation or residual");
     if (ctx.has_input(kYZeroPoint) && (!quantized || ctx.dtype(kYZeroPoint) != out_type_ ||
                                        numel_of(ctx.shape(kYZeroPoint)) != 1))
       ctx.error("y zero point must be one value of Y's type");
   }
 
   // Output scales (per channel along `channel_axis_mask`), the multiplier as a binary post-op,
-  // the activation, the zero points. The bias is the primitive's own, which oneDNN adds before
+  // the steps, the zero points. The bias is the primitive's own, which oneDNN adds before
   // scaling: B / (scale · multiplier), computed each run (bias_for_run) since the multiplier is
   // known only then; a per-channel binary add post-op instead made BERT's products 60% slower.
+  // A leading scale step joins the output scales. oneDNN 2.6 keeps one eltwise injector per
+  // algorithm, made with the first such post-op's parameters: a second eltwise_linear (or clip)
+  // with other parameters would compute the first's. Steps that would repeat one become binary
+  // post-ops with scalar constants instead (mul and add; max and min), recorded in `args`.
   dnnl::primitive_attr primitive_attr(const InferContext& ctx, const dnnl::memory::desc& scalar,
-                                      int channel_mask,
+                                      int channel_mask, PostOpArgs& args,
                                       const dnnl::memory::desc* residual = nullptr) const {
+    using alg = dnnl::algorithm;
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
-    attr.set_output_scales(scales_.size() > 1 ? channel_mask : 0, scales_);
+    std::vector<float> scales = scales_;
+    size_t first = 0;
+    if (!steps_.empty() && steps_[0].kind == Step::Kind::Linear && steps_[0].b == 0.0f) {
+      for (float& v : scales) v *= steps_[0].a;
+      first = 1;
+    }
+    attr.set_output_scales(scales.size() > 1 ? channel_mask : 0, scales);
     if (ctx.has_input(kXZeroPoint)) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     if (ctx.has_input(kYZeroPoint)) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::post_ops ops;
-    if (ctx.has_input(kMultiplier)) ops.append_binary(dnnl::algorithm::binary_mul, scalar);
-    if (residual) ops.append_binary(dnnl::algorithm::binary_add, *residual);
-    act_.append_to(ops);
+    if (ctx.has_input(kMultiplier)) ops.append_binary(alg::binary_mul, scalar);
+    std::map<alg, std::pair<float, float>> eltwise;  // the parameters each algorithm has
+    // An eltwise post-op, if its algorithm is free or has these parameters.
+    auto try_eltwise = [&](alg a, float alpha, float beta) {
+      const auto it = eltwise.find(a);
+      if (it != eltwise.end() && it->second != std::pair{alpha, beta}) return false;
+      eltwise[a] = {alpha, beta};
+      ops.append_eltwise(1.0f, a, alpha, beta);
+      return true;
+    };
+    auto with_constant = [&](alg a, float v) {
+      args.constants.push_back({ops.len(), v});
+      ops.append_binary(a, scalar);
+    };
+    for (size_t i = first; i < steps_.size(); ++i) {
+      const Step& st = steps_[i];
+      switch (st.kind) {
+        case Step::Kind::Linear:
+          if (try_eltwise(alg::eltwise_linear, st.a, st.b)) break;
+          if (st.a != 1.0f) with_constant(alg::binary_mul, st.a);
+          if (st.b != 0.0f) with_constant(alg::binary_add, st.b);
+          break;
+        case Step::Kind::Round:
+          ops.append_eltwise(1.0f, alg::eltwise_round, 0.0f, 0.0f);
+          break;
+        case Step::Kind::Clip:
+          if (try_eltwise(alg::eltwise_clip, st.a, st.b)) break;
+          with_constant(alg::binary_max, st.a);
+          with_constant(alg::binary_min, st.b);
+          break;
+        case Step::Kind::AddResidual:
+          if (!residual) throw KernelUnsupported{"no residual"};
+          args.residual = ops.len();
+          ops.append_binary(alg::binary_add, *residual);
+          break;
+        case Step::Kind::Activate: {
+          dnnl::post_ops one;
+          st.act.append_to(one);
+          for (int k = 0; k < one.len(); ++k) {
+            if (one.kind(k) != dnnl::primitive::kind::eltwise) {
+              throw KernelUnsupported{"an activation of several kinds of post-ops"};
+            }
+            float scale, alpha, beta;
+            alg a;
+            one.get_params_eltwise(k, scale, a, alpha, beta);
+            if (!try_eltwise(a, alpha, beta))
+              throw KernelUnsupported{"two activations of one kind with other parameters"};
+          }
+          break;
+        }
+      }
+    }
     attr.set_post_ops(ops);
     return attr;
   }
@@ -149,7 +307,7 @@ class QuantizedLinear {
   // multiplier, bias (`bias`: M floats of scratch).
   void add_runtime_args(const RunContext& ctx, std::unordered_map<int, dnnl::memory>& args,
                         const dnnl::memory::desc& scalar, const dnnl::memory::desc& bias_md,
-                        float* bias, int32_t (&zps)[2],
+                        float* bias, int32_t (&zps)[2], const PostOpArgs& post,
                         const dnnl::memory::desc* residual_md = nullptr) const {
     static const dnnl::memory::desc one_s32({1}, dnnl::memory::data_type::s32,
                                             dnnl::memory::format_tag::x);
@@ -161,13 +319,15 @@ class QuantizedLinear {
       zps[1] = static_cast<int32_t>(value_at(ctx.input(kYZeroPoint), 0));
       args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dnnl_adapter::wrap(one_s32, &zps[1]));
     }
-    int post_op = 0;
     if (ctx.has_input(kMultiplier))
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op++) | DNNL_ARG_SRC_1,
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(scalar, ctx.input(kMultiplier).raw()));
     if (residual_md)
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post_op) | DNNL_ARG_SRC_1,
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post.residual) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(*residual_md, ctx.input(kResidual).raw()));
+    for (const auto& [index, value] : post.constants)
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
+                   dnnl_adapter::wrap(scalar, &value));
     if (ctx.has_input(kBias)) {
       bias_for_run(ctx, bias);
       args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(bias_md, bias));
@@ -190,11 +350,27 @@ class QuantizedLinear {
     for (int64_t e = 0; e < acc.numel(); ++e) {
       const int64_t c = (e / inner) % m;
       const float s = scales_[scales_.size() > 1 ? static_cast<size_t>(c) : 0];
-      pv[e] = static_cast<float>(pa[e]) * s * mult +
-              (bias ? static_cast<float>(value_at(*bias, c)) : 0.0f);
-      if (residual) pv[e] += residual->data<float>()[e];
+      float x = static_cast<float>(pa[e]) * s * mult +
+                (bias ? static_cast<float>(value_at(*bias, c)) : 0.0f);
+      for (const Step& st : steps_) switch (st.kind) {
+          case Step::Kind::Linear:
+            x = st.a * x + st.b;
+            break;
+          case Step::Kind::Round:
+            x = std::nearbyint(x);
+            break;
+          case Step::Kind::Clip:
+            x = std::clamp(x, st.a, st.b);
+            break;
+          case Step::Kind::AddResidual:
+            x += static_cast<float>(value_at(*residual, e));
+            break;
+          case Step::Kind::Activate:
+            x = st.act.apply(x);
+            break;
+        }
+      pv[e] = x;
     }
-    if (act_.any()) apply_epilogue(v, nullptr, act_, nullptr, ctx.node());
     if (out_type_ == DType::Float) return;
     const double zp = ctx.has_input(kYZeroPoint) ? value_at(ctx.input(kYZeroPoint), 0) : 0;
     for (int64_t e = 0; e < v.numel(); ++e)
@@ -203,16 +379,32 @@ class QuantizedLinear {
 
   std::vector<float> scales_;
   DType out_type_;
-  FusedActivation act_;
+  std::vector<Step> steps_;
 };
 
 // --- convolution ----------------------------------------------------------------------------
+
+// `t` broadcast to `shape`, for the reference loop.
+Tensor broadcast_copy(const Tensor& t, const Shape& shape) {
+  Tensor out = allocate_tensor(t.dtype(), shape);
+  const size_t bytes = dtype_size(t.dtype());
+  const BroadcastIterator it(shape, {strides_of(shape), broadcast_strides(t.shape(), shape)});
+  const char* src = static_cast<const char*>(t.raw());
+  char* dst = static_cast<char*>(out.raw());
+  it.for_each_row([&](const int64_t* off, int64_t n, const int64_t* step) {
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(dst + (off[0] + i * step[0]) * bytes, src + (off[1] + i * step[1]) * bytes,
+                  bytes);
+  });
+  return out;
+}
 
 struct QConvState {
   dnnl::convolution_forward prim;
   dnnl::memory::desc weights, scratch, scalar, bias, residual;
   dnnl_adapter::Staged src, dst;  // the graph's layouts <-> the primitive's
   bool has_residual = false;
+  PostOpArgs post;
   size_t bias_offset = 0;
   Tensor packed_weights;
 };
@@ -233,16 +425,24 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
     const ConvShapes s = conv_shapes(attrs_, group_, x, ctx.shape(kW), ctx.node());
     check(ctx, s.m);
     const Shape stored = layout_ != StoredLayout::ChannelsFirst ? to_channels_last(s.out) : s.out;
-    if (ctx.has_input(kResidual) && (ctx.dtype(kResidual) != DType::Float ||
-                                     ctx.shape(kResidual) != stored || out_type_ != DType::Float))
-      ctx.error("the residual must be float, of Y's shape " + shape_str(stored) +
-                ", with a float Y");
+    bool broadcast_residual = false;
+    if (ctx.has_input(kResidual)) {
+      const DType r = ctx.dtype(kResidual);
+      if (r != DType::Float && r != DType::UInt8 && r != DType::Int8)
+        ctx.error("the residual must be float, uint8 or int8");
+      broadcast_residual = ctx.shape(kResidual) != stored;
+      if (broadcast_residual &&
+          broadcast_shapes({stored, ctx.shape(kResidual)}, ctx.node()) != stored)
+        ctx.error("the residual " + shape_str(ctx.shape(kResidual)) +
+                  " does not broadcast to Y's " + shape_str(stored));
+    }
     ctx.set_output(0, out_type_,
                    layout_ != StoredLayout::ChannelsFirst ? to_channels_last(s.out) : s.out);
     if (numel_of(s.out) == 0) return;
     if (!exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
     if (s.win.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
     if (!ctx.input_tensor(kW)) return ctx.runs_reference_loop("weights computed at run time");
+    if (broadcast_residual) return ctx.runs_reference_loop("a broadcast residual");
     try {
       ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported& u) {
@@ -262,10 +462,12 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
         ctx.has_input(kXZeroPoint) ? static_cast<int64_t>(value_at(ctx.input(kXZeroPoint), 0)) : 0;
     const Tensor acc = integer_conv(s, x, xzp, ctx.input(kW), nullptr);
     Tensor residual;
-    if (ctx.has_input(kResidual))
+    if (ctx.has_input(kResidual)) {
       residual = layout_ == StoredLayout::ChannelsFirst
                      ? ctx.input(kResidual)
                      : channels_first_copy(ctx.input(kResidual), layout_);
+      if (residual.shape() != s.out) residual = broadcast_copy(residual, s.out);
+    }
     const Tensor* r = residual.defined() ? &residual : nullptr;
     if (layout_ == StoredLayout::ChannelsFirst)
       return finish_reference(ctx, acc, ctx.output(0), s.m, numel_of(s.win.out), r);
@@ -302,9 +504,9 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       for (int64_t d : s.win.dilations) dil.push_back(d - 1);
       st->has_residual = ctx.has_input(kResidual);
       if (st->has_residual)
-        st->residual = activation_md(s.out, dnnl::memory::data_type::f32, layout_);
-      const dnnl::primitive_attr attr =
-          primitive_attr(ctx, st->scalar, 1 << 1, st->has_residual ? &st->residual : nullptr);
+        st->residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(kResidual)), layout_);
+      const dnnl::primitive_attr attr = primitive_attr(ctx, st->scalar, 1 << 1, st->post,
+                                                       st->has_residual ? &st->residual : nullptr);
       st->bias = dnnl_adapter::plain_md({s.m}, dnnl::memory::data_type::f32);
       const auto alg = dnnl::algorithm::convolution_direct;
       const auto prop = dnnl::prop_kind::forward_inference;
@@ -356,7 +558,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
         {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw())}};
     int32_t zps[2] = {0, 0};
     add_runtime_args(ctx, args, st.scalar, st.bias,
-                     reinterpret_cast<float*>(scratch + st.bias_offset), zps,
+                     reinterpret_cast<float*>(scratch + st.bias_offset), zps, st.post,
                      st.has_residual ? &st.residual : nullptr);
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
     st.dst.finish(y, scratch);
@@ -373,6 +575,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
 struct QMatMulState {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, out, scratch, scalar, bias;
+  PostOpArgs post;
   size_t bias_offset = 0;
   Tensor packed_b;
 };
@@ -421,7 +624,7 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
       st->out = dnnl_adapter::plain_md({rows, n}, dnnl_adapter::to_dnnl(out_type_));
       st->scalar = dnnl_adapter::plain_md({1, 1}, dt::f32);
       const dnnl::memory::desc b_any({k, n}, dt::s8, dnnl::memory::format_tag::any);
-      const dnnl::primitive_attr attr = primitive_attr(ctx, st->scalar, 1 << 1);
+      const dnnl::primitive_attr attr = primitive_attr(ctx, st->scalar, 1 << 1, st->post);
       st->bias = dnnl_adapter::plain_md({1, n}, dt::f32);
       const dnnl::matmul::desc d = ctx.has_input(kBias)
                                        ? dnnl::matmul::desc(st->a, b_any, st->bias, st->out)
@@ -448,7 +651,7 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
     int32_t zps[2] = {0, 0};
     char* scratch = static_cast<char*>(ctx.scratch());
     add_runtime_args(ctx, args, st.scalar, st.bias,
-                     reinterpret_cast<float*>(scratch + st.bias_offset), zps);
+                     reinterpret_cast<float*>(scratch + st.bias_offset), zps, st.post);
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
   }
 };

@@ -148,6 +148,10 @@ struct Lowering {
   int rank = 2;  // of the output (conv: W's rank; product: 2 unless X's rank is declared)
   int64_t channels = 0;
   std::string x, x_zp, multiplier, y_zp, output, residual;
+  // The residual's factor into Y's units and its zero point: an 8-bit residual's scale (1 for a
+  // float one), divided by Y's scale when the layer writes 8 bits.
+  double residual_scale = 1.0;
+  int64_t residual_zero_point = 0;
   Tensor weights;
   std::vector<double> scales{1.0}, bias;
   DType out = DType::Float;
@@ -282,7 +286,7 @@ class Lowerer {
       if (!b || b->size() != static_cast<size_t>(q.channels)) return std::nullopt;
       q.bias = *b;
     }
-    if (n.inputs.size() == 4) q.residual = n.inputs[3];  // fuse_conv_activation's residual
+    if (n.inputs.size() == 4) set_residual(q, n.inputs[3]);               // fuse_conv_activation's
     for (const char* a : {"volt.activation", "volt.alpha", "volt.beta"})  // fuse_conv_activation's
       if (n.attributes.count(a)) q.activation[a] = n.attributes.at(a);
     if (q.activation.count("volt.activation"))
@@ -355,7 +359,7 @@ class Lowerer {
     if (Node* add = rw_.sole_reader(q.output, "Add"); add && q.conv && add->inputs.size() == 2) {
       const std::string& other = add->inputs[0] == q.output ? add->inputs[1] : add->inputs[0];
       if (other != q.output && !constant_value(g_, other)) {
-        q.residual = other;
+        set_residual(q, other);
         absorb(add);
       }
     }
@@ -371,12 +375,22 @@ class Lowerer {
     take_quantize(q);
   }
 
+  // The residual `v`; when a per-tensor DequantizeLinear makes it, its 8-bit input instead (the
+  // post-ops dequantize it), so 8-bit blocks chain through their shortcuts too.
+  void set_residual(Lowering& q, const std::string& v) {
+    q.residual = v;
+    const Node* dq = dequantize_producer(v);
+    if (!dq) return;
+    const auto params = per_tensor(*dq);
+    if (!params || params->scale <= 0 || !std::isfinite(params->scale)) return;
+    q.residual = dq->inputs[0];
+    q.residual_scale = params->scale;
+    q.residual_zero_point = params->zero_point;
+  }
+
   // QuantizeLinear(v, constant scale, zero point): the layer writes 8 bits. Folds through the
   // activations that commute with a positive scale (Relu; Clip with its bounds scaled).
   void take_quantize(Lowering& q) {
-    // The residual is added after the output scales: dividing them by Y's scale would leave it
-    // unscaled. The layer then writes float.
-    if (!q.residual.empty()) return;
     Node* quant = rw_.sole_reader(q.output, "QuantizeLinear");
     if (!quant || quant->inputs.size() < 2) return;
     const auto ys = scales_of(g_, quant->inputs[1], 1);
@@ -397,6 +411,7 @@ class Lowerer {
     }
     for (double& s : q.scales) s *= inv;
     for (double& b : q.bias) b *= inv;
+    q.residual_scale *= inv;
     q.out = type;
     q.y_zp = quant->inputs.size() > 2 ? quant->inputs[2] : "";
     rw_.remove(quant);
@@ -425,6 +440,15 @@ class Lowerer {
     out.i = static_cast<int64_t>(q.out);
     n.attributes["volt.output_type"] = out;
     for (const auto& [k, v] : q.activation) n.attributes[k] = v;
+    if (!q.residual.empty() && (q.residual_scale != 1.0 || q.residual_zero_point != 0)) {
+      Attribute scale, zero_point;
+      scale.type = Attribute::Type::Float;
+      scale.f = static_cast<float>(q.residual_scale);
+      zero_point.type = Attribute::Type::Int;
+      zero_point.i = q.residual_zero_point;
+      n.attributes["volt.residual_scale"] = scale;
+      n.attributes["volt.residual_zero_point"] = zero_point;
+    }
     std::string bias;
     if (!q.bias.empty()) {
       Tensor b = allocate_tensor(DType::Float, {q.channels});

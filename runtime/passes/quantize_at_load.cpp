@@ -112,6 +112,7 @@ class LayerQuantizer {
       const auto layer = quantizable(graph_, n);
       if (!layer) {
         nodes_.push_back(n);
+        if (ranges_) read_shortcut_quantized(nodes_.back());
         continue;
       }
       const auto range = ranges_ ? ranges_->find(n.inputs[0])
@@ -173,11 +174,10 @@ class LayerQuantizer {
     }
   }
 
-  // The QDQ form static quantizers write: x through QuantizeLinear / DequantizeLinear with the
-  // calibrated uint8 scale, weights through DequantizeLinear per output channel, the float op
-  // between them; lower_quantized makes one 8-bit layer of it, chained to the next.
-  void static_layer(const Node& n, const Layer& l, const ActivationRange& r) {
-    const std::string& x = n.inputs[0];
+  // x through QuantizeLinear / DequantizeLinear with the calibrated uint8 scale, once; returns
+  // the dequantized value.
+  std::string fixed_quantizer(const std::string& x, const ActivationRange& r,
+                              const std::string& node_name) {
     if (!fixed_.count(x)) {
       const float lo = std::min(r.lo, 0.0f), hi = std::max(r.hi, 0.0f);
       const float scale = hi > lo && std::isfinite(hi - lo) ? (hi - lo) / 255.0f : 1.0f;
@@ -187,12 +187,41 @@ class LayerQuantizer {
           static_cast<uint8_t>(std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f));
       const std::string sn = add(x + "/int8_scale", std::move(s)),
                         zn = add(x + "/int8_zero_point", std::move(z));
-      nodes_.push_back(make_node(n.name + "/quantize_input", "QuantizeLinear", {x, sn, zn},
+      nodes_.push_back(make_node(node_name + "/quantize_input", "QuantizeLinear", {x, sn, zn},
                                  {x + "/int8_fixed"}, 13));
-      nodes_.push_back(make_node(n.name + "/dequantize_input", "DequantizeLinear",
+      nodes_.push_back(make_node(node_name + "/dequantize_input", "DequantizeLinear",
                                  {x + "/int8_fixed", sn, zn}, {x + "/int8_dequantized"}, 13));
       fixed_.insert(x);
     }
+    return x + "/int8_dequantized";
+  }
+
+  // An Add of a quantized convolution's output and a value that quantized layers also read (a
+  // ResNet block's shortcut) reads that value's 8-bit form, as static quantizers write it: the
+  // convolution then takes the 8-bit shortcut and writes the block's 8-bit output for the next
+  // block, instead of float values and a quantizer pass between blocks.
+  void read_shortcut_quantized(Node& add) {
+    if (!is_onnx_op(add, "Add") || add.inputs.size() != 2) return;
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string& other = add.inputs[1 - i];
+      const auto range = ranges_->find(add.inputs[i]);
+      if (!static_conv_outputs_.count(other) || range == ranges_->end() ||
+          static_conv_outputs_.count(add.inputs[i]))
+        continue;
+      // The quantizer goes before the Add, after whatever made its input.
+      Node moved = std::move(add);
+      nodes_.pop_back();
+      moved.inputs[i] = fixed_quantizer(moved.inputs[i], range->second, moved.name);
+      nodes_.push_back(std::move(moved));
+      return;
+    }
+  }
+
+  // The QDQ form static quantizers write: x through QuantizeLinear / DequantizeLinear with the
+  // calibrated uint8 scale, weights through DequantizeLinear per output channel, the float op
+  // between them; lower_quantized makes one 8-bit layer of it, chained to the next.
+  void static_layer(const Node& n, const Layer& l, const ActivationRange& r) {
+    const std::string x = fixed_quantizer(n.inputs[0], r, n.name);
     QuantizedWeights qw = quantize_weights(*l.w, l.conv, l.transposed);
     Tensor scales = allocate_tensor(DType::Float, {l.channels});  // 1-D, per axis
     std::copy(qw.scales.data<float>(), qw.scales.data<float>() + l.channels, scales.data<float>());
@@ -205,11 +234,12 @@ class LayerQuantizer {
     axis.i = l.conv ? 0 : 1;
     dq.attributes["axis"] = axis;
     nodes_.push_back(std::move(dq));
-    std::vector<std::string> ins = {x + "/int8_dequantized", wn + "_dequantized"};
+    std::vector<std::string> ins = {x, wn + "_dequantized"};
     if (l.b)
       ins.push_back(add(n.name + "/bias", *l.b));  // (the original may be behind an Identity)
     Node op = make_node(n.name, l.conv ? "Conv" : l.gemm ? "Gemm" : "MatMul", ins, n.outputs, 13);
     if (l.conv) copy_conv_geometry(n, op);  // a Gemm's weights are [K, N] now: no transB
+    if (l.conv) static_conv_outputs_.insert(n.outputs[0]);
     nodes_.push_back(std::move(op));
   }
 
@@ -219,6 +249,7 @@ class LayerQuantizer {
   std::vector<Node> nodes_;
   std::map<std::string, std::array<std::string, 3>> dynamic_;  // one quantizer per activation
   std::set<std::string> fixed_;
+  std::set<std::string> static_conv_outputs_;
 };
 
 }  // namespace

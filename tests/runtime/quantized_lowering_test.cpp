@@ -269,6 +269,67 @@ TEST(QuantizedLowering, QdqLayersKeepActivationsIn8Bits) {
   expect_within_one_step(want, got);
 }
 
+// A residual block in QDQ form: DequantizeLinear(shortcut) added to the convolution, Relu,
+// QuantizeLinear. The convolution takes the 8-bit shortcut (another layer's output) as it is,
+// its scale and asymmetric zero point in the post-ops, and writes the block's 8 bits; with no
+// QuantizeLinear after it, float. Both against the unfused graph's reference kernels.
+TEST(QuantizedLowering, QdqResidualBlockReadsAndWrites8Bits) {
+  for (bool quantized_out : {true, false}) {
+    SCOPED_TRACE(quantized_out ? "uint8 out" : "float out");
+    std::mt19937 rng(11);
+    ModelBuilder mb(13);
+    mb.input("x", kFloat, {2, 5, 7, 6}).output_any("y", quantized_out ? kUInt8 : kFloat);
+    mb.initializer("s_in", {}, {0.02f}).initializer_int("z_in", kUInt8, {}, {100});
+    mb.initializer("s_r", {}, {0.05f}).initializer_int("z_r", kUInt8, {}, {37});
+    for (const char* w : {"w0", "w"})
+      mb.initializer_int(w, kInt8, {6, 5, 3, 3}, ints(270, -127, 127, rng));
+    mb.initializer("ws", {6}, floats(6, 0.002f, 0.01f, rng));
+    mb.initializer("b", {6}, floats(6, -0.3f, 0.3f, rng));
+    mb.initializer("s_out", {}, {0.06f}).initializer_int("z_out", kUInt8, {}, {0});
+    auto pads = [](onnx::NodeProto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); };
+    auto per_channel = [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", 0); };
+    mb.node("QuantizeLinear", {"x", "s_in", "z_in"}, {"xq"});
+    mb.node("DequantizeLinear", {"xq", "s_in", "z_in"}, {"xd"});
+    mb.node("DequantizeLinear", {"w0", "ws"}, {"w0d"}, per_channel);
+    mb.node("DequantizeLinear", {"w", "ws"}, {"wd"}, per_channel);
+    // The shortcut: a layer writing 8 bits with an asymmetric zero point.
+    mb.node("Conv", {"xd", "w0d"}, {"c0"}, pads);
+    mb.node("QuantizeLinear", {"c0", "s_r", "z_r"}, {"shortcut"});
+    mb.node("DequantizeLinear", {"shortcut", "s_r", "z_r"}, {"rd"});
+    mb.node("Conv", {"xd", "wd", "b"}, {"c"}, pads);
+    mb.node("Add", {"c", "rd"}, {"sum"});
+    mb.node("Relu", {"sum"}, {quantized_out ? "r" : "y"});
+    if (quantized_out) mb.node("QuantizeLinear", {"r", "s_out", "z_out"}, {"y"});
+    const std::string bytes = mb.bytes();
+    const Graph g = lowered(bytes);
+    EXPECT_EQ(count(g, "QuantizedConv"), 2);
+    EXPECT_EQ(count(g, "Add") + count(g, "Relu") + count(g, "QuantizedAdd"), 0);
+    int with_residual = 0;
+    for (const Node& n : g.nodes)
+      if (n.op_type == "QuantizedConv" && n.inputs.size() == 7) {
+        ++with_residual;
+        EXPECT_EQ(n.inputs[6], "shortcut");  // the 8-bit values, not a float copy
+      }
+    EXPECT_EQ(with_residual, 1);
+    const NamedValues feeds = {{"x", float_tensor({2, 5, 7, 6}, rng, -1, 4)}};
+    auto [want, got] = unoptimized_and_optimized(bytes, feeds);
+    if (quantized_out) {
+      expect_within_one_step(want, got);
+    } else {
+      expect_close(want, got, 1e-5);
+    }
+    // On oneDNN's primitive (an 8-bit binary post-op), not the reference loop.
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+    RunProfile profile;
+    s.run(feeds, {}, {.profile = &profile});
+    for (const ProfileEvent& e : profile.events) {
+      if (e.op == "QuantizedConv") {
+        EXPECT_EQ(e.reference, "") << e.node;
+      }
+    }
+  }
+}
+
 // What static quantization leaves between layers (a residual Add, an activation between
 // QuantizeLinear/DequantizeLinear pairs) runs on the 8-bit values with the float nodes' own
 // arithmetic: the same bits as the unfused graph. B broadcasts over A; the activation after the
@@ -403,7 +464,14 @@ TEST(QuantizedLowering, PrecisionInt8QuantizesFloatLayersAtLoad) {
   SessionOptions calibrated = test_options({.precision = "int8"});
   calibrated.calibration = {{"x", Value(float_tensor({2, 3, 16, 16}, rng, 0, 1))}};
   Session fixed = Session::from_bytes(bytes.data(), bytes.size(), calibrated);
-  const Tensor c = fixed.run({{"x", x}})[0].tensor();
+  RunProfile profile;
+  const Tensor c = fixed.run({{"x", x}}, {}, {.profile = &profile})[0].tensor();
+  // Two quantizers: the input's and the product's (a Reshape stands before it); none between
+  // the convolutions: the residual block reads its shortcut in 8 bits and writes the 8 bits the
+  // next convolution reads.
+  int quantizers = 0;
+  for (const ProfileEvent& e : profile.events) quantizers += e.op == "QuantizeLinear";
+  EXPECT_EQ(quantizers, 2);
   double cdiff = 0;
   for (int64_t i = 0; i < a.numel(); ++i)
     cdiff += std::pow(double{a.data<float>()[i]} - c.data<float>()[i], 2);

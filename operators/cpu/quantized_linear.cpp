@@ -11,18 +11,6 @@
 //                              [+ volt.residual_scale · (R - volt.residual_zero_point)])
 //               FLOAT: Y = v;  UINT8 / INT8: Y = saturate(round_half_even(v) + y_zero_point)
 //
-// A QDQ residual Add folded in (volt.add_*: the layer's own 8-bit result c, what QuantizeLinear
-// would have made of v, dequantized, added to the 8-bit R, the sum quantized; then, with
-// volt.then_*, dequantized again, an activation, quantized to Y), each rounding and saturation
-// kept as the unfused nodes make it:
-//   c = saturate(round(v) + z_c) - z_c;  s = act_add(c·s_c + (R - z_r)·s_r) / s_sum
-//   Y = saturate(round(s) + y_zero_point), or with volt.then_*:
-//   t = saturate(round(s) + z_sum) - z_sum;  Y = saturate(round(act_then((t + z_sum - z_t)·s_t)
-//       / s_y) + y_zero_point)
-// (volt.add_scales [s_c, s_r, s_sum], volt.add_zero_points [z_c, z_r, z_sum], volt.add_types
-// [c's, the sum's], volt.add_activation; volt.then_scales [s_t, s_y], volt.then_zero_points
-// [z_t, z_y], volt.then_activation).
-//
 // Inputs: 0 X (uint8 or int8), 1 x_zero_point (scalar, optional), 2 W (int8 constant; Conv's
 // [M, C/group, k...] or MatMul's [K, N]), 3 B (float [M], optional), 4 multiplier (float scalar,
 // optional, known at run time only: a dynamic quantizer's scale), 5 y_zero_point (scalar,
@@ -38,6 +26,7 @@
 // reference loop computes the same formula exactly.
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
@@ -84,83 +73,47 @@ bool exact_int8_dot() {
 // One step of what follows the output scales and the multiplier, in order: the same list makes
 // the primitive's post-ops and drives the reference loop.
 struct Step {
-  enum class Kind { Linear, Round, Clip, AddResidual, Activate } kind;
-  float a = 1, b = 0;  // Linear: a·v + b; Clip: to [a, b]
+  enum class Kind { Linear, AddResidual, Activate } kind;
+  float a = 1, b = 0;  // Linear: a·v + b; AddResidual: v + a·(R - b)
   FusedActivation act;
 };
-
-float lowest(DType t) {
-  return t == DType::Int8 ? -128.0f : 0.0f;
-}
-float highest(DType t) {
-  return t == DType::Int8 ? 127.0f : 255.0f;
-}
 
 // The steps of a node's attributes (see the formulas at the top).
 std::vector<Step> steps_of(const Node& n) {
   using K = Step::Kind;
   std::vector<Step> steps;
-  auto linear = [&](float a, float b) {
-    if (a != 1.0f || b != 0.0f) steps.push_back({K::Linear, a, b, {}});
-  };
   auto activate = [&](const FusedActivation& act) {
     if (act.any()) steps.push_back({K::Activate, 1, 0, act});
   };
-  // round(v), saturated to `type` around zero point `z`, minus z.
-  auto requantize = [&](DType type, float z) {
-    steps.push_back({K::Round, 1, 0, {}});
-    steps.push_back({K::Clip, lowest(type) - z, highest(type) - z, {}});
-  };
   const FusedActivation own = FusedActivation::of(n);
   const bool residual = n.inputs.size() > kResidual && !n.inputs[kResidual].empty();
-  if (n.has_attr("volt.add_scales")) {
-    const auto s = n.attr_floats("volt.add_scales");
-    const auto z = n.attr_ints("volt.add_zero_points"), t = n.attr_ints("volt.add_types");
-    VOLT_CHECK(residual && s.size() == 3 && z.size() == 3 && t.size() == 2, InvalidModel,
-               n.describe() + ": a folded Add needs R, 3 volt.add_scales and zero points, 2 types");
-    for (float v : s)
-      VOLT_CHECK(v > 0 && std::isfinite(v), InvalidModel,
-                 n.describe() + ": volt.add_scales must be positive and finite");
-    activate(own);
-    requantize(static_cast<DType>(t[0]), static_cast<float>(z[0]));
-    linear(s[0] / s[1], -static_cast<float>(z[1]));  // c·s_c/s_r - z_r
-    steps.push_back({K::AddResidual, 1, 0, {}});
-    linear(s[1], 0);  // the sum's float value
-    activate(FusedActivation::of(n, "volt.add_"));
-    linear(1 / s[2], 0);
-    if (n.has_attr("volt.then_scales")) {
-      const auto ts = n.attr_floats("volt.then_scales");
-      const auto tz = n.attr_ints("volt.then_zero_points");
-      VOLT_CHECK(ts.size() == 2 && tz.size() == 2 && ts[0] > 0 && ts[1] > 0 &&
-                     std::isfinite(ts[0]) && std::isfinite(ts[1]),
-                 InvalidModel,
-                 n.describe() + ": volt.then_* needs 2 positive scales, 2 zero points");
-      requantize(static_cast<DType>(t[1]), static_cast<float>(z[2]));
-      linear(ts[0], static_cast<float>(z[2] - tz[0]) * ts[0]);
-      activate(FusedActivation::of(n, "volt.then_"));
-      linear(1 / ts[1], 0);
-    }
-    return steps;
-  }
   if (residual) {
     const float k = n.attr_float("volt.residual_scale", 1.0f),
                 z = static_cast<float>(n.attr_int("volt.residual_zero_point", 0));
     VOLT_CHECK(k > 0 && std::isfinite(k) && std::isfinite(z), InvalidModel,
                n.describe() + ": volt.residual_scale must be positive and finite");
-    linear(1 / k, 0);  // (v/k + R)·k - k·z = v + k·(R - z)
-    steps.push_back({K::AddResidual, 1, 0, {}});
-    linear(k, -k * z);
+    steps.push_back({K::AddResidual, k, z, {}});
   }
   activate(own);
   return steps;
 }
 
-// The run-time arguments of a primitive's post-ops besides the multiplier: the residual's index,
-// and the scalar constants of steps made binary post-ops (index, value).
-struct PostOpArgs {
+// What a primitive takes at run time besides the multiplier: the residual's post-op index, the
+// scalar constants of steps made binary post-ops (index, value), and whether it takes X's and
+// Y's zero points (not when they are constant zeros: oneDNN's brgemm kernels take none, and its
+// older kernels ran ResNet's 1x1 convolutions with a residual 40% longer).
+struct PrimitiveArgs {
   int residual = -1;
   std::vector<std::pair<int, float>> constants;
+  bool src_zero_point = false, dst_zero_point = false;
 };
+
+// Whether input `i`, a zero point, may be other than zero.
+bool zero_point_needed(const InferContext& ctx, size_t i) {
+  if (!ctx.has_input(i)) return false;
+  const Tensor* t = ctx.input_tensor(i);
+  return !t || t->numel() != 1 || value_at(*t, 0) != 0;
+}
 
 // What QuantizedConv and QuantizedMatMul share: the attributes, their checks, the primitive's
 // attributes and the run-time arguments of its post-ops and zero points.
@@ -207,23 +160,42 @@ class QuantizedLinear {
   // scaling: B / (scale · multiplier), computed each run (bias_for_run) since the multiplier is
   // known only then; a per-channel binary add post-op instead made BERT's products 60% slower.
   // A leading scale step joins the output scales. oneDNN 2.6 keeps one eltwise injector per
-  // algorithm, made with the first such post-op's parameters: a second eltwise_linear (or clip)
-  // with other parameters would compute the first's. Steps that would repeat one become binary
-  // post-ops with scalar constants instead (mul and add; max and min), recorded in `args`.
+  // algorithm, made with the first such post-op's parameters: a second eltwise_linear with other
+  // parameters would compute the first's. A Linear that would repeat one becomes binary
+  // post-ops with scalar constants instead (mul and add), recorded in `args`.
+  // The residual is a binary post-op, or with `residual_in_dst` oneDNN's sum post-op: the
+  // residual copied into Y first (same type and layout), which keeps oneDNN's brgemm kernels
+  // (with a binary residual it takes its older jit ones: ResNet-50's 1x1 expansions ran twice as
+  // long).
   dnnl::primitive_attr primitive_attr(const InferContext& ctx, const dnnl::memory::desc& scalar,
-                                      int channel_mask, PostOpArgs& args,
-                                      const dnnl::memory::desc* residual = nullptr) const {
+                                      int channel_mask, PrimitiveArgs& args,
+                                      const dnnl::memory::desc* residual = nullptr,
+                                      bool residual_in_dst = false) const {
     using alg = dnnl::algorithm;
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
+    // As binary post-ops the residual's factor k and zero point z are steps around the add:
+    // (v/k + R)·k - k·z, the first joining the output scales when nothing comes before it.
+    std::vector<Step> steps;
+    for (const Step& st : steps_) {
+      if (st.kind != Step::Kind::AddResidual || residual_in_dst || (st.a == 1 && st.b == 0)) {
+        steps.push_back(st);
+        continue;
+      }
+      steps.push_back({Step::Kind::Linear, 1 / st.a, 0, {}});
+      steps.push_back({Step::Kind::AddResidual, 1, 0, {}});
+      steps.push_back({Step::Kind::Linear, st.a, -st.a * st.b, {}});
+    }
     std::vector<float> scales = scales_;
     size_t first = 0;
-    if (!steps_.empty() && steps_[0].kind == Step::Kind::Linear && steps_[0].b == 0.0f) {
-      for (float& v : scales) v *= steps_[0].a;
+    if (!steps.empty() && steps[0].kind == Step::Kind::Linear && steps[0].b == 0.0f) {
+      for (float& v : scales) v *= steps[0].a;
       first = 1;
     }
     attr.set_output_scales(scales.size() > 1 ? channel_mask : 0, scales);
-    if (ctx.has_input(kXZeroPoint)) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
-    if (ctx.has_input(kYZeroPoint)) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
+    args.src_zero_point = zero_point_needed(ctx, kXZeroPoint);
+    args.dst_zero_point = zero_point_needed(ctx, kYZeroPoint);
+    if (args.src_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    if (args.dst_zero_point) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::post_ops ops;
     if (ctx.has_input(kMultiplier)) ops.append_binary(alg::binary_mul, scalar);
     std::map<alg, std::pair<float, float>> eltwise;  // the parameters each algorithm has
@@ -239,24 +211,20 @@ class QuantizedLinear {
       args.constants.push_back({ops.len(), v});
       ops.append_binary(a, scalar);
     };
-    for (size_t i = first; i < steps_.size(); ++i) {
-      const Step& st = steps_[i];
+    for (size_t i = first; i < steps.size(); ++i) {
+      const Step& st = steps[i];
       switch (st.kind) {
         case Step::Kind::Linear:
           if (try_eltwise(alg::eltwise_linear, st.a, st.b)) break;
           if (st.a != 1.0f) with_constant(alg::binary_mul, st.a);
           if (st.b != 0.0f) with_constant(alg::binary_add, st.b);
           break;
-        case Step::Kind::Round:
-          ops.append_eltwise(1.0f, alg::eltwise_round, 0.0f, 0.0f);
-          break;
-        case Step::Kind::Clip:
-          if (try_eltwise(alg::eltwise_clip, st.a, st.b)) break;
-          with_constant(alg::binary_max, st.a);
-          with_constant(alg::binary_min, st.b);
-          break;
         case Step::Kind::AddResidual:
           if (!residual) throw KernelUnsupported{"no residual"};
+          if (residual_in_dst) {
+            ops.append_sum(st.a, static_cast<int32_t>(st.b), residual->data_type());
+            break;
+          }
           args.residual = ops.len();
           ops.append_binary(alg::binary_add, *residual);
           break;
@@ -307,22 +275,22 @@ class QuantizedLinear {
   // multiplier, bias (`bias`: M floats of scratch).
   void add_runtime_args(const RunContext& ctx, std::unordered_map<int, dnnl::memory>& args,
                         const dnnl::memory::desc& scalar, const dnnl::memory::desc& bias_md,
-                        float* bias, int32_t (&zps)[2], const PostOpArgs& post,
+                        float* bias, int32_t (&zps)[2], const PrimitiveArgs& post,
                         const dnnl::memory::desc* residual_md = nullptr) const {
     static const dnnl::memory::desc one_s32({1}, dnnl::memory::data_type::s32,
                                             dnnl::memory::format_tag::x);
-    if (ctx.has_input(kXZeroPoint)) {
+    if (post.src_zero_point) {
       zps[0] = static_cast<int32_t>(value_at(ctx.input(kXZeroPoint), 0));
       args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl_adapter::wrap(one_s32, &zps[0]));
     }
-    if (ctx.has_input(kYZeroPoint)) {
+    if (post.dst_zero_point) {
       zps[1] = static_cast<int32_t>(value_at(ctx.input(kYZeroPoint), 0));
       args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dnnl_adapter::wrap(one_s32, &zps[1]));
     }
     if (ctx.has_input(kMultiplier))
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(scalar, ctx.input(kMultiplier).raw()));
-    if (residual_md)
+    if (residual_md && post.residual >= 0)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post.residual) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(*residual_md, ctx.input(kResidual).raw()));
     for (const auto& [index, value] : post.constants)
@@ -356,14 +324,8 @@ class QuantizedLinear {
           case Step::Kind::Linear:
             x = st.a * x + st.b;
             break;
-          case Step::Kind::Round:
-            x = std::nearbyint(x);
-            break;
-          case Step::Kind::Clip:
-            x = std::clamp(x, st.a, st.b);
-            break;
           case Step::Kind::AddResidual:
-            x += static_cast<float>(value_at(*residual, e));
+            x += st.a * (static_cast<float>(value_at(*residual, e)) - st.b);
             break;
           case Step::Kind::Activate:
             x = st.act.apply(x);
@@ -404,7 +366,8 @@ struct QConvState {
   dnnl::memory::desc weights, scratch, scalar, bias, residual;
   dnnl_adapter::Staged src, dst;  // the graph's layouts <-> the primitive's
   bool has_residual = false;
-  PostOpArgs post;
+  bool residual_in_dst = false;  // added by the sum post-op: copied into Y before the run
+  PrimitiveArgs post;
   size_t bias_offset = 0;
   Tensor packed_weights;
 };
@@ -505,32 +468,51 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       st->has_residual = ctx.has_input(kResidual);
       if (st->has_residual)
         st->residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(kResidual)), layout_);
-      const dnnl::primitive_attr attr = primitive_attr(ctx, st->scalar, 1 << 1, st->post,
-                                                       st->has_residual ? &st->residual : nullptr);
       st->bias = dnnl_adapter::plain_md({s.m}, dnnl::memory::data_type::f32);
-      const auto alg = dnnl::algorithm::convolution_direct;
-      const auto prop = dnnl::prop_kind::forward_inference;
-      const dnnl::convolution_forward::desc d =
-          ctx.has_input(kBias)
-              ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, st->bias, dst_any,
-                                                strides, dil, pl, pr)
-              : dnnl::convolution_forward::desc(prop, alg, src_any, w_any, dst_any, strides, dil,
-                                                pl, pr);
-      dnnl::convolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
-      // AMX tiles reduce over 64 int8 channels at a time; with fewer input channels per group
-      // most of each tile is padding, and oneDNN's VNNI kernels are faster (MobileNetV2's
-      // 16->96 expansion at 112x112: 0.9 ms on AMX). oneDNN lists its implementations best
-      // first: take the first that is not AMX there.
-      if (s.c / s.group < 64 && std::string(pd.impl_info_str()).find("amx") != std::string::npos) {
-        dnnl::convolution_forward::primitive_desc other(d, attr, dnnl_adapter::engine());
-        while (other.next_impl()) {
-          const std::string name = other.impl_info_str();
-          if (name.find("amx") == std::string::npos) {
-            if (name.rfind("ref", 0) != 0) pd = other;
-            break;
+      auto make_pd = [&](const dnnl::primitive_attr& attr, const dnnl::memory::desc& dst_md) {
+        const auto alg = dnnl::algorithm::convolution_direct;
+        const auto prop = dnnl::prop_kind::forward_inference;
+        const dnnl::convolution_forward::desc d =
+            ctx.has_input(kBias)
+                ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, st->bias, dst_md,
+                                                  strides, dil, pl, pr)
+                : dnnl::convolution_forward::desc(prop, alg, src_any, w_any, dst_md, strides, dil,
+                                                  pl, pr);
+        dnnl::convolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
+        // AMX tiles reduce over 64 int8 channels at a time; with fewer input channels per group
+        // most of each tile is padding, and oneDNN's VNNI kernels are faster (MobileNetV2's
+        // 16->96 expansion at 112x112: 0.9 ms on AMX). oneDNN lists its implementations best
+        // first: take the first that is not AMX there.
+        if (s.c / s.group < 64 &&
+            std::string(pd.impl_info_str()).find("amx") != std::string::npos) {
+          dnnl::convolution_forward::primitive_desc other(d, attr, dnnl_adapter::engine());
+          while (other.next_impl()) {
+            const std::string name = other.impl_info_str();
+            if (name.find("amx") == std::string::npos) {
+              if (name.rfind("ref", 0) != 0) pd = other;
+              break;
+            }
           }
         }
+        return pd;
+      };
+      // A residual of Y's type: the sum post-op, Y in the graph's layout (the residual's).
+      std::optional<dnnl::convolution_forward::primitive_desc> chosen;
+      if (st->has_residual && ctx.dtype(kResidual) == out_type_) {
+        PrimitiveArgs post;
+        auto pd =
+            make_pd(primitive_attr(ctx, st->scalar, 1 << 1, post, &st->residual, true), plain_dst);
+        if (!dnnl_adapter::is_reference(pd)) {
+          chosen = pd;
+          st->post = post;
+          st->residual_in_dst = true;
+        }
       }
+      if (!chosen)
+        chosen = make_pd(primitive_attr(ctx, st->scalar, 1 << 1, st->post,
+                                        st->has_residual ? &st->residual : nullptr),
+                         dst_any);
+      const dnnl::convolution_forward::primitive_desc& pd = *chosen;
       if (dnnl_adapter::is_reference(pd))
         throw KernelUnsupported{std::string("oneDNN ") + pd.impl_info_str()};
       st->prim = dnnl::convolution_forward(pd);
@@ -560,6 +542,8 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
     add_runtime_args(ctx, args, st.scalar, st.bias,
                      reinterpret_cast<float*>(scratch + st.bias_offset), zps, st.post,
                      st.has_residual ? &st.residual : nullptr);
+    if (st.residual_in_dst && ctx.input(kResidual).raw() != y)
+      std::memcpy(y, ctx.input(kResidual).raw(), ctx.input(kResidual).nbytes());
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
     st.dst.finish(y, scratch);
   }
@@ -575,7 +559,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
 struct QMatMulState {
   dnnl::matmul prim;
   dnnl::memory::desc a, b, out, scratch, scalar, bias;
-  PostOpArgs post;
+  PrimitiveArgs post;
   size_t bias_offset = 0;
   Tensor packed_b;
 };

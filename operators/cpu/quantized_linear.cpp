@@ -102,10 +102,14 @@ std::vector<Step> steps_of(const Node& n) {
 // scalar constants of steps made binary post-ops (index, value), and whether it takes X's and
 // Y's zero points (not when they are constant zeros: oneDNN's brgemm kernels take none, and its
 // older kernels ran ResNet's 1x1 convolutions with a residual 40% longer).
+// Constant zero points that are not zero leave the primitive too: X's as a compensation in the
+// bias (zx · Σ W per output channel, exact where no padding reads X's zero point), Y's as a
+// shift after the last step.
 struct PrimitiveArgs {
   int residual = -1;
   std::vector<std::pair<int, float>> constants;
   bool src_zero_point = false, dst_zero_point = false;
+  std::vector<float> x_compensation;  // per output channel, in accumulator units
 };
 
 // Whether input `i`, a zero point, may be other than zero.
@@ -113,6 +117,30 @@ bool zero_point_needed(const InferContext& ctx, size_t i) {
   if (!ctx.has_input(i)) return false;
   const Tensor* t = ctx.input_tensor(i);
   return !t || t->numel() != 1 || value_at(*t, 0) != 0;
+}
+
+// Input `i`, a zero point, when it is a constant.
+std::optional<int32_t> constant_zero_point(const InferContext& ctx, size_t i) {
+  if (!ctx.has_input(i)) return 0;
+  const Tensor* t = ctx.input_tensor(i);
+  if (!t || t->numel() != 1) return std::nullopt;
+  return static_cast<int32_t>(value_at(*t, 0));
+}
+
+// zx · Σ W for each output channel of the int8 weights `w` (channels along axis 0, or for a
+// product's [K, N] along axis 1), when X's zero point zx is a constant other than zero.
+std::vector<float> x_compensation(const InferContext& ctx, const Tensor& w, bool channels_first) {
+  const auto zx = constant_zero_point(ctx, kXZeroPoint);
+  if (!zx || *zx == 0) return {};
+  const int64_t rows = w.shape()[0], cols = w.numel() / std::max<int64_t>(rows, 1);
+  std::vector<int64_t> sums(static_cast<size_t>(channels_first ? rows : cols), 0);
+  const int8_t* p = w.data<int8_t>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      sums[static_cast<size_t>(channels_first ? r : c)] += p[r * cols + c];
+  std::vector<float> out(sums.size());
+  for (size_t m = 0; m < sums.size(); ++m) out[m] = static_cast<float>(*zx * sums[m]);
+  return out;
 }
 
 // What QuantizedConv and QuantizedMatMul share: the attributes, their checks, the primitive's
@@ -192,8 +220,10 @@ class QuantizedLinear {
       first = 1;
     }
     attr.set_output_scales(scales.size() > 1 ? channel_mask : 0, scales);
-    args.src_zero_point = zero_point_needed(ctx, kXZeroPoint);
-    args.dst_zero_point = zero_point_needed(ctx, kYZeroPoint);
+    args.src_zero_point = zero_point_needed(ctx, kXZeroPoint) && args.x_compensation.empty();
+    const auto zy = constant_zero_point(ctx, kYZeroPoint);
+    args.dst_zero_point = !zy;
+    if (zy && *zy != 0) steps.push_back({Step::Kind::Linear, 1, static_cast<float>(*zy), {}});
     if (args.src_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     if (args.dst_zero_point) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::post_ops ops;
@@ -262,13 +292,24 @@ class QuantizedLinear {
     return !ctx.has_input(kBias) || (m != 0 && std::isfinite(m));
   }
 
-  // B in the accumulator's units for this run, into `out` (M floats).
-  void bias_for_run(const RunContext& ctx, float* out) const {
-    const float m = multiplier(ctx);
-    const float* b = ctx.input(kBias).data<float>();
-    const int64_t n = ctx.input(kBias).numel();
-    for (int64_t c = 0; c < n; ++c)
-      out[c] = b[c] / (scales_[scales_.size() > 1 ? static_cast<size_t>(c) : 0] * m);
+  // Whether the primitive takes a bias: B, or X's zero point's compensation.
+  static bool with_bias(const InferContext& ctx, const PrimitiveArgs& args) {
+    return ctx.has_input(kBias) || !args.x_compensation.empty();
+  }
+
+  // The primitive's bias for this run, into `out` (M floats, accumulator units): B / (scale ·
+  // multiplier), minus X's zero point's compensation.
+  void bias_for_run(const RunContext& ctx, const PrimitiveArgs& args, float* out) const {
+    const std::vector<float>& comp = args.x_compensation;
+    const int64_t n =
+        ctx.has_input(kBias) ? ctx.input(kBias).numel() : static_cast<int64_t>(comp.size());
+    for (int64_t c = 0; c < n; ++c) {
+      float v = 0;
+      if (ctx.has_input(kBias))
+        v = ctx.input(kBias).data<float>()[c] /
+            (scales_[scales_.size() > 1 ? static_cast<size_t>(c) : 0] * multiplier(ctx));
+      out[c] = comp.empty() ? v : v - comp[static_cast<size_t>(c)];
+    }
   }
 
   // The run-time arguments: zero points (as s32, in `zps`, which must outlive the call),
@@ -296,8 +337,8 @@ class QuantizedLinear {
     for (const auto& [index, value] : post.constants)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(scalar, &value));
-    if (ctx.has_input(kBias)) {
-      bias_for_run(ctx, bias);
+    if (ctx.has_input(kBias) || !post.x_compensation.empty()) {
+      bias_for_run(ctx, post, bias);
       args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(bias_md, bias));
     }
   }
@@ -469,15 +510,22 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       if (st->has_residual)
         st->residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(kResidual)), layout_);
       st->bias = dnnl_adapter::plain_md({s.m}, dnnl::memory::data_type::f32);
+      // X's zero point into the bias where no padding reads it.
+      bool padded = false;
+      for (size_t i = 0; i < s.win.pad_begin.size(); ++i)
+        padded |= s.win.pad_begin[i] != 0 || s.win.pad_end[i] != 0;
+      // (Not for int32 results, exact in the primitive's integers, not in a float bias.)
+      if (!padded && out_type_ != DType::Int32)
+        st->post.x_compensation = x_compensation(ctx, *ctx.input_tensor(kW), true);
+      const bool bias = with_bias(ctx, st->post);
       auto make_pd = [&](const dnnl::primitive_attr& attr, const dnnl::memory::desc& dst_md) {
         const auto alg = dnnl::algorithm::convolution_direct;
         const auto prop = dnnl::prop_kind::forward_inference;
         const dnnl::convolution_forward::desc d =
-            ctx.has_input(kBias)
-                ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, st->bias, dst_md,
-                                                  strides, dil, pl, pr)
-                : dnnl::convolution_forward::desc(prop, alg, src_any, w_any, dst_md, strides, dil,
-                                                  pl, pr);
+            bias ? dnnl::convolution_forward::desc(prop, alg, src_any, w_any, st->bias, dst_md,
+                                                   strides, dil, pl, pr)
+                 : dnnl::convolution_forward::desc(prop, alg, src_any, w_any, dst_md, strides, dil,
+                                                   pl, pr);
         dnnl::convolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
         // AMX tiles reduce over 64 int8 channels at a time; with fewer input channels per group
         // most of each tile is padding, and oneDNN's VNNI kernels are faster (MobileNetV2's
@@ -500,6 +548,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       std::optional<dnnl::convolution_forward::primitive_desc> chosen;
       if (st->has_residual && ctx.dtype(kResidual) == out_type_) {
         PrimitiveArgs post;
+        post.x_compensation = st->post.x_compensation;
         auto pd =
             make_pd(primitive_attr(ctx, st->scalar, 1 << 1, post, &st->residual, true), plain_dst);
         if (!dnnl_adapter::is_reference(pd)) {
@@ -608,9 +657,11 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
       st->out = dnnl_adapter::plain_md({rows, n}, dnnl_adapter::to_dnnl(out_type_));
       st->scalar = dnnl_adapter::plain_md({1, 1}, dt::f32);
       const dnnl::memory::desc b_any({k, n}, dt::s8, dnnl::memory::format_tag::any);
+      if (out_type_ != DType::Int32)
+        st->post.x_compensation = x_compensation(ctx, *ctx.input_tensor(kW), false);
       const dnnl::primitive_attr attr = primitive_attr(ctx, st->scalar, 1 << 1, st->post);
       st->bias = dnnl_adapter::plain_md({1, n}, dt::f32);
-      const dnnl::matmul::desc d = ctx.has_input(kBias)
+      const dnnl::matmul::desc d = with_bias(ctx, st->post)
                                        ? dnnl::matmul::desc(st->a, b_any, st->bias, st->out)
                                        : dnnl::matmul::desc(st->a, b_any, st->out);
       const dnnl::matmul::primitive_desc pd(d, attr, dnnl_adapter::engine());

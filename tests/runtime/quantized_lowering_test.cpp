@@ -330,6 +330,47 @@ TEST(QuantizedLowering, QdqResidualBlockReadsAndWrites8Bits) {
   }
 }
 
+// Constant zero points other than zero leave oneDNN's primitive (which takes its slower kernels
+// for them): X's as zx · Σ W in the bias of an unpadded convolution, Y's as a shift after the
+// last post-op. A 1x1 convolution with strides and groups, both zero points asymmetric, and a
+// padded 3x3 one (X's zero point stays in the primitive there), against the unfused graph.
+TEST(QuantizedLowering, ConstantZeroPointsFoldOutOfThePrimitive) {
+  for (int64_t k : {1, 3}) {
+    SCOPED_TRACE("kernel " + std::to_string(k));
+    std::mt19937 rng(13);
+    ModelBuilder mb(13);
+    mb.input("x", kFloat, {2, 6, 9, 8}).output_any("y", kUInt8);
+    mb.initializer("s_in", {}, {0.0213f}).initializer_int("z_in", kUInt8, {}, {100});
+    mb.initializer_int("w", kInt8, {8, 3, k, k},
+                       ints(static_cast<size_t>(24 * k * k), -127, 127, rng));
+    mb.initializer("ws", {8}, floats(8, 0.002f, 0.01f, rng));
+    mb.initializer("b", {8}, floats(8, -0.3f, 0.3f, rng));
+    mb.initializer("s_out", {}, {0.0371f}).initializer_int("z_out", kUInt8, {}, {77});
+    mb.node("QuantizeLinear", {"x", "s_in", "z_in"}, {"xq"});
+    mb.node("DequantizeLinear", {"xq", "s_in", "z_in"}, {"xd"});
+    mb.node("DequantizeLinear", {"w", "ws"}, {"wd"},
+            [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", 0); });
+    mb.node("Conv", {"xd", "wd", "b"}, {"c"}, [k](onnx::NodeProto& n) {
+      ModelBuilder::set_int(n, "group", 2);
+      ModelBuilder::set_ints(n, "strides", {2, 1});
+      if (k == 3) ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    mb.node("QuantizeLinear", {"c", "s_out", "z_out"}, {"y"});
+    const std::string bytes = mb.bytes();
+    const NamedValues feeds = {{"x", float_tensor({2, 6, 9, 8}, rng, -1, 4)}};
+    auto [want, got] = unoptimized_and_optimized(bytes, feeds);
+    expect_within_one_step(want, got);
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+    RunProfile profile;
+    s.run(feeds, {}, {.profile = &profile});
+    for (const ProfileEvent& e : profile.events) {
+      if (e.op == "QuantizedConv") {
+        EXPECT_EQ(e.reference, "") << e.node;
+      }
+    }
+  }
+}
+
 // What static quantization leaves between layers (a residual Add, an activation between
 // QuantizeLinear/DequantizeLinear pairs) runs on the 8-bit values with the float nodes' own
 // arithmetic: the same bits as the unfused graph. B broadcasts over A; the activation after the

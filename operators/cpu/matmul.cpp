@@ -1,12 +1,14 @@
 // MatMul and Gemm. f32/bf16 run on oneDNN's matmul primitive (constant weights reordered once
 // per plan into the layout the primitive prefers); other dtypes on a reference loop. A MatMul
 // may carry a fused epilogue (fuse_matmul_epilogue): bias (input 2), activation, residual
-// (input 3), run as oneDNN bias and post-ops.
+// (input 3), run as oneDNN bias and post-ops; and folded Transposes (fold_transpose_into_matmul:
+// volt.perm_a, volt.perm_b, volt.perm_y), read and written through strided descriptors.
 #include <cstring>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/common/matmul_shapes.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
@@ -14,6 +16,60 @@
 
 namespace volt {
 namespace {
+
+// The Transposes folded into a MatMul: operand A is input 0 read through perm_a, and so on;
+// empty where none was.
+struct FoldedTransposes {
+  std::vector<int64_t> a, b, y;
+  FoldedTransposes() = default;
+  explicit FoldedTransposes(const Node& n)
+      : a(n.attr_ints("volt.perm_a")),
+        b(n.attr_ints("volt.perm_b")),
+        y(n.attr_ints("volt.perm_y")) {}
+  bool any() const { return !a.empty() || !b.empty() || !y.empty(); }
+};
+
+// `s` permuted: out[i] = s[perm[i]]; InvalidModel when perm is not a permutation of its axes.
+Shape permuted_shape(const Shape& s, const std::vector<int64_t>& perm, const Node& node) {
+  if (perm.empty()) return s;
+  std::vector<char> seen(s.size(), 0);
+  VOLT_CHECK(perm.size() == s.size(), InvalidModel,
+             node.describe() + ": a folded Transpose's perm does not match rank " +
+                 std::to_string(s.size()));
+  Shape out(s.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    VOLT_CHECK(perm[i] >= 0 && perm[i] < static_cast<int64_t>(s.size()) && !seen[perm[i]],
+               InvalidModel, node.describe() + ": a folded Transpose's perm is no permutation");
+    seen[perm[i]] = 1;
+    out[i] = s[perm[i]];
+  }
+  return out;
+}
+
+// A's (or B's) descriptor: the logical `dims` (rank-equalized) of `stored` read through `perm`.
+dnnl::memory::desc permuted_md(const Shape& dims, const Shape& stored,
+                               const std::vector<int64_t>& perm, dnnl::memory::data_type dt) {
+  if (perm.empty()) return dnnl_adapter::plain_md(dims, dt);
+  const std::vector<int64_t> strides = strides_of(stored);
+  std::vector<int64_t> logical(dims.size(), 0);
+  const size_t lead = dims.size() - stored.size();  // leading axes of size 1
+  for (size_t i = 0; i < stored.size(); ++i)
+    logical[lead + i] = strides[static_cast<size_t>(perm[i])];
+  for (size_t i = 0; i < lead; ++i) logical[i] = numel_of(stored);
+  return dnnl_adapter::strided_md(dims, logical, dt);
+}
+
+// Y's descriptor: logical `dims`, stored permuted by `perm` (stored axis j is logical perm[j]).
+dnnl::memory::desc permuted_out_md(const Shape& dims, const std::vector<int64_t>& perm,
+                                   dnnl::memory::data_type dt) {
+  if (perm.empty()) return dnnl_adapter::plain_md(dims, dt);
+  Shape stored(dims.size());
+  for (size_t j = 0; j < perm.size(); ++j) stored[j] = dims[static_cast<size_t>(perm[j])];
+  const std::vector<int64_t> st = strides_of(stored);
+  std::vector<int64_t> logical(dims.size());
+  for (size_t j = 0; j < perm.size(); ++j) logical[static_cast<size_t>(perm[j])] = st[j];
+  return dnnl_adapter::strided_md(dims, logical, dt);
+}
 
 template <class T>
 void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
@@ -38,31 +94,38 @@ void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
 
 class MatMulRef final : public Kernel {
  public:
-  explicit MatMulRef(const Node& n) : act_(FusedActivation::of(n)) {}
+  explicit MatMulRef(const Node& n) : act_(FusedActivation::of(n)), perms_(n) {}
   void infer(InferContext& ctx) const override {
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
                ctx.node().describe() + ": operands must share one dtype");
-    const Shape y = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node()).result;
+    const Shape y = matmul_shapes(permuted_shape(ctx.shape(0), perms_.a, ctx.node()),
+                                  permuted_shape(ctx.shape(1), perms_.b, ctx.node()), ctx.node())
+                        .result;
     check_epilogue(ctx, y);
-    ctx.set_output(0, ctx.dtype(0), y);
+    ctx.set_output(0, ctx.dtype(0), permuted_shape(y, perms_.y, ctx.node()));
   }
   void run(RunContext& ctx) const override {
-    const MatMulShapes s = matmul_shapes(ctx.input(0).shape(), ctx.input(1).shape(), ctx.node());
-    dispatch_numeric(ctx.input(0).dtype(), [&](auto tag) {
+    // Folded Transposes: the operands transposed first, Y written transposed after.
+    const Tensor a = perms_.a.empty() ? ctx.input(0) : permuted(ctx.input(0), perms_.a);
+    const Tensor b = perms_.b.empty() ? ctx.input(1) : permuted(ctx.input(1), perms_.b);
+    const MatMulShapes s = matmul_shapes(a.shape(), b.shape(), ctx.node());
+    Tensor y = perms_.y.empty() ? ctx.output(0) : allocate_tensor(a.dtype(), s.result);
+    dispatch_numeric(a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, bool>)
         ctx.error("does not apply to bool");
       else
-        reference_matmul<T>(s, static_cast<const T*>(ctx.input(0).raw()),
-                            static_cast<const T*>(ctx.input(1).raw()),
-                            static_cast<T*>(ctx.output(0).raw()));
+        reference_matmul<T>(s, static_cast<const T*>(a.raw()), static_cast<const T*>(b.raw()),
+                            static_cast<T*>(y.raw()));
     });
-    apply_epilogue(ctx.output(0), ctx.has_input(2) ? &ctx.input(2) : nullptr, act_,
+    apply_epilogue(y, ctx.has_input(2) ? &ctx.input(2) : nullptr, act_,
                    ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
+    if (!perms_.y.empty()) permute_into(y, perms_.y, ctx.output(0));
   }
 
  private:
   FusedActivation act_;
+  FoldedTransposes perms_;
 };
 
 // --- oneDNN
@@ -78,6 +141,9 @@ struct MatMulState {
   dnnl::reorder a_to_bf16;
   dnnl::memory::desc a_fp32;
   size_t a_offset = 0;
+  // Folded Transposes oneDNN only has its reference kernel for, strided so (ConvNeXt's
+  // channels-first to channels-last): those operands (and Y) are transposed in the kernel.
+  bool transpose_a = false, transpose_b = false, transpose_y = false;
 };
 
 // Builds the primitive; `b_const` (may be null; input 1 of the node) is reordered into the
@@ -86,7 +152,8 @@ std::shared_ptr<MatMulState> make_matmul(
     const Node& node, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
     const dnnl::memory::desc& out, const dnnl::memory::desc* bias, const Tensor* b_const,
     float alpha, InferContext& ctx, const dnnl::post_ops* ops = nullptr,
-    dnnl::memory::data_type weights_dt = dnnl::memory::data_type::undef) {
+    dnnl::memory::data_type weights_dt = dnnl::memory::data_type::undef,
+    bool* reference = nullptr) {
   return dnnl_adapter::guarded(node, [&] {
     auto st = std::make_shared<MatMulState>();
     st->a = a;
@@ -106,8 +173,13 @@ std::shared_ptr<MatMulState> make_matmul(
       d = std::make_unique<dnnl::matmul::desc>(a, b_any, out);
     }
     dnnl::matmul::primitive_desc pd(*d, attr, dnnl_adapter::engine());
-    if (dnnl_adapter::is_reference(pd))
+    if (dnnl_adapter::is_reference(pd)) {
+      if (reference) {
+        *reference = true;
+        return st;
+      }
       ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
+    }
     st->prim = dnnl::matmul(pd);
     st->b = pd.weights_desc();
     st->scratch = pd.scratchpad_desc();
@@ -134,18 +206,24 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
 class DnnlMatMul final : public Kernel {
  public:
   explicit DnnlMatMul(const Node& n)
-      : act_(FusedActivation::of(n)), bf16_(n.attr_string("volt.compute", "") == "bf16") {}
+      : act_(FusedActivation::of(n)),
+        bf16_(n.attr_string("volt.compute", "") == "bf16"),
+        perms_(n) {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
-    const MatMulShapes s = matmul_shapes(ctx.shape(0), ctx.shape(1), ctx.node());
+    const Shape &a0 = ctx.shape(0), &b0 = ctx.shape(1);
+    const MatMulShapes s = matmul_shapes(permuted_shape(a0, perms_.a, ctx.node()),
+                                         permuted_shape(b0, perms_.b, ctx.node()), ctx.node());
     if (s.out.size() > 6 || numel_of(s.out) == 0 || s.k == 0) throw KernelUnsupported{"shape"};
+    // Folded Transposes need both operands' matrices as they are (no 1-D operand).
+    if (perms_.any() && (a0.size() < 2 || b0.size() < 2)) throw KernelUnsupported{"1-D operand"};
     check_epilogue(ctx, s.result);
-    ctx.set_output(0, ctx.dtype(0), s.result);
+    ctx.set_output(0, ctx.dtype(0), permuted_shape(s.result, perms_.y, ctx.node()));
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     // B shared by every batch (a linear layer): one [batch·M, K] × [K, N] product, which lets
     // oneDNN pack B and block over all rows at once.
     Shape a = s.a, b = s.b, out = s.out;
-    if (numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2) {
+    if (!perms_.any() && numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2) {
       a = {numel_of(s.a) / s.k, s.k};
       b = {s.k, s.n};
       out = {a[0], s.n};
@@ -163,13 +241,35 @@ class DnnlMatMul final : public Kernel {
     // bf16 arithmetic (precision = bf16) needs the weights constant: they are converted once.
     const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && ctx.input_tensor(1);
     const auto cdt = bf16 ? dnnl::memory::data_type::bf16 : dt;
-    auto st = make_matmul(ctx.node(), dnnl_adapter::plain_md(a, cdt), dnnl_adapter::plain_md(b, dt),
-                          dnnl_adapter::plain_md(out, dt), ctx.has_input(2) ? &bias_md : nullptr,
-                          ctx.input_tensor(1), 1.0f, ctx, &ops, cdt);
+    // Folded Transposes as strided descriptors; where oneDNN has only its reference kernel for
+    // those strides, made in the kernel, the product on plain operands.
+    auto build = [&](const FoldedTransposes& p, bool* reference) {
+      // Constant weights are packed from what `p` says they are: transposed first when the
+      // kernel makes their folded Transpose.
+      const Tensor* b_const = ctx.input_tensor(1);
+      Tensor b_transposed;
+      if (b_const && p.b.empty() && !perms_.b.empty()) {
+        b_transposed = permuted(*b_const, perms_.b);
+        b_const = &b_transposed;
+      }
+      return make_matmul(
+          ctx.node(), bf16 ? dnnl_adapter::plain_md(a, cdt) : permuted_md(a, a0, p.a, dt),
+          permuted_md(b, b0, p.b, dt), permuted_out_md(out, p.y, dt),
+          ctx.has_input(2) ? &bias_md : nullptr, b_const, 1.0f, ctx, &ops, cdt, reference);
+    };
+    bool reference = false;
+    auto st = build(perms_, perms_.any() ? &reference : nullptr);
+    if (reference) {
+      st = build(FoldedTransposes{}, nullptr);
+      st->transpose_a = !perms_.a.empty();
+      st->transpose_b = !perms_.b.empty();
+      st->transpose_y = !perms_.y.empty();
+    }
     st->sum = sum;
     if (bf16) {
       st->convert_a = true;
-      st->a_fp32 = dnnl_adapter::plain_md(a, dt);
+      st->a_fp32 =
+          st->transpose_a ? dnnl_adapter::plain_md(a, dt) : permuted_md(a, a0, perms_.a, dt);
       st->a_to_bf16 = dnnl_adapter::guarded(ctx.node(), [&] {
         return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_adapter::engine(), st->a_fp32,
                                                            dnnl_adapter::engine(), st->a));
@@ -183,7 +283,16 @@ class DnnlMatMul final : public Kernel {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
     if (st.sum) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
-    const void* a = ctx.input(0).raw();
+    Tensor a_t, b_t, y_t;  // folded Transposes made here (MatMulState::transpose_*)
+    if (st.transpose_a) a_t = permuted(ctx.input(0), perms_.a);
+    if (st.transpose_b) b_t = permuted(ctx.input(1), perms_.b);
+    if (st.transpose_y) {
+      Shape logical(y.shape().size());
+      for (size_t j = 0; j < perms_.y.size(); ++j)
+        logical[static_cast<size_t>(perms_.y[j])] = y.shape()[j];
+      y_t = allocate_tensor(y.dtype(), logical);
+    }
+    const void* a = st.transpose_a ? a_t.raw() : ctx.input(0).raw();
     if (st.convert_a) {
       void* converted = static_cast<char*>(ctx.scratch()) + st.a_offset;
       dnnl::memory src = dnnl_adapter::wrap(st.a_fp32, a),
@@ -191,8 +300,10 @@ class DnnlMatMul final : public Kernel {
       st.a_to_bf16.execute(dnnl_adapter::stream(), src, dst);
       a = converted;
     }
-    run_matmul(st, ctx, a, ctx.input(1).raw(), ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
-               y.raw());
+    run_matmul(st, ctx, a, st.transpose_b ? b_t.raw() : ctx.input(1).raw(),
+               ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
+               st.transpose_y ? y_t.raw() : y.raw());
+    if (st.transpose_y) permute_into(y_t, perms_.y, y);
     if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
       apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
   }
@@ -200,6 +311,7 @@ class DnnlMatMul final : public Kernel {
  private:
   FusedActivation act_;
   bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
+  FoldedTransposes perms_;
 };
 
 // --- Gemm: Y = alpha * A' B' + beta * C

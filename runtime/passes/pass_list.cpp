@@ -41,6 +41,7 @@ const std::vector<Pass>& optimization_passes() {
       // reference kernel would; on an accelerator the fused node saves the scores' round trips.
       {"fuse_attention", 2, fuse_attention, [](const SessionOptions& o) { return !on_cpu(o); }},
       {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue, on_cpu},
+      {"fold_transpose_into_matmul", 2, fold_transpose_into_matmul, on_cpu},
       // Channels-last between convolutions: oneDNN's preferred layout on the CPU, and the one
       // cuDNN's fp16 tensor-core convolutions read without transposing.
       {"use_channels_last", 2, use_channels_last,

@@ -33,6 +33,7 @@ Graph fuse_gelu(const Graph& graph);
 Graph fuse_layer_norm(const Graph& graph);
 Graph fuse_attention(const Graph& graph);
 Graph fuse_matmul_epilogue(const Graph& graph);
+Graph fold_transpose_into_matmul(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
 Graph use_channels_last(const Graph& graph);

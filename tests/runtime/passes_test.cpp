@@ -177,6 +177,47 @@ TEST(Passes, DropoutThatDropsNothingGoes) {
   EXPECT_EQ(count_op(remove_identities(load(model(0.3f, false))), "Dropout"), 1);
 }
 
+// Attention as exporters write it: heads split by Reshape + Transpose before Q·Kᵀ (K's
+// Transpose straight to [B, H, D, S]), joined by Transpose + Reshape after scores·V. Every
+// Transpose folds into its MatMul (strided operands and output, on oneDNN's kernels), with the
+// unoptimized graph's answer; one also read elsewhere stays.
+TEST(Passes, AttentionTransposesFoldIntoTheMatMuls) {
+  const int64_t b = 2, s = 7, h = 3, d = 8;
+  ModelBuilder mb(13);
+  std::mt19937 rng(21);
+  for (const char* v : {"q", "k", "v"}) mb.input(v, 1, {b, s, h * d});
+  mb.output("y", 1, {b, s, h * d}).output("kt_out", 1, {b, h, d, s});
+  mb.initializer_i64("heads", {4}, {b, s, h, d}).initializer_i64("joined", {3}, {b, s, h * d});
+  auto transpose = [&](const std::string& in, const std::string& out, std::vector<int64_t> perm) {
+    mb.node("Transpose", {in}, {out}, [perm](auto& n) { ModelBuilder::set_ints(n, "perm", perm); });
+  };
+  for (const char* v : {"q", "k", "v"}) mb.node("Reshape", {v, "heads"}, {std::string(v) + "4"});
+  transpose("q4", "qt", {0, 2, 1, 3});
+  transpose("k4", "kt", {0, 2, 3, 1});
+  transpose("v4", "vt", {0, 2, 1, 3});
+  mb.node("MatMul", {"qt", "kt"}, {"scores"});
+  mb.node("Softmax", {"scores"}, {"p"}, [](auto& n) { ModelBuilder::set_int(n, "axis", -1); });
+  mb.node("MatMul", {"p", "vt"}, {"ctx"});
+  transpose("ctx", "ctxt", {0, 2, 1, 3});
+  mb.node("Reshape", {"ctxt", "joined"}, {"y"});
+  mb.node("Identity", {"kt"}, {"kt_out"});  // K's transpose is read elsewhere too
+  const std::string bytes = mb.bytes();
+  const Graph g = fold_transpose_into_matmul(load(bytes));
+  EXPECT_EQ(count_op(g, "Transpose"), 1);  // K's
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  NamedValues feeds;
+  for (const char* v : {"q", "k", "v"}) feeds.emplace_back(v, random_tensor({b, s, h * d}, rng));
+  RunProfile profile;
+  opt.run(feeds, {}, {.profile = &profile});
+  int transposes = 0;
+  for (const ProfileEvent& e : profile.events) {
+    transposes += e.op == "Transpose";
+    EXPECT_TRUE(e.reference.empty()) << e.node << ": " << e.reference;
+  }
+  EXPECT_EQ(transposes, 1);
+  expect_same_as_unoptimized(bytes, feeds, 1e-5f);
+}
+
 // ConvNeXt's block: a depthwise 7x7 convolution whose X arrives channels-last (the Transpose
 // back from its LayerNorm/MatMul stage) in a region stored in blocks. Forced onto those layouts
 // oneDNN has only its reference convolution; the kernel lets it choose and stages instead.

@@ -97,6 +97,18 @@ void expect_close(const Tensor& want, const Tensor& got, double rtol) {
     ASSERT_NEAR(want.data<float>()[i], got.data<float>()[i], rtol * scale) << "element " << i;
 }
 
+// Every QuantizedConv ran on oneDNN's primitive, not the reference loop.
+void expect_convolutions_on_onednn(const std::string& bytes, const NamedValues& feeds) {
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  RunProfile profile;
+  s.run(feeds, {}, {.profile = &profile});
+  for (const ProfileEvent& e : profile.events) {
+    if (e.op == "QuantizedConv") {
+      EXPECT_EQ(e.reference, "") << e.node;
+    }
+  }
+}
+
 void conv_geometry(onnx::NodeProto& n) {
   ModelBuilder::set_int(n, "group", 2);
   ModelBuilder::set_ints(n, "pads", {1, 0, 2, 1});
@@ -318,15 +330,7 @@ TEST(QuantizedLowering, QdqResidualBlockReadsAndWrites8Bits) {
     } else {
       expect_close(want, got, 1e-5);
     }
-    // On oneDNN's primitive (an 8-bit binary post-op), not the reference loop.
-    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
-    RunProfile profile;
-    s.run(feeds, {}, {.profile = &profile});
-    for (const ProfileEvent& e : profile.events) {
-      if (e.op == "QuantizedConv") {
-        EXPECT_EQ(e.reference, "") << e.node;
-      }
-    }
+    expect_convolutions_on_onednn(bytes, feeds);  // an 8-bit residual post-op too
   }
 }
 
@@ -360,14 +364,7 @@ TEST(QuantizedLowering, ConstantZeroPointsFoldOutOfThePrimitive) {
     const NamedValues feeds = {{"x", float_tensor({2, 6, 9, 8}, rng, -1, 4)}};
     auto [want, got] = unoptimized_and_optimized(bytes, feeds);
     expect_within_one_step(want, got);
-    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
-    RunProfile profile;
-    s.run(feeds, {}, {.profile = &profile});
-    for (const ProfileEvent& e : profile.events) {
-      if (e.op == "QuantizedConv") {
-        EXPECT_EQ(e.reference, "") << e.node;
-      }
-    }
+    expect_convolutions_on_onednn(bytes, feeds);
   }
 }
 

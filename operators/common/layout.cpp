@@ -167,4 +167,38 @@ void write_stored(const Tensor& channels_first, StoredLayout layout, Tensor& sto
   convert_layout(channels_first, layout, true, stored);
 }
 
+std::vector<int64_t> resolve_perm(const std::vector<int64_t>& perm, size_t rank, const Node& node) {
+  if (perm.empty()) {
+    std::vector<int64_t> p(rank);
+    for (size_t i = 0; i < rank; ++i) p[i] = static_cast<int64_t>(rank - 1 - i);
+    return p;
+  }
+  VOLT_CHECK(perm.size() == rank, InvalidArgument,
+             node.describe() + ": perm has " + std::to_string(perm.size()) +
+                 " entries for an input of rank " + std::to_string(rank));
+  std::vector<char> seen(rank, 0);
+  std::vector<int64_t> p;
+  for (int64_t a : perm) {
+    const int64_t ax = normalize_axis(a, static_cast<int64_t>(rank), node);
+    VOLT_CHECK(!seen[ax], InvalidModel,
+               node.describe() + ": perm repeats axis " + std::to_string(a));
+    seen[ax] = 1;
+    p.push_back(ax);
+  }
+  return p;
+}
+
+Shape permuted_shape(const Shape& shape, const std::vector<int64_t>& perm) {
+  Shape out;
+  for (int64_t p : perm) out.push_back(shape[static_cast<size_t>(p)]);
+  return out;
+}
+
+std::vector<int64_t> permuted_strides(const Shape& shape, const std::vector<int64_t>& perm) {
+  const std::vector<int64_t> in = strides_of(shape);
+  std::vector<int64_t> out;
+  for (int64_t p : perm) out.push_back(in[static_cast<size_t>(p)]);
+  return out;
+}
+
 }  // namespace volt

@@ -42,6 +42,15 @@ void read_channels_first(const Tensor& stored, StoredLayout layout, Tensor& out)
 Tensor channels_first_copy(const Tensor& stored, StoredLayout layout);
 void write_stored(const Tensor& channels_first, StoredLayout layout, Tensor& stored);
 
+// Transpose's perm for an input of `rank`: reversed axes when `perm` is empty, negative axes
+// normalized; InvalidArgument / InvalidModel naming the node when it is no permutation.
+std::vector<int64_t> resolve_perm(const std::vector<int64_t>& perm, size_t rank, const Node& node);
+// `shape` permuted (out[i] = shape[perm[i]]), and the strides that read a row-major value of
+// `shape` in that order: the transposed view Transpose's reorder and MatMul's folded
+// Transposes read.
+Shape permuted_shape(const Shape& shape, const std::vector<int64_t>& perm);
+std::vector<int64_t> permuted_strides(const Shape& shape, const std::vector<int64_t>& perm);
+
 // out[i0, i1, …] = in[i_perm…]: out has the permuted shape of `in`. The one strided copy behind
 // Transpose and the channels-last fallbacks.
 void permute_into(const Tensor& in, const std::vector<int64_t>& perm, Tensor& out);

@@ -4,6 +4,7 @@
 // (input 3), run as oneDNN bias and post-ops; and folded Transposes (fold_transpose_into_matmul:
 // volt.perm_a, volt.perm_b, volt.perm_y), read and written through strided descriptors.
 #include <cstring>
+#include <optional>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
@@ -17,58 +18,54 @@
 namespace volt {
 namespace {
 
-// The Transposes folded into a MatMul: operand A is input 0 read through perm_a, and so on;
-// empty where none was.
+// The Transposes folded into a MatMul (volt.perm_a, volt.perm_b, volt.perm_y) as Transpose
+// resolves them: operand A is input 0 read through `a`, and so on; empty where none was folded.
 struct FoldedTransposes {
   std::vector<int64_t> a, b, y;
-  FoldedTransposes() = default;
-  explicit FoldedTransposes(const Node& n)
-      : a(n.attr_ints("volt.perm_a")),
-        b(n.attr_ints("volt.perm_b")),
-        y(n.attr_ints("volt.perm_y")) {}
   bool any() const { return !a.empty() || !b.empty() || !y.empty(); }
 };
 
-// `s` permuted: out[i] = s[perm[i]]; InvalidModel when perm is not a permutation of its axes.
-Shape permuted_shape(const Shape& s, const std::vector<int64_t>& perm, const Node& node) {
-  if (perm.empty()) return s;
-  std::vector<char> seen(s.size(), 0);
-  VOLT_CHECK(perm.size() == s.size(), InvalidModel,
-             node.describe() + ": a folded Transpose's perm does not match rank " +
-                 std::to_string(s.size()));
-  Shape out(s.size());
-  for (size_t i = 0; i < perm.size(); ++i) {
-    VOLT_CHECK(perm[i] >= 0 && perm[i] < static_cast<int64_t>(s.size()) && !seen[perm[i]],
-               InvalidModel, node.describe() + ": a folded Transpose's perm is no permutation");
-    seen[perm[i]] = 1;
-    out[i] = s[perm[i]];
-  }
-  return out;
+std::vector<int64_t> folded_perm(const Node& n, const char* key, size_t rank) {
+  const std::vector<int64_t> perm = n.attr_ints(key);
+  return perm.empty() ? perm : resolve_perm(perm, rank, n);
 }
 
-// A's (or B's) descriptor: the logical `dims` (rank-equalized) of `stored` read through `perm`.
-dnnl::memory::desc permuted_md(const Shape& dims, const Shape& stored,
-                               const std::vector<int64_t>& perm, dnnl::memory::data_type dt) {
-  if (perm.empty()) return dnnl_adapter::plain_md(dims, dt);
-  const std::vector<int64_t> strides = strides_of(stored);
-  std::vector<int64_t> logical(dims.size(), 0);
-  const size_t lead = dims.size() - stored.size();  // leading axes of size 1
-  for (size_t i = 0; i < stored.size(); ++i)
-    logical[lead + i] = strides[static_cast<size_t>(perm[i])];
-  for (size_t i = 0; i < lead; ++i) logical[i] = numel_of(stored);
-  return dnnl_adapter::strided_md(dims, logical, dt);
+// The folded Transposes and the product's shapes (operands as read through theirs).
+struct FoldedProduct {
+  FoldedTransposes perms;
+  MatMulShapes shapes;
+  Shape y;  // as stored: the product's result through perms.y
+};
+FoldedProduct folded_product(const Node& n, const Shape& a, const Shape& b) {
+  FoldedProduct p;
+  p.perms.a = folded_perm(n, "volt.perm_a", a.size());
+  p.perms.b = folded_perm(n, "volt.perm_b", b.size());
+  p.shapes = matmul_shapes(p.perms.a.empty() ? a : permuted_shape(a, p.perms.a),
+                           p.perms.b.empty() ? b : permuted_shape(b, p.perms.b), n);
+  p.perms.y = folded_perm(n, "volt.perm_y", p.shapes.result.size());
+  p.y = p.perms.y.empty() ? p.shapes.result : permuted_shape(p.shapes.result, p.perms.y);
+  return p;
 }
 
-// Y's descriptor: logical `dims`, stored permuted by `perm` (stored axis j is logical perm[j]).
-dnnl::memory::desc permuted_out_md(const Shape& dims, const std::vector<int64_t>& perm,
-                                   dnnl::memory::data_type dt) {
+// An operand's descriptor: the logical `dims` (rank-equalized, leading axes of size 1) of a
+// row-major value of `stored` read through `perm`.
+dnnl::memory::desc operand_md(const Shape& dims, const Shape& stored,
+                              const std::vector<int64_t>& perm, dnnl::memory::data_type dt) {
   if (perm.empty()) return dnnl_adapter::plain_md(dims, dt);
-  Shape stored(dims.size());
-  for (size_t j = 0; j < perm.size(); ++j) stored[j] = dims[static_cast<size_t>(perm[j])];
-  const std::vector<int64_t> st = strides_of(stored);
-  std::vector<int64_t> logical(dims.size());
-  for (size_t j = 0; j < perm.size(); ++j) logical[static_cast<size_t>(perm[j])] = st[j];
-  return dnnl_adapter::strided_md(dims, logical, dt);
+  std::vector<int64_t> strides = permuted_strides(stored, perm);
+  strides.insert(strides.begin(), dims.size() - stored.size(), numel_of(stored));
+  return dnnl_adapter::strided_md(dims, strides, dt);
+}
+
+// Y's descriptor: logical `dims` written as a row-major value of dims permuted by `perm` (stored
+// axis j is logical axis perm[j]).
+dnnl::memory::desc result_md(const Shape& dims, const std::vector<int64_t>& perm,
+                             dnnl::memory::data_type dt) {
+  if (perm.empty()) return dnnl_adapter::plain_md(dims, dt);
+  const std::vector<int64_t> stored = strides_of(permuted_shape(dims, perm));
+  std::vector<int64_t> strides(dims.size());
+  for (size_t j = 0; j < perm.size(); ++j) strides[static_cast<size_t>(perm[j])] = stored[j];
+  return dnnl_adapter::strided_md(dims, strides, dt);
 }
 
 template <class T>
@@ -94,38 +91,35 @@ void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
 
 class MatMulRef final : public Kernel {
  public:
-  explicit MatMulRef(const Node& n) : act_(FusedActivation::of(n)), perms_(n) {}
+  explicit MatMulRef(const Node& n) : act_(FusedActivation::of(n)) {}
   void infer(InferContext& ctx) const override {
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
                ctx.node().describe() + ": operands must share one dtype");
-    const Shape y = matmul_shapes(permuted_shape(ctx.shape(0), perms_.a, ctx.node()),
-                                  permuted_shape(ctx.shape(1), perms_.b, ctx.node()), ctx.node())
-                        .result;
-    check_epilogue(ctx, y);
-    ctx.set_output(0, ctx.dtype(0), permuted_shape(y, perms_.y, ctx.node()));
+    const FoldedProduct p = folded_product(ctx.node(), ctx.shape(0), ctx.shape(1));
+    check_epilogue(ctx, p.shapes.result);
+    ctx.set_output(0, ctx.dtype(0), p.y);
   }
   void run(RunContext& ctx) const override {
     // Folded Transposes: the operands transposed first, Y written transposed after.
-    const Tensor a = perms_.a.empty() ? ctx.input(0) : permuted(ctx.input(0), perms_.a);
-    const Tensor b = perms_.b.empty() ? ctx.input(1) : permuted(ctx.input(1), perms_.b);
-    const MatMulShapes s = matmul_shapes(a.shape(), b.shape(), ctx.node());
-    Tensor y = perms_.y.empty() ? ctx.output(0) : allocate_tensor(a.dtype(), s.result);
+    const FoldedProduct p = folded_product(ctx.node(), ctx.input(0).shape(), ctx.input(1).shape());
+    const Tensor a = p.perms.a.empty() ? ctx.input(0) : permuted(ctx.input(0), p.perms.a);
+    const Tensor b = p.perms.b.empty() ? ctx.input(1) : permuted(ctx.input(1), p.perms.b);
+    Tensor y = p.perms.y.empty() ? ctx.output(0) : allocate_tensor(a.dtype(), p.shapes.result);
     dispatch_numeric(a.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (std::is_same_v<T, bool>)
         ctx.error("does not apply to bool");
       else
-        reference_matmul<T>(s, static_cast<const T*>(a.raw()), static_cast<const T*>(b.raw()),
-                            static_cast<T*>(y.raw()));
+        reference_matmul<T>(p.shapes, static_cast<const T*>(a.raw()),
+                            static_cast<const T*>(b.raw()), static_cast<T*>(y.raw()));
     });
     apply_epilogue(y, ctx.has_input(2) ? &ctx.input(2) : nullptr, act_,
                    ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
-    if (!perms_.y.empty()) permute_into(y, perms_.y, ctx.output(0));
+    if (!p.perms.y.empty()) permute_into(y, p.perms.y, ctx.output(0));
   }
 
  private:
   FusedActivation act_;
-  FoldedTransposes perms_;
 };
 
 // --- oneDNN
@@ -136,14 +130,14 @@ struct MatMulState {
   Tensor packed_b;  // weights reordered once, when constant
   bool has_bias = false;
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
-  // bf16 arithmetic on an fp32 A: A is converted into the scratch (at a_offset) first.
-  bool convert_a = false;
-  dnnl::reorder a_to_bf16;
-  dnnl::memory::desc a_fp32;
-  size_t a_offset = 0;
-  // Folded Transposes oneDNN only has its reference kernel for, strided so (ConvNeXt's
-  // channels-first to channels-last): those operands (and Y) are transposed in the kernel.
-  bool transpose_a = false, transpose_b = false, transpose_y = false;
+  // Operands (and Y) the primitive reads in another layout or type than the graph holds them:
+  // bf16 arithmetic on an fp32 A, and folded Transposes oneDNN has only its reference kernel
+  // for (ConvNeXt's channels-first to channels-last), copied by a prepared reorder into the
+  // scratch at the offset (Y out of it).
+  struct Staged {
+    std::optional<dnnl_adapter::PreparedReorder> copy;
+    size_t offset = 0;
+  } stage_a, stage_b, stage_y;
 };
 
 // Builds the primitive; `b_const` (may be null; input 1 of the node) is reordered into the
@@ -206,24 +200,22 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
 class DnnlMatMul final : public Kernel {
  public:
   explicit DnnlMatMul(const Node& n)
-      : act_(FusedActivation::of(n)),
-        bf16_(n.attr_string("volt.compute", "") == "bf16"),
-        perms_(n) {}
+      : act_(FusedActivation::of(n)), bf16_(n.attr_string("volt.compute", "") == "bf16") {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
     const Shape &a0 = ctx.shape(0), &b0 = ctx.shape(1);
-    const MatMulShapes s = matmul_shapes(permuted_shape(a0, perms_.a, ctx.node()),
-                                         permuted_shape(b0, perms_.b, ctx.node()), ctx.node());
+    const FoldedProduct p = folded_product(ctx.node(), a0, b0);
+    const MatMulShapes& s = p.shapes;
     if (s.out.size() > 6 || numel_of(s.out) == 0 || s.k == 0) throw KernelUnsupported{"shape"};
     // Folded Transposes need both operands' matrices as they are (no 1-D operand).
-    if (perms_.any() && (a0.size() < 2 || b0.size() < 2)) throw KernelUnsupported{"1-D operand"};
+    if (p.perms.any() && (a0.size() < 2 || b0.size() < 2)) throw KernelUnsupported{"1-D operand"};
     check_epilogue(ctx, s.result);
-    ctx.set_output(0, ctx.dtype(0), permuted_shape(s.result, perms_.y, ctx.node()));
+    ctx.set_output(0, ctx.dtype(0), p.y);
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     // B shared by every batch (a linear layer): one [batch·M, K] × [K, N] product, which lets
     // oneDNN pack B and block over all rows at once.
     Shape a = s.a, b = s.b, out = s.out;
-    if (!perms_.any() && numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2) {
+    if (!p.perms.any() && numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2) {
       a = {numel_of(s.a) / s.k, s.k};
       b = {s.k, s.n};
       out = {a[0], s.n};
@@ -239,71 +231,58 @@ class DnnlMatMul final : public Kernel {
     const bool sum = ctx.has_input(3) && ctx.shape(3) == s.result;
     if (sum) ops.append_sum(1.0f);
     // bf16 arithmetic (precision = bf16) needs the weights constant: they are converted once.
-    const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && ctx.input_tensor(1);
+    const Tensor* b_const = ctx.input_tensor(1);
+    const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && b_const;
     const auto cdt = bf16 ? dnnl::memory::data_type::bf16 : dt;
-    // Folded Transposes as strided descriptors; where oneDNN has only its reference kernel for
-    // those strides, made in the kernel, the product on plain operands.
-    auto build = [&](const FoldedTransposes& p, bool* reference) {
-      // Constant weights are packed from what `p` says they are: transposed first when the
-      // kernel makes their folded Transpose.
-      const Tensor* b_const = ctx.input_tensor(1);
-      Tensor b_transposed;
-      if (b_const && p.b.empty() && !perms_.b.empty()) {
-        b_transposed = permuted(*b_const, perms_.b);
-        b_const = &b_transposed;
-      }
-      return make_matmul(
-          ctx.node(), bf16 ? dnnl_adapter::plain_md(a, cdt) : permuted_md(a, a0, p.a, dt),
-          permuted_md(b, b0, p.b, dt), permuted_out_md(out, p.y, dt),
-          ctx.has_input(2) ? &bias_md : nullptr, b_const, 1.0f, ctx, &ops, cdt, reference);
+    // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
+    const dnnl::memory::desc a_md = operand_md(a, a0, p.perms.a, dt),
+                             b_md = operand_md(b, b0, p.perms.b, dt),
+                             y_md = result_md(out, p.perms.y, dt);
+    // The primitive on those; where oneDNN has only its reference kernel for their strides, on
+    // plain copies (constant weights are packed from their strides either way).
+    auto build = [&](bool strided, bool* reference) {
+      return make_matmul(ctx.node(), strided && !bf16 ? a_md : dnnl_adapter::plain_md(a, cdt),
+                         strided || b_const ? b_md : dnnl_adapter::plain_md(b, dt),
+                         strided ? y_md : dnnl_adapter::plain_md(out, dt),
+                         ctx.has_input(2) ? &bias_md : nullptr, b_const, 1.0f, ctx, &ops, cdt,
+                         reference);
     };
     bool reference = false;
-    auto st = build(perms_, perms_.any() ? &reference : nullptr);
-    if (reference) {
-      st = build(FoldedTransposes{}, nullptr);
-      st->transpose_a = !perms_.a.empty();
-      st->transpose_b = !perms_.b.empty();
-      st->transpose_y = !perms_.y.empty();
-    }
+    auto st = build(true, p.perms.any() ? &reference : nullptr);
+    if (reference) st = build(false, nullptr);
     st->sum = sum;
-    if (bf16) {
-      st->convert_a = true;
-      st->a_fp32 =
-          st->transpose_a ? dnnl_adapter::plain_md(a, dt) : permuted_md(a, a0, perms_.a, dt);
-      st->a_to_bf16 = dnnl_adapter::guarded(ctx.node(), [&] {
-        return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_adapter::engine(), st->a_fp32,
-                                                           dnnl_adapter::engine(), st->a));
+    size_t bytes = st->scratch.get_size();
+    auto stage = [&](MatMulState::Staged& staged, const dnnl::memory::desc& graph,
+                     const dnnl::memory::desc& primitive, bool into_primitive) {
+      if (graph == primitive) return;
+      staged.copy = dnnl_adapter::guarded(ctx.node(), [&] {
+        return into_primitive ? dnnl_adapter::PreparedReorder(graph, primitive)
+                              : dnnl_adapter::PreparedReorder(primitive, graph);
       });
-      st->a_offset = dnnl_adapter::align64(st->scratch.get_size());
-      ctx.request_scratch(st->a_offset + st->a.get_size());
-    }
+      staged.offset = dnnl_adapter::align64(bytes);
+      bytes = staged.offset + primitive.get_size();
+    };
+    stage(st->stage_a, a_md, st->a, true);
+    if (!b_const) stage(st->stage_b, b_md, st->b, true);
+    stage(st->stage_y, y_md, st->out, false);
+    ctx.request_scratch(bytes);
     ctx.set_state(st);
   }
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
     if (st.sum) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
-    Tensor a_t, b_t, y_t;  // folded Transposes made here (MatMulState::transpose_*)
-    if (st.transpose_a) a_t = permuted(ctx.input(0), perms_.a);
-    if (st.transpose_b) b_t = permuted(ctx.input(1), perms_.b);
-    if (st.transpose_y) {
-      Shape logical(y.shape().size());
-      for (size_t j = 0; j < perms_.y.size(); ++j)
-        logical[static_cast<size_t>(perms_.y[j])] = y.shape()[j];
-      y_t = allocate_tensor(y.dtype(), logical);
-    }
-    const void* a = st.transpose_a ? a_t.raw() : ctx.input(0).raw();
-    if (st.convert_a) {
-      void* converted = static_cast<char*>(ctx.scratch()) + st.a_offset;
-      dnnl::memory src = dnnl_adapter::wrap(st.a_fp32, a),
-                   dst = dnnl_adapter::wrap(st.a, converted);
-      st.a_to_bf16.execute(dnnl_adapter::stream(), src, dst);
-      a = converted;
-    }
-    run_matmul(st, ctx, a, st.transpose_b ? b_t.raw() : ctx.input(1).raw(),
-               ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
-               st.transpose_y ? y_t.raw() : y.raw());
-    if (st.transpose_y) permute_into(y_t, perms_.y, y);
+    char* scratch = static_cast<char*>(ctx.scratch());
+    auto in = [&](const MatMulState::Staged& staged, const Tensor& t) -> const void* {
+      if (!staged.copy) return t.raw();
+      (*staged.copy)(t.raw(), scratch + staged.offset);
+      return scratch + staged.offset;
+    };
+    const void* a = in(st.stage_a, ctx.input(0));
+    const void* b = in(st.stage_b, ctx.input(1));
+    void* out = st.stage_y.copy ? scratch + st.stage_y.offset : y.raw();
+    run_matmul(st, ctx, a, b, ctx.has_input(2) ? ctx.input(2).raw() : nullptr, out);
+    if (st.stage_y.copy) (*st.stage_y.copy)(out, y.raw());
     if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
       apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
   }
@@ -311,7 +290,6 @@ class DnnlMatMul final : public Kernel {
  private:
   FusedActivation act_;
   bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
-  FoldedTransposes perms_;
 };
 
 // --- Gemm: Y = alpha * A' B' + beta * C

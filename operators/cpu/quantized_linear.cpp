@@ -213,6 +213,19 @@ class QuantizedLinear {
       steps.push_back({Step::Kind::AddResidual, 1, 0, {}});
       steps.push_back({Step::Kind::Linear, st.a, -st.a * st.b, {}});
     }
+    const auto zy = constant_zero_point(ctx, kYZeroPoint);
+    if (zy && *zy != 0) steps.push_back({Step::Kind::Linear, 1, static_cast<float>(*zy), {}});
+    // Adjacent affine steps as one: (a1·v + b1)·a2 + b2.
+    for (size_t i = 1; i < steps.size();) {
+      Step& prev = steps[i - 1];
+      if (prev.kind == Step::Kind::Linear && steps[i].kind == Step::Kind::Linear) {
+        prev.b = prev.b * steps[i].a + steps[i].b;
+        prev.a *= steps[i].a;
+        steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
     std::vector<float> scales = scales_;
     size_t first = 0;
     if (!steps.empty() && steps[0].kind == Step::Kind::Linear && steps[0].b == 0.0f) {
@@ -221,9 +234,7 @@ class QuantizedLinear {
     }
     attr.set_output_scales(scales.size() > 1 ? channel_mask : 0, scales);
     args.src_zero_point = zero_point_needed(ctx, kXZeroPoint) && args.x_compensation.empty();
-    const auto zy = constant_zero_point(ctx, kYZeroPoint);
     args.dst_zero_point = !zy;
-    if (zy && *zy != 0) steps.push_back({Step::Kind::Linear, 1, static_cast<float>(*zy), {}});
     if (args.src_zero_point) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     if (args.dst_zero_point) attr.set_zero_points(DNNL_ARG_DST, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::post_ops ops;
@@ -317,7 +328,8 @@ class QuantizedLinear {
   void add_runtime_args(const RunContext& ctx, std::unordered_map<int, dnnl::memory>& args,
                         const dnnl::memory::desc& scalar, const dnnl::memory::desc& bias_md,
                         float* bias, int32_t (&zps)[2], const PrimitiveArgs& post,
-                        const dnnl::memory::desc* residual_md = nullptr) const {
+                        const dnnl::memory::desc* residual_md = nullptr,
+                        const void* residual = nullptr) const {
     static const dnnl::memory::desc one_s32({1}, dnnl::memory::data_type::s32,
                                             dnnl::memory::format_tag::x);
     if (post.src_zero_point) {
@@ -333,7 +345,7 @@ class QuantizedLinear {
                    dnnl_adapter::wrap(scalar, ctx.input(kMultiplier).raw()));
     if (residual_md && post.residual >= 0)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post.residual) | DNNL_ARG_SRC_1,
-                   dnnl_adapter::wrap(*residual_md, ctx.input(kResidual).raw()));
+                   dnnl_adapter::wrap(*residual_md, residual));
     for (const auto& [index, value] : post.constants)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
                    dnnl_adapter::wrap(scalar, &value));
@@ -408,6 +420,8 @@ struct QConvState {
   dnnl_adapter::Staged src, dst;  // the graph's layouts <-> the primitive's
   bool has_residual = false;
   bool residual_in_dst = false;  // added by the sum post-op: copied into Y before the run
+  size_t residual_offset = 0;    // else a copy of it, when Y took its buffer
+  size_t x_offset = 0;  // a copy of X when Y took the residual's buffer and X is the residual
   PrimitiveArgs post;
   size_t bias_offset = 0;
   Tensor packed_weights;
@@ -572,6 +586,14 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       st->dst = dnnl_adapter::Staged(plain_dst, pd.dst_desc(), false, total);
       st->bias_offset = dnnl_adapter::align64(total);
       total = st->bias_offset + st->bias.get_size();
+      if (st->has_residual && !st->residual_in_dst) {
+        st->residual_offset = dnnl_adapter::align64(total);
+        total = st->residual_offset + st->residual.get_size();
+      }
+      if (st->has_residual && !st->src.needed) {
+        st->x_offset = dnnl_adapter::align64(total);
+        total = st->x_offset + plain_src.get_size();
+      }
       st->packed_weights = dnnl_adapter::pack_constant(
           ctx, kW, *ctx.input_tensor(kW),
           dnnl_adapter::plain_md(wshape, dnnl::memory::data_type::s8), st->weights);
@@ -583,16 +605,30 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
   void run_dnnl(const QConvState& st, RunContext& ctx) const {
     char* scratch = static_cast<char*>(ctx.scratch());
     void* y = ctx.output(0).raw();
+    // Conv(x) + x: Y may have taken the buffer of the residual, which is X; X is read from a copy
+    // (a staged X is one already).
+    const void* x = ctx.input(kX).raw();
+    if (x == y && !st.src.needed) {
+      std::memcpy(scratch + st.x_offset, x, ctx.input(kX).nbytes());
+      x = scratch + st.x_offset;
+    }
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, st.src.in(ctx.input(kX).raw(), scratch)},
+        {DNNL_ARG_SRC, st.src.in(x, scratch)},
         {DNNL_ARG_DST, st.dst.out(y, scratch)},
         {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw())}};
+    // The residual: in Y for the sum post-op (already there when Y took its buffer); for the
+    // binary post-op, read from a copy when Y took its buffer, which the primitive overwrites.
+    const void* residual = st.has_residual ? ctx.input(kResidual).raw() : nullptr;
+    const size_t residual_bytes = st.has_residual ? ctx.input(kResidual).nbytes() : 0;
+    if (st.residual_in_dst && residual != y) std::memcpy(y, residual, residual_bytes);
+    if (st.has_residual && !st.residual_in_dst && residual == y) {
+      std::memcpy(scratch + st.residual_offset, residual, residual_bytes);
+      residual = scratch + st.residual_offset;
+    }
     int32_t zps[2] = {0, 0};
     add_runtime_args(ctx, args, st.scalar, st.bias,
                      reinterpret_cast<float*>(scratch + st.bias_offset), zps, st.post,
-                     st.has_residual ? &st.residual : nullptr);
-    if (st.residual_in_dst && ctx.input(kResidual).raw() != y)
-      std::memcpy(y, ctx.input(kResidual).raw(), ctx.input(kResidual).nbytes());
+                     st.has_residual ? &st.residual : nullptr, residual);
     dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
     st.dst.finish(y, scratch);
   }
@@ -693,7 +729,12 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(quantized_conv, volt_kernel("QuantizedConv", make_kernel<QuantizedConv>));
+// Y may take the residual's buffer when the residual dies here: the sum post-op then finds it in
+// Y with no copy.
+VOLT_REGISTER_KERNEL(quantized_conv, {.domain = kVoltDomain,
+                                      .op = "QuantizedConv",
+                                      .inplace_input = kResidual,
+                                      .create = make_kernel<QuantizedConv>});
 VOLT_REGISTER_KERNEL(quantized_matmul,
                      volt_kernel("QuantizedMatMul", make_kernel<QuantizedMatMul>));
 

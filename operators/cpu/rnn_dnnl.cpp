@@ -119,18 +119,27 @@ Tensor packed(const Tensor& plain, const dnnl::memory::desc& plain_md,
   return out;
 }
 
-// The weights in the layouts `layer` and `iter` a primitive reads.
-RecurrentState::Weights pack_weights(const Geometry& g, const RecurrentSpec& spec,
-                                     const dnnl::memory::desc& layer,
-                                     const dnnl::memory::desc& iter, const Tensor& w,
-                                     const Tensor& r, const Tensor* b, const Tensor* p) {
-  const int64_t dirs = spec.dirs, gates = gate_count(spec.cell), in = g.in, h = g.hidden;
+// The node's weights in oneDNN's plain layouts and gate order (W and R as ldigo).
+RecurrentState::Weights plain_weights(const Geometry& g, const RecurrentSpec& spec, const Tensor& w,
+                                      const Tensor& r, const Tensor* b, const Tensor* p) {
   RecurrentState::Weights out;
-  const Tensor wl = ldigo(w, spec.cell, dirs, in, h), wi = ldigo(r, spec.cell, dirs, h, h);
-  out.layer = packed(wl, dnnl::memory::desc({1, dirs, in, gates, h}, f32, tag::ldigo), layer);
-  out.iter = packed(wi, dnnl::memory::desc({1, dirs, h, gates, h}, f32, tag::ldigo), iter);
-  out.bias = bias_ldgo(b, spec.cell, g.lbr, dirs, h);
-  if (p) out.peephole = peephole_ldgo(*p, dirs, h);
+  out.layer = ldigo(w, spec.cell, spec.dirs, g.in, g.hidden);
+  out.iter = ldigo(r, spec.cell, spec.dirs, g.hidden, g.hidden);
+  out.bias = bias_ldgo(b, spec.cell, g.lbr, spec.dirs, g.hidden);
+  if (p) out.peephole = peephole_ldgo(*p, spec.dirs, g.hidden);
+  return out;
+}
+
+// Plain weights in the layouts `layer` and `iter` a primitive reads (bias and peepholes as
+// they are).
+RecurrentState::Weights packed_for(const RecurrentState::Weights& plain, const Geometry& g,
+                                   const RecurrentSpec& spec, const dnnl::memory::desc& layer,
+                                   const dnnl::memory::desc& iter) {
+  const int64_t dirs = spec.dirs, gates = gate_count(spec.cell), h = g.hidden;
+  RecurrentState::Weights out = plain;
+  out.layer =
+      packed(plain.layer, dnnl::memory::desc({1, dirs, g.in, gates, h}, f32, tag::ldigo), layer);
+  out.iter = packed(plain.iter, dnnl::memory::desc({1, dirs, h, gates, h}, f32, tag::ldigo), iter);
   return out;
 }
 
@@ -289,8 +298,12 @@ void place_outputs(RecurrentState& st, const RecurrentSpec& spec, size_t& bytes)
   if (spec.cell == Cell::Lstm) bytes += dnnl_adapter::align64(st.g.dst_iter.get_size());
 }
 
-const Tensor* optional_input(InferContext& ctx, size_t i) {
-  return ctx.has_input(i) ? ctx.input_tensor(i) : nullptr;
+// The constant weights of the node (Geometry::constant_weights), plain.
+RecurrentState::Weights constant_weights(InferContext& ctx, const Geometry& g,
+                                         const RecurrentSpec& spec) {
+  return plain_weights(g, spec, *ctx.input_tensor(1), *ctx.input_tensor(2),
+                       ctx.has_input(3) ? ctx.input_tensor(3) : nullptr,
+                       g.peepholes ? ctx.input_tensor(7) : nullptr);
 }
 
 std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& spec) {
@@ -298,9 +311,8 @@ std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& 
   st->g = describe(ctx, spec, false);
   st->p = make_primitives(st->g, spec, false);
   if (st->g.constant_weights)
-    st->weights = pack_weights(st->g, spec, st->p.weights_layer, st->p.weights_iter,
-                               *ctx.input_tensor(1), *ctx.input_tensor(2), optional_input(ctx, 3),
-                               st->g.peepholes ? ctx.input_tensor(7) : nullptr);
+    st->weights = packed_for(constant_weights(ctx, st->g, spec), st->g, spec, st->p.weights_layer,
+                             st->p.weights_iter);
   size_t bytes = dnnl_adapter::align64(st->p.scratch.get_size());
   place_outputs(*st, spec, bytes);
   ctx.request_scratch(bytes);
@@ -360,12 +372,11 @@ std::unordered_map<int, dnnl::memory> forward_args(const RecurrentState& st,
   return args;
 }
 
-RecurrentState::Weights fed_weights(const RecurrentState& st, const RecurrentSpec& spec,
-                                    RunContext& ctx, const dnnl::memory::desc& layer,
-                                    const dnnl::memory::desc& iter) {
-  return pack_weights(st.g, spec, layer, iter, ctx.input(1), ctx.input(2),
-                      ctx.has_input(3) ? &ctx.input(3) : nullptr,
-                      st.g.peepholes ? &ctx.input(7) : nullptr);
+// The weights fed at run time (training), plain.
+RecurrentState::Weights fed_weights(const Geometry& g, const RecurrentSpec& spec, RunContext& ctx) {
+  return plain_weights(g, spec, ctx.input(1), ctx.input(2),
+                       ctx.has_input(3) ? &ctx.input(3) : nullptr,
+                       g.peepholes ? &ctx.input(7) : nullptr);
 }
 
 // RecurrentGrad on oneDNN: the forward primitive for training (its workspace keeps each step's
@@ -390,12 +401,9 @@ std::shared_ptr<RecurrentGradState> prepare_grad(InferContext& ctx, const Recurr
   f.p = make_primitives(f.g, spec, true);
   const Geometry& g = f.g;
   if (g.constant_weights) {  // a frozen recurrent layer that other weights train through
-    auto pack = [&](const dnnl::memory::desc& layer, const dnnl::memory::desc& iter) {
-      return pack_weights(g, spec, layer, iter, *ctx.input_tensor(1), *ctx.input_tensor(2),
-                          optional_input(ctx, 3), g.peepholes ? ctx.input_tensor(7) : nullptr);
-    };
-    f.weights = pack(f.p.weights_layer, f.p.weights_iter);
-    st->bwd_weights = pack(f.p.bwd_weights_layer, f.p.bwd_weights_iter);
+    const RecurrentState::Weights plain = constant_weights(ctx, g, spec);
+    f.weights = packed_for(plain, g, spec, f.p.weights_layer, f.p.weights_iter);
+    st->bwd_weights = packed_for(plain, g, spec, f.p.bwd_weights_layer, f.p.bwd_weights_iter);
   }
   size_t bytes = dnnl_adapter::align64(f.p.scratch.get_size());
   place_outputs(f, spec, bytes);
@@ -493,8 +501,9 @@ void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec&
   const auto& st = *static_cast<const RecurrentState*>(state);
   char* scratch = static_cast<char*>(ctx.scratch());
   const bool fed = !st.g.constant_weights;  // weights fed at run time, packed for this run
-  const RecurrentState::Weights weights =
-      fed ? fed_weights(st, spec, ctx, st.p.weights_layer, st.p.weights_iter) : st.weights;
+  const RecurrentState::Weights weights = fed ? packed_for(fed_weights(st.g, spec, ctx), st.g, spec,
+                                                           st.p.weights_layer, st.p.weights_iter)
+                                              : st.weights;
   dnnl_adapter::guarded(ctx.node(), [&] {
     const Sources src{ctx.input(0).raw(), ctx.has_input(5) ? ctx.input(5).raw() : nullptr,
                       ctx.has_input(6) ? ctx.input(6).raw() : nullptr};
@@ -530,10 +539,14 @@ void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const Recurrent
   char* scratch = static_cast<char*>(ctx.scratch());
   auto at = [&](size_t offset) { return reinterpret_cast<float*>(scratch + offset); };
   const bool fed = !g.constant_weights;
+  // Weights fed at run time are brought into oneDNN's gate order once, then packed for each
+  // primitive.
+  const RecurrentState::Weights plain = fed ? fed_weights(g, spec, ctx) : RecurrentState::Weights{};
   const RecurrentState::Weights weights =
-      fed ? fed_weights(f, spec, ctx, f.p.weights_layer, f.p.weights_iter) : f.weights;
+      fed ? packed_for(plain, g, spec, f.p.weights_layer, f.p.weights_iter) : f.weights;
   const RecurrentState::Weights bwd_weights =
-      fed ? fed_weights(f, spec, ctx, f.p.bwd_weights_layer, f.p.bwd_weights_iter) : st.bwd_weights;
+      fed ? packed_for(plain, g, spec, f.p.bwd_weights_layer, f.p.bwd_weights_iter)
+          : st.bwd_weights;
   const int64_t t = g.seq, n = g.batch, h = g.hidden, dirs = spec.dirs;
   const bool lstm = spec.cell == Cell::Lstm;
 
@@ -545,6 +558,7 @@ void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const Recurrent
         std::copy_n(x + (b * t + s) * g.in, g.in, at(st.src_layer) + (s * n + b) * g.in);
     x = at(st.src_layer);
   }
+  // A state-shaped input ([D, N, H] in the node's layout) as oneDNN's ldnc, zero when absent.
   auto initial = [&](size_t input, size_t offset) {
     if (ctx.has_input(input))
       move_state(ctx.input(input).data<float>(), at(offset), dirs, n, h, spec.layout, true);
@@ -561,15 +575,13 @@ void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const Recurrent
   });
 
   // The output gradients in oneDNN's layouts; zero where none arrives.
-  std::fill(scratch + st.diff_dst_layer, scratch + st.diff_src_layer, 0);
   if (ctx.has_input(kDY))
     move_sequence(ctx.input(kDY).data<float>(), at(st.diff_dst_layer), t, n, dirs, h, spec.layout,
                   true);
-  if (ctx.has_input(kDYh))
-    move_state(ctx.input(kDYh).data<float>(), at(st.diff_dst_iter), dirs, n, h, spec.layout, true);
-  if (lstm && ctx.has_input(kDYc))
-    move_state(ctx.input(kDYc).data<float>(), at(st.diff_dst_iter_c), dirs, n, h, spec.layout,
-               true);
+  else
+    std::fill_n(at(st.diff_dst_layer), t * n * dirs * h, 0.0f);
+  initial(kDYh, st.diff_dst_iter);
+  if (lstm) initial(kDYc, st.diff_dst_iter_c);
   std::fill(scratch + st.diff_weights_layer, scratch + st.diff_end, 0);
 
   // dX straight into its output where the layouts agree.

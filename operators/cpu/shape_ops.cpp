@@ -267,19 +267,15 @@ class Transpose final : public Kernel {
  public:
   explicit Transpose(const Node& n) : perm_(n.attr_ints("perm")) {}
   void infer(InferContext& ctx) const override {
-    const auto perm = resolve(ctx.shape(0).size(), ctx.node());
-    Shape out;
-    for (int64_t p : perm) out.push_back(ctx.shape(0)[p]);
+    const auto perm = resolve_perm(perm_, ctx.shape(0).size(), ctx.node());
+    const Shape out = permuted_shape(ctx.shape(0), perm);
     ctx.set_output(0, ctx.dtype(0), out);
     // oneDNN's reorder (a JIT-compiled strided copy) for the types it knows, such as the
     // channels-last conversions around convolutions and the head split of attention.
     if (dnnl_adapter::supported(ctx.dtype(0)) && numel_of(out) >= 4096 && out.size() <= 6)
       dnnl_adapter::prepare_or_fall_back(ctx, [&] {
         const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-        const auto in_strides = strides_of(ctx.shape(0));
-        std::vector<int64_t> strides;
-        for (int64_t p : perm) strides.push_back(in_strides[p]);
-        const auto src = dnnl_adapter::strided_md(out, strides, dt);
+        const auto src = dnnl_adapter::strided_md(out, permuted_strides(ctx.shape(0), perm), dt);
         const auto dst = dnnl_adapter::plain_md(out, dt);
         ctx.set_state(std::make_shared<dnnl_adapter::PreparedReorder>(src, dst));
       });
@@ -287,30 +283,10 @@ class Transpose final : public Kernel {
   void run(RunContext& ctx) const override {
     if (const auto* reorder = static_cast<const dnnl_adapter::PreparedReorder*>(ctx.state_ptr()))
       return (*reorder)(ctx.input(0).raw(), ctx.output(0).raw());
-    permute_into(ctx.input(0), resolve(ctx.input(0).rank(), ctx.node()), ctx.output(0));
+    permute_into(ctx.input(0), resolve_perm(perm_, ctx.input(0).rank(), ctx.node()), ctx.output(0));
   }
 
  private:
-  std::vector<int64_t> resolve(size_t rank, const Node& node) const {
-    if (perm_.empty()) {
-      std::vector<int64_t> p(rank);
-      for (size_t i = 0; i < rank; ++i) p[i] = static_cast<int64_t>(rank - 1 - i);
-      return p;
-    }
-    VOLT_CHECK(perm_.size() == rank, InvalidArgument,
-               node.describe() + ": perm has " + std::to_string(perm_.size()) +
-                   " entries for an input of rank " + std::to_string(rank));
-    std::vector<char> seen(rank, 0);
-    std::vector<int64_t> p;
-    for (int64_t a : perm_) {
-      const int64_t ax = normalize_axis(a, static_cast<int64_t>(rank), node);
-      VOLT_CHECK(!seen[ax], InvalidModel,
-                 node.describe() + ": perm repeats axis " + std::to_string(a));
-      seen[ax] = 1;
-      p.push_back(ax);
-    }
-    return p;
-  }
   std::vector<int64_t> perm_;
 };
 

@@ -193,7 +193,7 @@ TEST(Passes, AttentionTransposesFoldIntoTheMatMuls) {
   };
   for (const char* v : {"q", "k", "v"}) mb.node("Reshape", {v, "heads"}, {std::string(v) + "4"});
   transpose("q4", "qt", {0, 2, 1, 3});
-  transpose("k4", "kt", {0, 2, 3, 1});
+  transpose("k4", "kt", {0, 2, -1, 1});  // a negative axis, as Transpose allows
   transpose("v4", "vt", {0, 2, 1, 3});
   mb.node("MatMul", {"qt", "kt"}, {"scores"});
   mb.node("Softmax", {"scores"}, {"p"}, [](auto& n) { ModelBuilder::set_int(n, "axis", -1); });

@@ -279,6 +279,11 @@ Model convert(onnx::ModelProto& proto, const std::string& source, const std::str
   model.ir_version = proto.ir_version();
   model.producer_name = proto.producer_name();
   model.producer_version = proto.producer_version();
+  model.domain = proto.domain();
+  model.model_version = proto.model_version();
+  model.doc_string = proto.doc_string();
+  model.graph_doc_string = proto.graph().doc_string();
+  for (const auto& p : proto.metadata_props()) model.metadata_props[p.key()] = p.value();
   VOLT_CHECK(proto.has_graph(), InvalidModel, source + ": not an ONNX model (no graph)");
   VOLT_CHECK(proto.ir_version() >= 1, InvalidModel,
              source + ": not an ONNX model (ir_version missing)");

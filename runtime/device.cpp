@@ -84,4 +84,14 @@ DeviceBackend& require_device(const Device& device) {
   return *b;
 }
 
+int device_count(Device::Kind kind) {
+  if (kind == Device::Kind::Cpu) return 1;
+  try {
+    const DeviceBackend* b = device_backend(kind);
+    return b ? b->device_count() : 0;
+  } catch (const std::exception&) {
+    return 0;  // a backend that cannot even count its devices has none to offer
+  }
+}
+
 }  // namespace volt

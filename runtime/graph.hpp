@@ -108,6 +108,10 @@ struct Model {
   std::map<std::string, int64_t> opsets;  // canonical domain -> version
   std::string producer_name;
   std::string producer_version;
+  std::string domain;
+  int64_t model_version = 0;
+  std::string doc_string, graph_doc_string;
+  std::map<std::string, std::string> metadata_props;
   std::string source;  // the file it came from, or "<memory>"; used in messages
   Graph graph;
 };

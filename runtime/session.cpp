@@ -56,6 +56,16 @@ Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(st
   for (const auto& v : model.graph.inputs)
     if (!model.graph.is_initializer(v.name)) inputs.push_back(v);
   outputs = model.graph.outputs;
+  metadata = {.ir_version = model.ir_version,
+              .producer_name = model.producer_name,
+              .producer_version = model.producer_version,
+              .domain = model.domain,
+              .model_version = model.model_version,
+              .description = model.doc_string,
+              .graph_name = model.graph.name,
+              .graph_description = model.graph_doc_string,
+              .opsets = model.opsets,
+              .custom = model.metadata_props};
   // The runner's graph has every weight the session needs (and may drop those its plans keep
   // copies of): the loaded model's own references would hold them all a second time.
   model.graph.initializers.clear();
@@ -111,6 +121,9 @@ std::vector<Value> Session::run(const NamedValues& inputs,
 
 size_t Session::cached_plans() const {
   return impl_->runner->cached_plans();
+}
+const ModelMetadata& Session::metadata() const {
+  return impl_->metadata;
 }
 
 }  // namespace volt

@@ -14,6 +14,7 @@ struct Session::Impl {
   Model model;
   std::unique_ptr<GraphRunner> runner;  // the graph after passes
   std::vector<ValueInfo> inputs, outputs;
+  ModelMetadata metadata;
 
   Impl(Model m, SessionOptions o);
   std::vector<Value> run(const NamedValues& inputs, const std::vector<std::string>& output_names,

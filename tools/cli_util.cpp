@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "loaders/npy.hpp"
+#include "tools/commands.hpp"
 
 namespace volt::cli {
 
@@ -91,7 +92,37 @@ double Args::get_double(const std::string& k, double fallback) const {
   throw Error(ErrorCode::InvalidArgument, "--" + k + ": '" + v + "' is not a number");
 }
 
-Args parse_args(int argc, char** argv, int first, const std::vector<std::string>& switches) {
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates,
+                       const std::string& prefix) {
+  // Levenshtein distance, one row at a time.
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  };
+  const std::string* best = nullptr;
+  size_t best_distance = 0;
+  for (const auto& c : candidates) {
+    const size_t d = distance(word, c);
+    if (!best || d < best_distance) best = &c, best_distance = d;
+  }
+  // Near: at most a third of the word's letters differ (two for short words).
+  if (!best || best_distance > std::max<size_t>(2, word.size() / 3)) return "";
+  return "; did you mean '" + prefix + *best + "'?";
+}
+
+Args parse_args(int argc, char** argv, int first, const Command& command) {
+  std::vector<std::string> names;
+  for (const Option& o : command.options) names.push_back(o.name);
   Args a;
   for (int i = first; i < argc; ++i) {
     std::string s = argv[i];
@@ -101,13 +132,24 @@ Args parse_args(int argc, char** argv, int first, const std::vector<std::string>
     }
     s = s.substr(2);
     const size_t eq = s.find('=');
-    if (eq != std::string::npos) {
-      a.flags.emplace(s.substr(0, eq), s.substr(eq + 1));
-    } else if (std::find(switches.begin(), switches.end(), s) != switches.end()) {
-      a.flags.emplace(s, "1");
+    const std::string name = s.substr(0, eq);
+    auto option = std::find_if(command.options.begin(), command.options.end(),
+                               [&](const Option& o) { return o.name == name; });
+    if (option == command.options.end())
+      throw Error(ErrorCode::InvalidArgument, "unknown option '--" + name + "' for 'volt " +
+                                                  command.name + "'" +
+                                                  suggestion(name, names, "--") + " (volt " +
+                                                  command.name + " --help lists them)");
+    if (option->value.empty()) {
+      if (eq != std::string::npos)
+        throw Error(ErrorCode::InvalidArgument, "--" + name + " takes no value");
+      a.flags.emplace(name, "1");
+    } else if (eq != std::string::npos) {
+      a.flags.emplace(name, s.substr(eq + 1));
     } else {
-      if (i + 1 >= argc) throw Error(ErrorCode::InvalidArgument, "--" + s + " needs a value");
-      a.flags.emplace(s, argv[++i]);
+      if (i + 1 >= argc)
+        throw Error(ErrorCode::InvalidArgument, "--" + name + " needs a value: " + option->value);
+      a.flags.emplace(name, argv[++i]);
     }
   }
   return a;

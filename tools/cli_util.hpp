@@ -25,8 +25,13 @@ SessionOptions session_options_from(const Args& args);
 // The run options: --timeout-ms MS.
 RunOptions run_options_from(const Args& args);
 
-// `switches` are flags that take no value.
-Args parse_args(int argc, char** argv, int first, const std::vector<std::string>& switches);
+struct Command;
+// The arguments after argv[first], read against `command`'s options: an option it does not have
+// is an error that names it and suggests the closest one it has.
+Args parse_args(int argc, char** argv, int first, const Command& command);
+// "; did you mean 'X'?" for the candidate nearest `word` by edit distance, when one is near.
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates,
+                       const std::string& prefix = "");
 
 // "NAME=1x3x224x224" entries -> shapes by input name.
 std::map<std::string, Shape> parse_shapes(const std::vector<std::string>& specs);

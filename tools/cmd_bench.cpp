@@ -132,10 +132,7 @@ double relative_l2(const std::vector<Value>& reference, const std::vector<Value>
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 2, {"json"});
-  if (args.positional.size() != 1)
-    throw Error(ErrorCode::InvalidArgument, "usage: volt bench MODEL [options]");
+int cmd_bench(const Args& args) {
   const int batch = args.get_int("batch", 1);
   const int warmup = args.get_int("warmup", 5);
   const int iterations = args.get_int("iterations", args.has("seconds") ? 0 : 50);

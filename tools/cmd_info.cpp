@@ -20,10 +20,7 @@ void count_ops(const Graph& g, std::map<std::string, int>& ops) {
 }
 }  // namespace
 
-int cmd_info(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 2, {});
-  if (args.positional.size() != 1)
-    throw Error(ErrorCode::InvalidArgument, "usage: volt info MODEL");
+int cmd_info(const Args& args) {
   const Model m = load_model(args.positional[0]);
   std::printf("model:     %s\n", m.source.c_str());
   std::printf("ir:        %lld\n", static_cast<long long>(m.ir_version));

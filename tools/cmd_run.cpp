@@ -9,12 +9,7 @@
 
 namespace volt::cli {
 
-int cmd_run(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 2, {});
-  if (args.positional.size() != 1)
-    throw Error(ErrorCode::InvalidArgument,
-                "usage: volt run MODEL [--input NAME=FILE.npy|random]... [--output-dir DIR] "
-                "[--threads T] [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off]");
+int cmd_run(const Args& args) {
   const SessionOptions opts = session_options_from(args);
   const RunOptions run_options = run_options_from(args);
   Session session(args.positional[0], opts);

@@ -185,10 +185,7 @@ void collect_cases(const fs::path& p, std::vector<fs::path>& out) {
 
 }  // namespace
 
-int cmd_test_onnx(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 2, {"verbose"});
-  if (args.positional.empty())
-    throw Error(ErrorCode::InvalidArgument, "usage: volt test-onnx DIR... [--expect FILE]");
+int cmd_test_onnx(const Args& args) {
   std::set<std::string> expected;
   const bool has_expect = args.has("expect");
   if (has_expect) {

@@ -50,11 +50,9 @@ Tensor as_int64(const Tensor& t) {
 
 }  // namespace
 
-int cmd_train(int argc, char** argv) {
-  const Args args = parse_args(argc, argv, 2, {});
-  if (args.positional.size() != 1 || !args.has("label"))
-    throw Error(ErrorCode::InvalidArgument,
-                "usage: volt train MODEL --input NAME=FILE.npy... --label FILE.npy [options]");
+int cmd_train(const Args& args) {
+  if (!args.has("label"))
+    throw Error(ErrorCode::InvalidArgument, "--label FILE.npy is required (volt train --help)");
   const std::string loss = args.get("loss", "cross_entropy");
   TrainOptions opts{{"loss", loss},
                     {"optimizer", args.get("optimizer", "adam")},

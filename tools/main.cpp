@@ -1,4 +1,4 @@
-// volt — command line: run, bench, train, info, test-onnx.
+// volt — command line: info, run, bench, train, test-onnx; `volt help COMMAND` for each.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -7,57 +7,78 @@
 #include "volt/volt.hpp"
 
 namespace {
-void usage() {
-  std::fprintf(
-      stderr,
-      "volt %s — ONNX runtime\n"
-      "usage:\n"
-      "  volt info MODEL\n"
-      "  volt run MODEL [--input NAME=FILE.npy|random]... [--shape NAME=D1xD2...]... "
-      "[--output-dir DIR] [--threads T]\n"
-      "                   [--timeout-ms MS] [--memory-limit BYTES] [--winograd on|off] "
-      "[--device cpu|cuda:N]\n"
-      "  volt bench MODEL [--batch N] [--input NAME=FILE.npy]... [--shape NAME=D1xD2...]... "
-      "[--range NAME=LO:HI]...\n"
-      "                   [--threads T]"
-      " [--warmup W] [--iterations N | --seconds S] [--json] [--profile FILE]\n"
-      "                   [--precision fp32|bf16|fp16|int8] [--calibrate NAME=FILE.npy] [--timeout-ms MS] [--memory-limit BYTES] "
-      "[--winograd on|off]\n"
-      "                   [--device cpu|cuda:N]\n"
-      "  volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss "
-      "cross_entropy|mse|model_output]\n"
-      "                   [--optimizer sgd|adam|adamw] [--learning-rate LR] [--batch N] "
-      "[--epochs E]\n"
-      "                   [--validation-split F] [--checkpoint FILE] [--export OUT.onnx] "
-      "[--option KEY=VALUE]...\n"
-      "                   [--device cpu|cuda:N] [--precision fp32|mixed_fp16]\n"
-      "  volt test-onnx DIR... [--expect FILE] [--verbose] [--device cpu|cuda:N]\n",
-      volt::version());
+
+using volt::cli::Command;
+
+void print_overview(std::FILE* to) {
+  std::fprintf(to, "volt %s — a runtime for ONNX models\n\nusage: volt COMMAND [options]\n\n",
+               volt::version());
+  std::fprintf(to, "commands:\n");
+  for (const Command& c : volt::cli::commands()) {
+    const std::string head = c.name + " " + c.operands;
+    std::fprintf(to, "  %-22s %s\n", head.c_str(), c.summary.c_str());
+  }
+  std::fprintf(to,
+               "\n  volt help COMMAND, or volt COMMAND --help: that command's options\n"
+               "  volt --version: the version\n");
 }
+
+std::vector<std::string> command_names() {
+  std::vector<std::string> names;
+  for (const Command& c : volt::cli::commands()) names.push_back(c.name);
+  return names;
+}
+
+int unknown_command(const std::string& name) {
+  std::fprintf(stderr, "volt: unknown command '%s'%s (volt --help lists them)\n", name.c_str(),
+               volt::cli::suggestion(name, command_names()).c_str());
+  return 2;
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage();
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    print_overview(stderr);
+    return 2;
   }
   const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || (cmd == "help" && argc == 2)) {
+    print_overview(stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "-V") {
+    std::printf("volt %s\n", volt::version());
+    return 0;
+  }
+  if (cmd == "help") {
+    const Command* c = volt::cli::find_command(argv[2]);
+    if (!c) return unknown_command(argv[2]);
+    std::fputs(volt::cli::usage_of(*c).c_str(), stdout);
+    return 0;
+  }
+  const Command* c = volt::cli::find_command(cmd);
+  if (!c) return unknown_command(cmd);
+  if (asks_for_help(argc, argv)) {
+    std::fputs(volt::cli::usage_of(*c).c_str(), stdout);
+    return 0;
+  }
   try {
-    if (cmd == "info") return volt::cli::cmd_info(argc, argv);
-    if (cmd == "run") return volt::cli::cmd_run(argc, argv);
-    if (cmd == "bench") return volt::cli::cmd_bench(argc, argv);
-    if (cmd == "test-onnx") return volt::cli::cmd_test_onnx(argc, argv);
-    if (cmd == "train") return volt::cli::cmd_train(argc, argv);
-    if (cmd == "--version") {
-      std::printf("volt %s\n", volt::version());
-      return 0;
-    }
-    std::fprintf(stderr, "volt: unknown command '%s'\n", cmd.c_str());
-    usage();
-    return 2;
-  } catch (const volt::Error& e) {
-    std::fprintf(stderr, "volt %s: error: %s\n", cmd.c_str(), e.what());
-    return 2;
+    const volt::cli::Args args = volt::cli::parse_args(argc, argv, 2, *c);
+    // "MODEL": exactly one operand; "DIR...": one or more.
+    const bool many = c->operands.ends_with("...");
+    if (many ? args.positional.empty() : args.positional.size() != 1)
+      throw volt::Error(volt::ErrorCode::InvalidArgument,
+                        "expected " + c->operands + ", got " +
+                            std::to_string(args.positional.size()) + " operands (volt " + cmd +
+                            " --help)");
+    return c->run(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "volt %s: error: %s\n", cmd.c_str(), e.what());
     return 2;

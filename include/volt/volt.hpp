@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -169,6 +170,9 @@ struct Device {
   // "cpu", "cuda" (device 0) or "cuda:N"; anything else is ErrorCode::Device.
   static Device parse(const std::string& text);
 };
+// Devices of `kind` this build and machine can use now: 1 for Cpu; for Cuda, 0 when the build has
+// no CUDA backend, its library did not load or the machine has no GPU.
+int device_count(Device::Kind kind);
 
 // ---------------------------------------------------------------------------------------------
 // A dense tensor: dtype, shape and a contiguous row-major buffer shared between copies of the
@@ -363,6 +367,19 @@ struct ValueInfo {
 
 using NamedValues = std::vector<std::pair<std::string, Value>>;
 
+// What the model file says about itself.
+struct ModelMetadata {
+  int64_t ir_version = 0;
+  std::string producer_name, producer_version;
+  std::string domain;
+  int64_t model_version = 0;
+  std::string description;        // the model's doc_string
+  std::string graph_name;
+  std::string graph_description;  // the graph's doc_string
+  std::map<std::string, int64_t> opsets;  // domain ("ai.onnx" for the default one) -> version
+  std::map<std::string, std::string> custom;  // metadata_props
+};
+
 struct SessionOptions {
   int threads = 0;             // 0: one per core
   int optimization_level = 2;  // 0: none, 1: basic, 2: all
@@ -439,6 +456,7 @@ class Session {
 
   // Execution plans held now (at most SessionOptions::plan_cache_size).
   size_t cached_plans() const;
+  const ModelMetadata& metadata() const;
 
   struct Impl;
 

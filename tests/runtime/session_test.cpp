@@ -50,6 +50,16 @@ TEST(Session, ReportsInputsAndOutputsWithSymbolicDims) {
   EXPECT_EQ(s.outputs()[0].name, "logits");
 }
 
+TEST(Session, ReportsTheModelsMetadata) {
+  const Session s(kModels + "mnist_mlp.onnx");
+  const ModelMetadata& m = s.metadata();
+  EXPECT_EQ(m.producer_name, "volt/models/make_models.py");
+  EXPECT_EQ(m.opsets, (std::map<std::string, int64_t>{{"ai.onnx", 13}}));
+  EXPECT_GE(m.ir_version, 7);
+  EXPECT_EQ(device_count(Device::Kind::Cpu), 1);
+  EXPECT_GE(device_count(Device::Kind::Cuda), 0);  // 0 without a GPU: a count, never an error
+}
+
 TEST(Session, DifferentBatchSizesGetTheirOwnPlans) {
   Session s(kModels + "mnist_mlp.onnx", {.threads = 1});
   const Tensor x = read_npy(kModels + "mnist_mlp.input.npy");  // [4,784]

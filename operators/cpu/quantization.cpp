@@ -7,6 +7,7 @@
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/common/tensor_values.hpp"
+#include "operators/cpu/quantize_avx512.hpp"
 #include "runtime/error.hpp"
 #include "runtime/tensor_alloc.hpp"
 
@@ -24,7 +25,7 @@ inline void quantize_loop(const float* x, int64_t n, float scale, int32_t zero_p
 
 // The intrinsics paths below run where the CPU has AVX-512 (the library is built for baseline
 // x86-64).
-const bool kAvx512 = __builtin_cpu_supports("avx512f");
+const bool kAvx512 = avx512::has_avx512();
 
 struct MinMax {
   float lo = 0, hi = 0;
@@ -114,29 +115,15 @@ VOLT_SIMD_CLONES void quantize_portable(const float* x, int64_t n, float scale, 
 }
 
 // The same arithmetic in AVX-512 intrinsics: the compiler's version of the clamps (compares and
-// blends on 256-bit registers, NaN kept apart) took 60% of a QDQ residual Add. Rounding is
-// vrndscaleps to nearest even; NaN lanes are set to 0 at the end, as quantize_value does.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's masked builtins, as above
+// blends on 256-bit registers, NaN kept apart) took 60% of a QDQ residual Add.
 template <bool Signed>
 __attribute__((target("avx512f"))) void quantize_avx512(const float* x, int64_t n, float scale,
                                                         int32_t zero_point, void* out) {
-  const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(static_cast<float>(zero_point));
-  const __m512 lo = _mm512_set1_ps(Signed ? -128.0f : 0.0f),
-               hi = _mm512_set1_ps(Signed ? 127.0f : 255.0f);
-  const __m512 big = _mm512_set1_ps(1024.0f), neg_big = _mm512_set1_ps(-1024.0f);
+  const avx512::QuantizeConstants c = avx512::quantize_constants(scale, zero_point, Signed);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    __m512 q = _mm512_div_ps(v, s);
-    q = _mm512_min_ps(_mm512_max_ps(q, neg_big), big);
-    q = _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
-    q = _mm512_min_ps(_mm512_max_ps(q, lo), hi);
-    q = _mm512_mask_mov_ps(q, nan, _mm512_setzero_ps());
-    const __m128i b = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q));  // in range: plain truncation
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<char*>(out) + i), b);
-  }
+  for (; i + 16 <= n; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<char*>(out) + i),
+                     avx512::quantize16(_mm512_loadu_ps(x + i), c));
   if (i < n) {
     if constexpr (Signed)
       quantize_loop(x + i, n - i, scale, zero_point, static_cast<int8_t*>(out) + i);
@@ -144,7 +131,6 @@ __attribute__((target("avx512f"))) void quantize_avx512(const float* x, int64_t 
       quantize_loop(x + i, n - i, scale, zero_point, static_cast<uint8_t*>(out) + i);
   }
 }
-#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -280,5 +266,17 @@ void dynamic_quantize(const float* x, int64_t n, const DynamicRange& r, uint8_t*
     quantize_span(x + lo, hi - lo, r.scale, r.zero_point, y + lo);
   });
 }
+
+namespace avx512 {
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+bool has_avx512_vbmi() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vbmi");
+  return yes;
+}
+}  // namespace avx512
 
 }  // namespace volt

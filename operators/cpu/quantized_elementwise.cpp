@@ -14,6 +14,7 @@
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/cpu/quantization.hpp"
+#include "operators/cpu/quantize_avx512.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -89,6 +90,79 @@ inline void look_up(const uint8_t* x, int64_t n, const std::array<uint8_t, 256>&
 
 constexpr int64_t kBlock = 2048;  // elements per piece: the float values stay in L1
 
+// GCC 12's AVX-512 conversion builtins take an "undefined" vector that -Wmaybe-uninitialized
+// flags in its own header.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// look_up 64 bytes at a time (AVX-512 VBMI: a 256-entry table is four registers).
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void look_up_vbmi(
+    const uint8_t* x, int64_t n, const std::array<uint8_t, 256>& table, uint8_t flip, uint8_t* y) {
+  const avx512::ByteTable t = avx512::load_table(table);
+  const __m512i f = _mm512_set1_epi8(static_cast<char>(flip));
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    _mm512_storeu_si512(y + i,
+                        avx512::look_up64(_mm512_xor_si512(_mm512_loadu_si512(x + i), f), t));
+  look_up(x + i, n - i, table, flip, y + i);
+}
+
+// What QuantizedAdd's same-shape loop computes, in registers: the operands' dequantization, the
+// sum, a Relu if any, the quantization and the second stage's table, 64 elements at a time.
+struct FusedAdd {
+  int32_t za, zb;
+  float sa, sb;
+  bool relu;
+  float y_scale;
+  int32_t y_zero_point;
+  bool y_signed;
+  const std::array<uint8_t, 256>* then_table;  // null: no second stage
+  uint8_t then_flip;
+};
+
+template <bool SignedA, bool SignedB>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m128i fused_sum16(
+    const uint8_t* a, const uint8_t* b, const FusedAdd& f, const avx512::QuantizeConstants& out) {
+  const __m128i qa = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i qb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  const __m512i ia = SignedA ? _mm512_cvtepi8_epi32(qa) : _mm512_cvtepu8_epi32(qa);
+  const __m512i ib = SignedB ? _mm512_cvtepi8_epi32(qb) : _mm512_cvtepu8_epi32(qb);
+  // (q - zero point) · scale in float for each, then their sum: dequantize_span's operations.
+  const __m512 fa = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ia, _mm512_set1_epi32(f.za))),
+                                  _mm512_set1_ps(f.sa));
+  const __m512 fb = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ib, _mm512_set1_epi32(f.zb))),
+                                  _mm512_set1_ps(f.sb));
+  __m512 v = _mm512_add_ps(fa, fb);
+  if (f.relu) {  // v < 0 ? 0 : v, as activate() has it (-0 stays -0)
+    const __m512 zero = _mm512_setzero_ps();
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+  }
+  return avx512::quantize16(v, out);
+}
+
+// The first n - n % 64 elements; returns how many it did.
+template <bool SignedA, bool SignedB>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t fused_add_vbmi(
+    const uint8_t* a, const uint8_t* b, int64_t n, const FusedAdd& f, uint8_t* y) {
+  const avx512::QuantizeConstants out =
+      avx512::quantize_constants(f.y_scale, f.y_zero_point, f.y_signed);
+  avx512::ByteTable t{};
+  if (f.then_table) t = avx512::load_table(*f.then_table);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(f.then_flip));
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i q = _mm512_castsi128_si512(fused_sum16<SignedA, SignedB>(a + i, b + i, f, out));
+    q = _mm512_inserti32x4(q, (fused_sum16<SignedA, SignedB>(a + i + 16, b + i + 16, f, out)), 1);
+    q = _mm512_inserti32x4(q, (fused_sum16<SignedA, SignedB>(a + i + 32, b + i + 32, f, out)), 2);
+    q = _mm512_inserti32x4(q, (fused_sum16<SignedA, SignedB>(a + i + 48, b + i + 48, f, out)), 3);
+    if (f.then_table) q = avx512::look_up64(_mm512_xor_si512(q, flip), t);
+    _mm512_storeu_si512(y + i, q);
+  }
+  return i;
+}
+
+#pragma GCC diagnostic pop
+
 void activate(const FusedActivation& act, float* v, int64_t n) {
   if (act.kind == FusedActivation::Kind::Relu) {
     for (int64_t i = 0; i < n; ++i) v[i] = v[i] < 0.0f ? 0.0f : v[i];
@@ -108,8 +182,10 @@ class Requantizer {
   DType out() const { return p_.out; }
   // y[0, n) (raw bytes of out()) from x[0, n) (raw bytes of the input type); n <= kBlock.
   void operator()(const uint8_t* x, int64_t n, void* y) const {
+    if (avx512::has_avx512_vbmi())
+      return look_up_vbmi(x, n, table_, flip(), static_cast<uint8_t*>(y));
     if (p_.act.kind != FusedActivation::Kind::Relu && p_.act.any())
-      return look_up(x, n, table_, signed_in_ ? 0x80 : 0, static_cast<uint8_t*>(y));
+      return look_up(x, n, table_, flip(), static_cast<uint8_t*>(y));
     float v[kBlock];
     const int32_t z0 = static_cast<int32_t>(p_.zero_points[0]),
                   z1 = static_cast<int32_t>(p_.zero_points[1]);
@@ -123,6 +199,10 @@ class Requantizer {
     else
       quantize_span(v, n, p_.scales[1], z1, static_cast<uint8_t*>(y));
   }
+
+  // The 256 results by raw input byte, and what the byte is xor-ed with to index them.
+  const std::array<uint8_t, 256>& table() const { return table_; }
+  uint8_t flip() const { return signed_in_ ? 0x80 : 0; }
 
  private:
   QuantizedParams p_;
@@ -148,7 +228,11 @@ class QuantizedAdd final : public Kernel {
     const Tensor &a = ctx.input(0), &b = ctx.input(1);
     Tensor& y = ctx.output(0);
     if (a.shape() == b.shape()) {
+      const bool fused = avx512::has_avx512_vbmi() &&
+                         (!p_.act.any() || p_.act.kind == FusedActivation::Kind::Relu);
       parallel_chunks(y.numel(), kBlock, [&](int64_t lo, int64_t hi) {
+        if (fused) lo += fused_add(a, b, lo, hi, y);
+        if (lo == hi) return;
         float va[kBlock], vb[kBlock];
         const int64_t n = hi - lo;
         with_8bit(a, [&](auto pa) { dequantize_span(pa + lo, n, zp(0), p_.scales[0], va); });
@@ -184,6 +268,27 @@ class QuantizedAdd final : public Kernel {
 
  private:
   int32_t zp(size_t i) const { return static_cast<int32_t>(p_.zero_points[i]); }
+  // The fused AVX-512 VBMI loop on [lo, hi) of same-shape operands; the elements it did.
+  int64_t fused_add(const Tensor& a, const Tensor& b, int64_t lo, int64_t hi, Tensor& y) const {
+    const FusedAdd f{zp(0),
+                     zp(1),
+                     p_.scales[0],
+                     p_.scales[1],
+                     p_.act.kind == FusedActivation::Kind::Relu,
+                     p_.scales[2],
+                     zp(2),
+                     p_.out == DType::Int8,
+                     then_ ? &then_->table() : nullptr,
+                     then_ ? then_->flip() : uint8_t{0}};
+    const auto* pa = static_cast<const uint8_t*>(a.raw()) + lo;
+    const auto* pb = static_cast<const uint8_t*>(b.raw()) + lo;
+    auto* py = static_cast<uint8_t*>(y.raw()) + lo;
+    const bool sa = a.dtype() == DType::Int8, sb = b.dtype() == DType::Int8;
+    if (sa && sb) return fused_add_vbmi<true, true>(pa, pb, hi - lo, f, py);
+    if (sa) return fused_add_vbmi<true, false>(pa, pb, hi - lo, f, py);
+    if (sb) return fused_add_vbmi<false, true>(pa, pb, hi - lo, f, py);
+    return fused_add_vbmi<false, false>(pa, pb, hi - lo, f, py);
+  }
   static int32_t value8(const Tensor& t, int64_t i) {
     return t.dtype() == DType::Int8 ? t.data<int8_t>()[i] : t.data<uint8_t>()[i];
   }

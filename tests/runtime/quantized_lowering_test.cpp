@@ -414,6 +414,63 @@ TEST(QuantizedLowering, QdqAddAndActivationRunOn8BitValuesBitExactly) {
   }
 }
 
+// The same-shape residual Add of QDQ ResNets, for every 8-bit signedness of the operands and the
+// sum, with no activation, a Relu, or a Relu and a second Quantize/Dequantize pair with Relu or
+// LeakyRelu after it (the second stage): the same bits as the unfused graph. 7·11·6 elements is
+// not a multiple of the 64 the vector loop takes at once, so its tail runs too; values reach
+// past the sum's range on both sides, so saturation is exercised.
+TEST(QuantizedLowering, QdqSameShapeAddIsBitExactForEverySignedness) {
+  std::mt19937 rng(10);
+  const Shape shape = {2, 7, 11, 6};
+  int configurations = 0;
+  for (int types = 0; types < 8; ++types)
+    for (const std::string then : {"", "Relu", "LeakyRelu", "none"}) {
+      const auto t = [&](int bit) { return (types >> bit) & 1 ? kInt8 : kUInt8; };
+      const auto zp = [&](int bit, int u, int s) { return (types >> bit) & 1 ? s : u; };
+      ModelBuilder mb(13);
+      mb.input("x", kFloat, shape)
+          .input("r", kFloat, shape)
+          .output_any("y", then.empty() || then == "none" ? t(2) : kUInt8);
+      mb.initializer("sx", {}, {0.03f}).initializer_int("zx", t(0), {}, {zp(0, 90, -7)});
+      mb.initializer("sr", {}, {0.05f}).initializer_int("zr", t(1), {}, {zp(1, 128, 5)});
+      mb.initializer("sa", {}, {0.045f}).initializer_int("za", t(2), {}, {zp(2, 20, -100)});
+      mb.node("QuantizeLinear", {"x", "sx", "zx"}, {"xq"});
+      mb.node("DequantizeLinear", {"xq", "sx", "zx"}, {"xd"});
+      mb.node("QuantizeLinear", {"r", "sr", "zr"}, {"rq"});
+      mb.node("DequantizeLinear", {"rq", "sr", "zr"}, {"rd"});
+      mb.node("Add", {"xd", "rd"}, {"sum"});
+      std::string last = "sum";
+      if (then != "none") {
+        mb.node("Relu", {"sum"}, {"relu"});
+        last = "relu";
+      }
+      if (then.empty() || then == "none") {
+        mb.node("QuantizeLinear", {last, "sa", "za"}, {"y"});
+      } else {
+        mb.initializer("sy", {}, {0.02f}).initializer_int("zy", kUInt8, {}, {3});
+        mb.node("QuantizeLinear", {last, "sa", "za"}, {"sq"});
+        mb.node("DequantizeLinear", {"sq", "sa", "za"}, {"sd"});
+        mb.node(then, {"sd"}, {"act"});
+        mb.node("QuantizeLinear", {"act", "sy", "zy"}, {"y"});
+      }
+      const std::string bytes = mb.bytes();
+      const Graph g = lowered(bytes);
+      ASSERT_EQ(count(g, "QuantizedAdd"), 1) << types << " " << then;
+      ASSERT_EQ(count(g, "QuantizedUnary") + count(g, "Add") + count(g, "Relu"), 0)
+          << types << " " << then;
+      const NamedValues feeds = {{"x", float_tensor(shape, rng, -6, 6)},
+                                 {"r", float_tensor(shape, rng, -9, 9)}};
+      Session plain =
+          Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
+      Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+      const Tensor want = plain.run(feeds)[0].tensor(), got = opt.run(feeds)[0].tensor();
+      ASSERT_EQ(want.dtype(), got.dtype());
+      ASSERT_EQ(0, std::memcmp(want.raw(), got.raw(), want.nbytes())) << types << " " << then;
+      ++configurations;
+    }
+  EXPECT_EQ(configurations, 32);
+}
+
 // Gemm with transB (torch's Linear) in QDQ form, float out; a weight-only DequantizeLinear
 // feeding a float MatMul folds into a float constant.
 TEST(QuantizedLowering, QdqGemmLowersAndWeightOnlyDequantizeFolds) {

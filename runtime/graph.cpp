@@ -114,4 +114,36 @@ std::shared_ptr<Graph> Node::attr_graph(const std::string& key) const {
   return a->g;
 }
 
+Attribute int_attr(int64_t v) {
+  Attribute a;
+  a.type = Attribute::Type::Int;
+  a.i = v;
+  return a;
+}
+Attribute ints_attr(std::vector<int64_t> v) {
+  Attribute a;
+  a.type = Attribute::Type::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute float_attr(float v) {
+  Attribute a;
+  a.type = Attribute::Type::Float;
+  a.f = v;
+  return a;
+}
+Attribute string_attr(std::string v) {
+  Attribute a;
+  a.type = Attribute::Type::String;
+  a.s = std::move(v);
+  return a;
+}
+
+Attribute graph_attr(std::shared_ptr<Graph> g) {
+  Attribute a;
+  a.type = Attribute::Type::Graph;
+  a.g = std::move(g);
+  return a;
+}
+
 }  // namespace volt

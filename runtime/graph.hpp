@@ -103,6 +103,13 @@ struct Graph {
   }
 };
 
+// Attribute constructors (for passes and gradient rules that write nodes).
+Attribute int_attr(int64_t v);
+Attribute ints_attr(std::vector<int64_t> v);
+Attribute float_attr(float v);
+Attribute string_attr(std::string v);
+Attribute graph_attr(std::shared_ptr<Graph> g);
+
 struct Model {
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opsets;  // canonical domain -> version

@@ -91,7 +91,8 @@ void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
 
 class MatMulRef final : public Kernel {
  public:
-  explicit MatMulRef(const Node& n) : act_(FusedActivation::of(n)) {}
+  explicit MatMulRef(const Node& n)
+      : act_(FusedActivation::of(n)), scale_(n.attr_float("volt.product_scale", 1.0f)) {}
   void infer(InferContext& ctx) const override {
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
                ctx.node().describe() + ": operands must share one dtype");
@@ -112,6 +113,12 @@ class MatMulRef final : public Kernel {
       else
         reference_matmul<T>(p.shapes, static_cast<const T*>(a.raw()),
                             static_cast<const T*>(b.raw()), static_cast<T*>(y.raw()));
+      if constexpr (std::is_floating_point_v<typename Compute<T>::type>) {
+        T* py = static_cast<T*>(y.raw());
+        if (scale_ != 1.0f)
+          for (int64_t i = 0; i < y.numel(); ++i)
+            py[i] = static_cast<T>(static_cast<typename Compute<T>::type>(py[i]) * scale_);
+      }
     });
     apply_epilogue(y, ctx.has_input(2) ? &ctx.input(2) : nullptr, act_,
                    ctx.has_input(3) ? &ctx.input(3) : nullptr, ctx.node());
@@ -120,6 +127,7 @@ class MatMulRef final : public Kernel {
 
  private:
   FusedActivation act_;
+  float scale_;  // volt.product_scale
 };
 
 // --- oneDNN
@@ -200,7 +208,9 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
 class DnnlMatMul final : public Kernel {
  public:
   explicit DnnlMatMul(const Node& n)
-      : act_(FusedActivation::of(n)), bf16_(n.attr_string("volt.compute", "") == "bf16") {}
+      : act_(FusedActivation::of(n)),
+        bf16_(n.attr_string("volt.compute", "") == "bf16"),
+        scale_(n.attr_float("volt.product_scale", 1.0f)) {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
     const Shape &a0 = ctx.shape(0), &b0 = ctx.shape(1);
@@ -244,7 +254,7 @@ class DnnlMatMul final : public Kernel {
       return make_matmul(ctx.node(), strided && !bf16 ? a_md : dnnl_adapter::plain_md(a, cdt),
                          strided || b_const ? b_md : dnnl_adapter::plain_md(b, dt),
                          strided ? y_md : dnnl_adapter::plain_md(out, dt),
-                         ctx.has_input(2) ? &bias_md : nullptr, b_const, 1.0f, ctx, &ops, cdt,
+                         ctx.has_input(2) ? &bias_md : nullptr, b_const, scale_, ctx, &ops, cdt,
                          reference);
     };
     bool reference = false;
@@ -289,7 +299,8 @@ class DnnlMatMul final : public Kernel {
 
  private:
   FusedActivation act_;
-  bool bf16_;  // fp32 tensors, bf16 arithmetic (precision = bf16)
+  bool bf16_;    // fp32 tensors, bf16 arithmetic (precision = bf16)
+  float scale_;  // volt.product_scale: oneDNN's output scale (the pass gives it no bias)
 };
 
 // --- Gemm: Y = alpha * A' B' + beta * C

@@ -152,7 +152,7 @@ class SparseMatMul final : public Kernel {
  public:
   explicit SparseMatMul(const Node& n)
       : gemm_(n.op_type == "Gemm"),
-        alpha_(gemm_ ? n.attr_float("alpha", 1.0f) : 1.0f),
+        alpha_(n.attr_float(gemm_ ? "alpha" : "volt.product_scale", 1.0f)),
         beta_(gemm_ ? n.attr_float("beta", 1.0f) : 1.0f),
         trans_b_(gemm_ && n.attr_int("transB", 0) != 0),
         trans_a_(gemm_ && n.attr_int("transA", 0) != 0),

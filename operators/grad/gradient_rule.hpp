@@ -164,11 +164,4 @@ inline Node make_node(const std::string& name, const std::string& op, std::vecto
   return n;
 }
 
-// Attribute constructors for rules.
-Attribute int_attr(int64_t v);
-Attribute ints_attr(std::vector<int64_t> v);
-Attribute float_attr(float v);
-Attribute string_attr(std::string v);
-Attribute graph_attr(std::shared_ptr<Graph> g);
-
 }  // namespace volt

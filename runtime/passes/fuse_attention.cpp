@@ -85,14 +85,8 @@ Graph fuse_attention(const Graph& graph) {
         make_node(scores.name + "/attention", "Attention",
                   {scores.inputs[0], k, context->inputs[1], mask}, {context->outputs[0]}, 1);
     attention.domain = kVoltDomain;
-    Attribute s;
-    s.type = Attribute::Type::Float;
-    s.f = scale;
-    attention.attributes["scale"] = s;
-    Attribute kt;
-    kt.type = Attribute::Type::Int;
-    kt.i = k_transposed;
-    attention.attributes["k_transposed"] = kt;
+    attention.attributes["scale"] = float_attr(scale);
+    attention.attributes["k_transposed"] = int_attr(k_transposed);
     if (mask.empty()) attention.inputs.pop_back();
     for (const Node* n : pattern) rw.remove(n);
     rw.replace(context, std::move(attention));  // Q, K, V and the mask all exist before it

@@ -69,13 +69,8 @@ Graph fuse_layer_norm(const Graph& graph) {
     }
     Node ln = make_node(mean.name + "/layer_norm", "LayerNormalization", {x, gamma}, {y}, 17);
     if (!beta.empty()) ln.inputs.push_back(beta);
-    Attribute axis, epsilon;
-    axis.type = Attribute::Type::Int;
-    axis.i = -1;
-    epsilon.type = Attribute::Type::Float;
-    epsilon.f = *eps;
-    ln.attributes["axis"] = axis;
-    ln.attributes["epsilon"] = epsilon;
+    ln.attributes["axis"] = int_attr(-1);
+    ln.attributes["epsilon"] = float_attr(*eps);
     for (const Node* n : pattern) rw.remove(n);
     rw.replace(mul, std::move(ln));  // x exists before it; y's readers follow it
   }

@@ -4,7 +4,10 @@
 // becomes MatMul(a, W, b, r) with volt.activation: input 2 the bias (constant, shape [N]; ""
 // when there is none), input 3 a residual added after the activation. W must be a constant
 // 2-D weight. Each intermediate must have the next node as its only reader. A Gemm (which has
-// its bias as C already) takes the activation after it the same way.
+// its bias as C already) takes the activation after it the same way. A MatMul of any operands
+// takes a constant scalar Div or Mul straight after it as volt.product_scale (Y = scale · A B).
+#include <cmath>
+
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -69,6 +72,29 @@ Graph fuse_matmul_epilogue(const Graph& graph) {
     mm.inputs.push_back(bias);
     if (!residual.empty()) mm.inputs.push_back(residual);
     mm.outputs[0] = out;
+  }
+  // A constant scalar that scales the product straight after it (attention's scores divided by
+  // sqrt(d)) becomes the product's scale, for any operands: oneDNN's output scale, one pass
+  // over the scores fewer. Multiplying by 1/c instead of dividing by c may differ in the last bit.
+  for (Node& mm : g.nodes) {
+    if (!is_onnx_op(mm, "MatMul") || rw.removed(&mm) || mm.inputs.size() != 2 ||
+        mm.outputs.size() != 1 || mm.has_attr("volt.activation") ||
+        mm.has_attr("volt.product_scale"))
+      continue;
+    Node* next = next_of(mm.outputs[0]);
+    if (!next || next->inputs.size() != 2 || next->outputs.size() != 1 ||
+        next->inputs[0] == next->inputs[1])
+      continue;
+    const bool div = is_onnx_op(*next, "Div") && next->inputs[0] == mm.outputs[0];
+    if (!div && !is_onnx_op(*next, "Mul")) continue;
+    const std::string& c = next->inputs[0] == mm.outputs[0] ? next->inputs[1] : next->inputs[0];
+    // Of rank 0 or 1, so that broadcasting it leaves the product's shape as it is.
+    const Tensor* t = constant_value(g, c);
+    const auto v = constant_scalar(g, c);
+    if (!t || t->rank() > 1 || !v || !std::isfinite(*v) || *v == 0) continue;
+    mm.attributes["volt.product_scale"] = float_attr(div ? 1.0f / *v : *v);
+    rw.remove(next);
+    mm.outputs[0] = next->outputs[0];
   }
   return rw.finish();
 }

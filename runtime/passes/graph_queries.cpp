@@ -64,17 +64,6 @@ bool is_onnx_op(const Node& n, const char* op) {
   return n.op_type == op && n.domain == kOnnxDomain;
 }
 
-namespace {
-
-Attribute float_attr(float v) {
-  Attribute a;
-  a.type = Attribute::Type::Float;
-  a.f = v;
-  return a;
-}
-
-}  // namespace
-
 // A float scalar the graph holds as a constant, if `name` is one.
 std::optional<float> constant_scalar(const Graph& g, const std::string& name) {
   const Tensor* t = constant_value(g, name);

@@ -730,6 +730,40 @@ TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
     EXPECT_NEAR(sparse[0].tensor().data<float>()[i], dense[0].tensor().data<float>()[i], 1e-5f);
 }
 
+TEST(Passes, ConstantScalarAfterAProductBecomesItsScale) {
+  // Attention's scores: Q·Kᵀ / 8 (both operands computed), and a linear layer's product times a
+  // scalar on the left; 1/8 is exact, 0.3 rounds, hence the tolerance. Not folded: c / product
+  // (a reciprocal), and a [1, 1, 1] constant, which would raise the result's rank.
+  ModelBuilder b;
+  std::mt19937 rng(14);
+  b.input("q", 1, {2, 5, 4}).input("k", 1, {2, 4, 5}).input("x", 1, {3, 4});
+  b.output("scores", 1, {2, 5, 5}).output("lin", 1, {3, 6}).output("inv", 1, {3, 6});
+  b.output("raised", 1, {1, 3, 6});
+  b.initializer("eight", {}, {8.0f}).initializer("c", {1}, {0.3f});
+  b.initializer("ones", {1, 1, 1}, {1.0f}).initializer("W", {4, 6}, random_values(24, rng));
+  b.node("MatMul", {"q", "k"}, {"qk"}).node("Div", {"qk", "eight"}, {"scores"});
+  b.node("MatMul", {"x", "W"}, {"xw"}).node("Mul", {"c", "xw"}, {"lin"});
+  b.node("MatMul", {"x", "W"}, {"xw2"}).node("Div", {"eight", "xw2"}, {"inv"});
+  b.node("MatMul", {"x", "W"}, {"xw3"}).node("Mul", {"xw3", "ones"}, {"raised"});
+  const std::string bytes = b.bytes();
+  const Graph g = fuse_matmul_epilogue(load(bytes));
+  EXPECT_EQ(count_op(g, "Div"), 1);
+  EXPECT_EQ(count_op(g, "Mul"), 1);
+  int scaled = 0;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "MatMul" && n.has_attr("volt.product_scale")) ++scaled;
+  EXPECT_EQ(scaled, 2);
+  const Tensor q = random_tensor({2, 5, 4}, rng), k = random_tensor({2, 4, 5}, rng),
+               x = random_tensor({3, 4}, rng);
+  expect_same_as_unoptimized(bytes, {{"q", q}, {"k", k}, {"x", x}}, 1e-5f);
+  // x fed as CSR: the sparse kernel applies the scale too.
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  const auto dense = opt.run({{"q", q}, {"k", k}, {"x", x}}, {"lin"});
+  const auto sparse = opt.run({{"q", q}, {"k", k}, {"x", CsrTensor::from_dense(x)}}, {"lin"});
+  for (int64_t i = 0; i < 18; ++i)
+    EXPECT_NEAR(sparse[0].tensor().data<float>()[i], dense[0].tensor().data<float>()[i], 1e-5f);
+}
+
 TEST(Passes, GemmTakesTheActivationAfterIt) {
   // Once with C as the primitive's bias, once with C scaled by beta (added after the product,
   // so the activation must come after it too).

@@ -4,7 +4,8 @@
 // runs from its first convolution to its global pool with no reorder at all.
 //
 // The region: every 2-D Conv and ConvTranspose with constant float weights, and from there the
-// pools, Resize and Upsample (their scales and sizes stay in N, C, H, W order), Concat along the
+// pools, Resize and Upsample (their scales and sizes stay in N, C, H, W order), inference
+// BatchNormalization with constant parameters, Concat along the
 // channels (of region values only; its axis becomes 3), elementwise unary ops and binary ops (both
 // operands in the region, or one a constant scalar) that read region values. Region values are
 // renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose makes the channels-first value for any
@@ -22,7 +23,7 @@
 namespace volt {
 namespace {
 
-enum class Role { None, Conv, QuantizedConv, Pool, Unary, Binary, Resize, Concat };
+enum class Role { None, Conv, QuantizedConv, Pool, Unary, Binary, Resize, Concat, Norm };
 
 bool scalar_constant(const Graph& g, const std::string& name) {
   const Tensor* t = constant_value(g, name);
@@ -69,6 +70,14 @@ Role role_of(const Graph& g, const Node& n) {
   // Along the channels (SqueezeNet's fire modules, DenseNet, Inception): axis 3 channels-last.
   if (n.op_type == "Concat" && (n.attr_int("axis", 0) == 1 || n.attr_int("axis", 0) == -3))
     return Role::Concat;
+  // Inference BatchNormalization with constant parameters (what folding into a Conv left:
+  // DenseNet's BN -> Relu after each Concat) is per channel: its kernel reads NHWC as well.
+  if (n.op_type == "BatchNormalization" && n.inputs.size() == 5 &&
+      n.attr_int("training_mode", 0) == 0 && !n.has_attr("volt.layout")) {
+    for (size_t k = 1; k < 5; ++k)
+      if (!g.initializers.count(n.inputs[k])) return Role::None;
+    return Role::Norm;
+  }
   if (unary.count(n.op_type)) return Role::Unary;
   if (binary.count(n.op_type) && n.inputs.size() == 2) return Role::Binary;
   return Role::None;
@@ -111,6 +120,7 @@ Graph use_channels_last(const Graph& graph) {
         case Role::Pool:
         case Role::Unary:
         case Role::Resize:
+        case Role::Norm:
           ok = region_value(n.inputs[0]);
           break;
         case Role::Concat:
@@ -144,6 +154,7 @@ Graph use_channels_last(const Graph& graph) {
       case Role::Pool:
       case Role::Unary:
       case Role::Resize:
+      case Role::Norm:
         return slot == 0;
       case Role::Binary:
         return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
@@ -168,7 +179,7 @@ Graph use_channels_last(const Graph& graph) {
       if (!reads_channels_last(i, k)) continue;
       const std::string v = n.inputs[k];
       if (!region_value(v) && k == 0) {  // the Conv reads X channels-first as it comes
-        n.attributes["volt.input_layout"] = string_attribute("NCHW");
+        n.attributes["volt.input_layout"] = string_attr("NCHW");
         continue;
       }
       if (!region_value(v)) {  // a residual from outside the region
@@ -186,8 +197,8 @@ Graph use_channels_last(const Graph& graph) {
     const std::string out = n.outputs[0];
     n.outputs[0] = out + kChannelsLastSuffix;
     if (role[i] == Role::Conv || role[i] == Role::QuantizedConv || role[i] == Role::Pool ||
-        role[i] == Role::Resize)
-      n.attributes["volt.layout"] = string_attribute("NHWC");
+        role[i] == Role::Resize || role[i] == Role::Norm)
+      n.attributes["volt.layout"] = string_attr("NHWC");
     if (role[i] == Role::Concat) n.attributes["axis"].i = 3;
     const std::string name = n.name;
     g.nodes.push_back(std::move(n));

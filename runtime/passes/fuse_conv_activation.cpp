@@ -4,7 +4,8 @@
 // folds (Relu, LeakyRelu, Clip with constant bounds as MobileNets' ReLU6, Gelu, Sigmoid, Tanh,
 // Elu, HardSigmoid, HardSwish), and x * Sigmoid(x) and x * HardSigmoid(x) as Swish and HardSwish
 // (EfficientNet's SiLU, MobileNetV3's HardSwish as opset 13 exports them). Only where the
-// intermediate values have no other reader and are not graph outputs.
+// intermediate values have no other reader and are not graph outputs. BatchNormalization ->
+// Relu becomes a BatchNormalization with volt.activation = Relu.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -64,6 +65,19 @@ Graph fuse_conv_activation(const Graph& graph) {
     // A reader the loop removed already is someone else's (a residual Add): nothing to absorb.
     if (!(next && removed[*next])) absorb_activation(next);
     conv.outputs[0] = out;
+  }
+  // BatchNormalization (inference, one output) -> Relu: oneDNN's batch normalization applies
+  // the Relu in the same pass (DenseNet's and pre-activation ResNets' BN -> Relu -> Conv).
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& bn = g.nodes[i];
+    if (removed[i] || !is_onnx_op(bn, "BatchNormalization") || bn.outputs.size() != 1 ||
+        bn.attr_int("training_mode", 0) != 0 || bn.has_attr("volt.activation"))
+      continue;
+    const auto next = uses.sole_reader(bn.outputs[0]);
+    if (!next || removed[*next] || !is_onnx_op(g.nodes[*next], "Relu")) continue;
+    bn.attributes["volt.activation"] = string_attr("Relu");
+    removed[*next] = 1;
+    bn.outputs[0] = g.nodes[*next].outputs[0];
   }
   erase_marked(g.nodes, removed);
   return g;

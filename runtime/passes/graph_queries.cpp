@@ -199,13 +199,6 @@ void copy_conv_geometry(const Node& from, Node& to) {
     if (from.attributes.count(a)) to.attributes[a] = from.attributes.at(a);
 }
 
-Attribute string_attribute(const std::string& s) {
-  Attribute a;
-  a.type = Attribute::Type::String;
-  a.s = s;
-  return a;
-}
-
 Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,
                std::vector<std::string> outs, int opset) {
   Node n;

@@ -163,8 +163,6 @@ void cast_graph_boundary(Graph& g, const Graph& original, DType outer, DType inn
 // onto `to`: a pass that rewrites a convolution into another op keeps its window.
 void copy_conv_geometry(const Node& from, Node& to);
 
-// An attribute of type String holding `s`.
-Attribute string_attribute(const std::string& s);
 
 // A node of the default domain (or of `domain` set after).
 Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,

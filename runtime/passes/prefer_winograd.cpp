@@ -30,7 +30,7 @@ Graph prefer_winograd(const Graph& graph) {
     if (w->second.shape()[0] < kMinChannels || w->second.shape()[1] < kMinChannels) continue;
     if (n.attr_int("group", 1) != 1 || !all_ones(n, "strides") || !all_ones(n, "dilations"))
       continue;
-    n.attributes["volt.algorithm"] = string_attribute("winograd");
+    n.attributes["volt.algorithm"] = string_attr("winograd");
   }
   return g;
 }

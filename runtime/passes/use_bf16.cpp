@@ -26,7 +26,7 @@ Graph use_bf16(const Graph& graph) {
     auto w = g.initializers.find(n.inputs[1]);
     if (w == g.initializers.end() || w->second.dtype() != DType::Float) continue;
     if (matmul && w->second.rank() != 2) continue;
-    n.attributes["volt.compute"] = string_attribute("bf16");
+    n.attributes["volt.compute"] = string_attr("bf16");
   }
   const ValueUses uses(g);
   for (Node& n : g.nodes) {
@@ -38,7 +38,7 @@ Graph use_bf16(const Graph& graph) {
       all_bf16_convs = all_bf16_convs && (r.slot == 0 || r.slot == 3) &&
                        is_onnx_op(g.nodes[r.node], "Conv") && computes_in_bf16(g.nodes[r.node]);
     if (!all_bf16_convs) continue;
-    n.attributes["volt.output"] = string_attribute("bf16");
+    n.attributes["volt.output"] = string_attr("bf16");
     // The readers' X (or residual) is bf16 while their W stays fp32: no longer one type variable.
     for (const auto& r : readers) {
       auto& groups = g.nodes[r.node].input_type_group;

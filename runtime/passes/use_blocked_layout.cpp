@@ -76,11 +76,11 @@ Graph use_blocked_layout(const Graph& graph) {
   Graph g = graph;
   for (Node& n : g.nodes) {
     if (n.attr_string("volt.layout", "") == "NHWC") {
-      n.attributes["volt.layout"] = string_attribute("NCHW16C");
+      n.attributes["volt.layout"] = string_attr("NCHW16C");
     } else if (is_exit(n)) {
       Node exit = make_node(n.name, "ChannelsFirst", n.inputs, n.outputs, 1);
       exit.domain = kVoltDomain;
-      exit.attributes["volt.layout"] = string_attribute("NCHW16C");
+      exit.attributes["volt.layout"] = string_attr("NCHW16C");
       n = std::move(exit);
     }
   }

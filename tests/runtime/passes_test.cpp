@@ -543,6 +543,54 @@ TEST(Passes, ChannelsLastRegionSpansConvPoolAndElementwiseOps) {
       bytes, {{"x", random_tensor({2, 3, 9, 9}, rng)}, {"s", random_tensor({2, 3, 10}, rng)}});
 }
 
+TEST(Passes, DenseNetsBatchNormReluRunsChannelsLastAfterTheConcat) {
+  // A dense layer: Concat(x', Conv(x')) -> BatchNormalization -> Relu -> Conv. The BN and Relu
+  // become one node in the channels-last region: no Transpose between the convolutions. Once
+  // more with the BN's statistics fed at run time (oneDNN's primitive, channels-last too).
+  for (const bool fed_stats : {false, true}) {
+    SCOPED_TRACE(fed_stats);
+    ModelBuilder b;
+    std::mt19937 rng(15);
+    b.input("x", 1, {2, 4, 7, 7}).output("y", 1, {2, 5, 7, 7});
+    b.initializer("W0", {4, 4, 3, 3}, random_values(144, rng))
+        .initializer("W1", {4, 4, 1, 1}, random_values(16, rng))
+        .initializer("W2", {5, 8, 1, 1}, random_values(40, rng));
+    std::vector<float> var = random_values(8, rng);
+    for (float& v : var) v = std::abs(v) + 0.1f;
+    b.initializer("gamma", {8}, random_values(8, rng))
+        .initializer("beta", {8}, random_values(8, rng));
+    if (fed_stats)
+      b.input("mean", 1, {8}).input("var", 1, {8});
+    else
+      b.initializer("mean", {8}, random_values(8, rng)).initializer("var", {8}, var);
+    b.node("Conv", {"x", "W0"}, {"x1"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    b.node("Conv", {"x1", "W1"}, {"f"});
+    b.node("Concat", {"x1", "f"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+    b.node("BatchNormalization", {"cat", "gamma", "beta", "mean", "var"}, {"bn"});
+    b.node("Relu", {"bn"}, {"r"}).node("Conv", {"r", "W2"}, {"y"});
+    const std::string bytes = b.bytes();
+    const Graph g = run_passes(load(bytes), test_options());
+    EXPECT_EQ(count_op(g, "Relu"), 0);
+    const Node* bn = nullptr;
+    for (const Node& n : g.nodes)
+      if (n.op_type == "BatchNormalization") bn = &n;
+    ASSERT_TRUE(bn);
+    EXPECT_EQ(bn->attr_string("volt.activation", ""), "Relu");
+    EXPECT_EQ(bn->attr_string("volt.layout", ""), fed_stats ? "" : "NHWC");
+    if (!fed_stats) {
+      EXPECT_EQ(count_op(g, "Transpose"), 1);  // y, the graph output
+    }
+    NamedValues feeds = {{"x", random_tensor({2, 4, 7, 7}, rng)}};
+    if (fed_stats) {
+      feeds.emplace_back("mean", random_tensor({8}, rng));
+      feeds.emplace_back("var", Tensor::from(var, {8}));
+    }
+    expect_same_as_unoptimized(bytes, feeds, 1e-4f);
+  }
+}
+
 TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
   // An empty batch gives the Conv no oneDNN primitive: the reference loop runs on channels-last
   // storage through channels-first copies, and the shapes still come out right.

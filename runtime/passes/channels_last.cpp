@@ -14,7 +14,10 @@
 // volt.layout = "NHWC". A Conv whose X comes from outside (the network's first) reads it
 // channels-first (volt.input_layout = "NCHW") and oneDNN's reorder brings it into the primitive's
 // layout: on a batch of 8 224x224 images, one thread, the Transpose node took 1.26 ms and the
-// reorder takes 0.38 ms.
+// reorder takes 0.38 ms. A Transpose to NCHW (perm 0, 3, 1, 2) is in the region with its input as
+// its channels-last form, and one back to NHWC (0, 2, 3, 1) of a region value is that value: the
+// Transpose pairs converters from TensorFlow put around each convolution cost nothing.
+#include <map>
 #include <set>
 
 #include "operators/registry.hpp"
@@ -23,7 +26,14 @@
 namespace volt {
 namespace {
 
-enum class Role { None, Conv, QuantizedConv, Pool, Unary, Binary, Resize, Concat, Norm };
+enum class Role { None, Conv, QuantizedConv, Pool, Unary, Binary, Resize, Concat, Norm, ToNchw };
+
+const std::vector<int64_t> kToNchw = {0, 3, 1, 2}, kToNhwc = {0, 2, 3, 1};
+
+bool is_transpose(const Node& n, const std::vector<int64_t>& perm) {
+  return is_onnx_op(n, "Transpose") && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+         n.attr_ints("perm") == perm;
+}
 
 bool scalar_constant(const Graph& g, const std::string& name) {
   const Tensor* t = constant_value(g, name);
@@ -78,6 +88,9 @@ Role role_of(const Graph& g, const Node& n) {
       if (!g.initializers.count(n.inputs[k])) return Role::None;
     return Role::Norm;
   }
+  // A Transpose from NHWC to NCHW (models converted from TensorFlow put them around every
+  // convolution): the channels-last form of its output is its input, as it is.
+  if (is_transpose(n, kToNchw)) return Role::ToNchw;
   if (unary.count(n.op_type)) return Role::Unary;
   if (binary.count(n.op_type) && n.inputs.size() == 2) return Role::Binary;
   return Role::None;
@@ -123,6 +136,8 @@ Graph use_channels_last(const Graph& graph) {
         case Role::Norm:
           ok = region_value(n.inputs[0]);
           break;
+        case Role::ToNchw:
+          break;
         case Role::Concat:
           for (const std::string& v : n.inputs) ok = ok && !v.empty() && region_value(v);
           break;
@@ -143,8 +158,16 @@ Graph use_channels_last(const Graph& graph) {
     }
   }
 
+  // A Transpose from NCHW to NHWC of a region value (outside the region) is that value's
+  // channels-last form itself: its readers read that.
+  std::vector<char> to_nhwc(count);
+  for (size_t i = 0; i < count; ++i)
+    to_nhwc[i] =
+        !in[i] && is_transpose(graph.nodes[i], kToNhwc) && region_value(graph.nodes[i].inputs[0]);
+
   // Which input slots of a region node read the channels-last value.
   auto reads_channels_last = [&](size_t node, size_t slot) {
+    if (to_nhwc[node]) return slot == 0;
     if (!in[node] || slot == ValueUses::kSubgraph) return false;
     switch (role[node]) {
       case Role::Conv:
@@ -160,6 +183,7 @@ Graph use_channels_last(const Graph& graph) {
         return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
       case Role::Concat:
         return true;
+      case Role::ToNchw:
       case Role::None:
         return false;
     }
@@ -169,14 +193,43 @@ Graph use_channels_last(const Graph& graph) {
   Graph g = graph;
   g.nodes.clear();
   std::set<std::string> converted;  // values from outside with a channels-last copy
+  // Values that are other values' data under another name (the Transposes above).
+  std::map<std::string, std::string> alias;
+  auto resolve = [&](const std::string& v) {
+    auto it = alias.find(v);
+    return it == alias.end() ? v : it->second;
+  };
   for (size_t i = 0; i < count; ++i) {
     Node n = graph.nodes[i];
+    if (to_nhwc[i] && !uses.is_graph_output(n.outputs[0])) {
+      alias[n.outputs[0]] = resolve(n.inputs[0] + kChannelsLastSuffix);
+      continue;
+    }
+    if (to_nhwc[i]) {  // a graph output: the same data, under its name
+      g.nodes.push_back(make_node(n.name, "Identity", {resolve(n.inputs[0] + kChannelsLastSuffix)},
+                                  n.outputs, 13));
+      continue;
+    }
     if (!in[i]) {
+      for (std::string& v : n.inputs) v = resolve(v);
       g.nodes.push_back(std::move(n));
       continue;
     }
+    if (role[i] == Role::ToNchw) {
+      alias[n.outputs[0] + kChannelsLastSuffix] = resolve(n.inputs[0]);
+      // Readers outside the region still get the NCHW value from the Transpose itself.
+      bool plain_reader = uses.is_graph_output(n.outputs[0]);
+      for (const auto& r : uses.readers(n.outputs[0]))
+        plain_reader |= !reads_channels_last(r.node, r.slot);
+      n.inputs[0] = resolve(n.inputs[0]);
+      if (plain_reader) g.nodes.push_back(std::move(n));
+      continue;
+    }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (!reads_channels_last(i, k)) continue;
+      if (!reads_channels_last(i, k)) {
+        n.inputs[k] = resolve(n.inputs[k]);
+        continue;
+      }
       const std::string v = n.inputs[k];
       if (!region_value(v) && k == 0) {  // the Conv reads X channels-first as it comes
         n.attributes["volt.input_layout"] = string_attr("NCHW");
@@ -192,7 +245,7 @@ Graph use_channels_last(const Graph& graph) {
           g.nodes.push_back(std::move(t));
         }
       }
-      n.inputs[k] = v + kChannelsLastSuffix;
+      n.inputs[k] = resolve(v + kChannelsLastSuffix);
     }
     const std::string out = n.outputs[0];
     n.outputs[0] = out + kChannelsLastSuffix;

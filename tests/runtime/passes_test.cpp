@@ -591,6 +591,39 @@ TEST(Passes, DenseNetsBatchNormReluRunsChannelsLastAfterTheConcat) {
   }
 }
 
+TEST(Passes, TensorFlowsTransposesAroundConvolutionsCostNothing) {
+  // As tf2onnx writes a Keras network: NHWC input -> Transpose to NCHW -> Conv+Relu -> Transpose
+  // to NHWC -> Transpose to NCHW -> Conv -> Transpose to NHWC (a graph output), and a ReduceMean
+  // over H and W of the NHWC value between the convolutions. No Transpose is left to run: the
+  // graph output is an Identity of the second Conv's channels-last value.
+  ModelBuilder b;
+  std::mt19937 rng(16);
+  b.input("x", 1, {2, 6, 6, 3}).output("y", 1, {2, 6, 6, 4}).output("m", 1, {2, 5});
+  b.initializer("W1", {5, 3, 3, 3}, random_values(135, rng))
+      .initializer("W2", {4, 5, 1, 1}, random_values(20, rng));
+  auto transpose = [&](const std::string& in, const std::string& out, std::vector<int64_t> perm) {
+    b.node("Transpose", {in}, {out}, [&](auto& n) { ModelBuilder::set_ints(n, "perm", perm); });
+  };
+  transpose("x", "x_nchw", {0, 3, 1, 2});
+  b.node("Conv", {"x_nchw", "W1"}, {"c1"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c1"}, {"r1"});
+  transpose("r1", "r1_nhwc", {0, 2, 3, 1});
+  b.node("ReduceMean", {"r1_nhwc"}, {"m"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "axes", {1, 2});
+    ModelBuilder::set_int(n, "keepdims", 0);
+  });
+  transpose("r1_nhwc", "r1_nchw", {0, 3, 1, 2});
+  b.node("Conv", {"r1_nchw", "W2"}, {"c2"});
+  transpose("c2", "y", {0, 2, 3, 1});
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  EXPECT_EQ(count_op(g, "Transpose"), 0);
+  EXPECT_EQ(count_op(g, "Identity"), 1);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 6, 6, 3}, rng)}}, 1e-5f);
+}
+
 TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
   // An empty batch gives the Conv no oneDNN primitive: the reference loop runs on channels-last
   // storage through channels-first copies, and the shapes still come out right.

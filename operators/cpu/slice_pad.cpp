@@ -3,6 +3,7 @@
 
 #include "operators/common/convert.hpp"
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/slice_window.hpp"
 #include "operators/common/tensor_values.hpp"
@@ -37,17 +38,22 @@ void strided_copy(const Tensor& in, Tensor& out, const std::vector<int64_t>& sta
     return;
   }
   const int64_t inner = os[r - 1], rows = n / inner;
-  for (int64_t row = 0; row < rows; ++row) {
+  // Rows in parallel once there is enough to copy; a row with step 1 is one block copy.
+  parallel_for(rows, n > 32768, [&](int64_t row) {
     int64_t rem = row, off = 0;
     for (size_t d = r - 1; d-- > 0;) {
       off += (start[d] + (rem % os[d]) * step[d]) * is[d];
       rem /= os[d];
     }
     off += start[r - 1] * is[r - 1];
-    const int64_t s = step[r - 1] * is[r - 1];
     T* o = dst + row * inner;
+    if (step[r - 1] == 1) {
+      std::copy(src + off, src + off + inner, o);
+      return;
+    }
+    const int64_t s = step[r - 1] * is[r - 1];
     for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * s];
-  }
+  });
 }
 
 class Slice final : public Kernel {

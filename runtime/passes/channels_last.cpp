@@ -20,13 +20,26 @@
 #include <map>
 #include <set>
 
+#include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
 namespace {
 
-enum class Role { None, Conv, QuantizedConv, Pool, Unary, Binary, Resize, Concat, Norm, ToNchw };
+enum class Role {
+  None,
+  Conv,
+  QuantizedConv,
+  Pool,
+  Unary,
+  Binary,
+  Resize,
+  Concat,
+  Norm,
+  ToNchw,
+  Slice
+};
 
 const std::vector<int64_t> kToNchw = {0, 3, 1, 2}, kToNhwc = {0, 2, 3, 1};
 
@@ -88,12 +101,63 @@ Role role_of(const Graph& g, const Node& n) {
       if (!g.initializers.count(n.inputs[k])) return Role::None;
     return Role::Norm;
   }
+  // Slice with constant starts, ends, axes and steps (a crop after an upsampling): its axes
+  // renumbered for N, H, W, C.
+  if (n.op_type == "Slice") {
+    const bool legacy = n.has_attr("starts");  // before opset 10: attributes
+    if (!legacy) {
+      if (n.inputs.size() < 3) return Role::None;
+      for (size_t k = 1; k < n.inputs.size(); ++k) {
+        const Tensor* t = n.inputs[k].empty() ? nullptr : constant_value(g, n.inputs[k]);
+        if (!n.inputs[k].empty() &&
+            (!t || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32)))
+          return Role::None;
+      }
+    }
+    // Axes a 4-D value has (the Slice kernel reports anything else on the original graph).
+    const std::vector<int64_t> axes =
+        legacy ? n.attr_ints("axes")
+        : n.inputs.size() > 3 && !n.inputs[3].empty()
+            ? to_int64_vector(*constant_value(g, n.inputs[3]), n, "axes")
+            : std::vector<int64_t>{};
+    const size_t starts = legacy ? n.attr_ints("starts").size()
+                                 : static_cast<size_t>(constant_value(g, n.inputs[1])->numel());
+    if (axes.empty() && starts > 4) return Role::None;
+    for (int64_t a : axes)
+      if (a < -4 || a > 3) return Role::None;
+    return Role::Slice;
+  }
   // A Transpose from NHWC to NCHW (models converted from TensorFlow put them around every
   // convolution): the channels-last form of its output is its input, as it is.
   if (is_transpose(n, kToNchw)) return Role::ToNchw;
   if (unary.count(n.op_type)) return Role::Unary;
   if (binary.count(n.op_type) && n.inputs.size() == 2) return Role::Binary;
   return Role::None;
+}
+
+// A Slice of a 4-D region value: each NCHW axis (default: 0, 1, ... for each start) as its NHWC
+// position, in the attribute (before opset 10) or a new constant input.
+void slice_axes_to_nhwc(Graph& g, Node& n) {
+  static constexpr int64_t kPosition[4] = {0, 3, 1, 2};  // N, C, H, W in N×H×W×C
+  const bool legacy = n.has_attr("starts");
+  std::vector<int64_t> axes;
+  if (legacy)
+    axes = n.attr_ints("axes");
+  else if (n.inputs.size() > 3 && !n.inputs[3].empty())
+    axes = to_int64_vector(*constant_value(g, n.inputs[3]), n, "axes");
+  const size_t count = legacy ? n.attr_ints("starts").size()
+                              : static_cast<size_t>(constant_value(g, n.inputs[1])->numel());
+  if (axes.empty())
+    for (size_t k = 0; k < count; ++k) axes.push_back(static_cast<int64_t>(k));
+  for (int64_t& a : axes) a = kPosition[a < 0 ? a + 4 : a];
+  if (legacy) {
+    n.attributes["axes"] = ints_attr(axes);
+    return;
+  }
+  const std::string name = n.name + "/nhwc_axes";
+  g.initializers[name] = Tensor::from(axes, {static_cast<int64_t>(axes.size())});
+  if (n.inputs.size() < 4) n.inputs.resize(4);
+  n.inputs[3] = name;
 }
 
 }  // namespace
@@ -134,6 +198,7 @@ Graph use_channels_last(const Graph& graph) {
         case Role::Unary:
         case Role::Resize:
         case Role::Norm:
+        case Role::Slice:
           ok = region_value(n.inputs[0]);
           break;
         case Role::ToNchw:
@@ -178,6 +243,7 @@ Graph use_channels_last(const Graph& graph) {
       case Role::Unary:
       case Role::Resize:
       case Role::Norm:
+      case Role::Slice:
         return slot == 0;
       case Role::Binary:
         return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
@@ -253,6 +319,7 @@ Graph use_channels_last(const Graph& graph) {
         role[i] == Role::Resize || role[i] == Role::Norm)
       n.attributes["volt.layout"] = string_attr("NHWC");
     if (role[i] == Role::Concat) n.attributes["axis"].i = 3;
+    if (role[i] == Role::Slice) slice_axes_to_nhwc(g, n);
     const std::string name = n.name;
     g.nodes.push_back(std::move(n));
     // Channels-first for whoever else reads it.

@@ -624,6 +624,42 @@ TEST(Passes, TensorFlowsTransposesAroundConvolutionsCostNothing) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 6, 6, 3}, rng)}}, 1e-5f);
 }
 
+TEST(Passes, SliceRunsChannelsLastWithItsAxesRenumbered) {
+  // Conv -> Slice -> Conv with the Slice's axes as opset 9 attributes, as constant inputs with
+  // a negative axis and a step, and with no axes at all (starts for N, C, H): each stays in
+  // the channels-last region (no Transpose but the output's) and gives the unoptimized answer.
+  for (int form = 0; form < 3; ++form) {
+    SCOPED_TRACE(form);
+    ModelBuilder b(form == 0 ? 9 : 13);
+    std::mt19937 rng(17);
+    b.input("x", 1, {2, 3, 10, 10}).output_any("y", 1);
+    b.initializer("W1", {6, 3, 3, 3}, random_values(162, rng))
+        .initializer("W2", {4, 6, 1, 1}, random_values(24, rng));
+    b.node("Conv", {"x", "W1"}, {"c1"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    if (form == 0) {
+      b.node("Slice", {"c1"}, {"s"}, [](auto& n) {
+        ModelBuilder::set_ints(n, "axes", {2, 3});
+        ModelBuilder::set_ints(n, "starts", {1, 2});
+        ModelBuilder::set_ints(n, "ends", {9, 10});
+      });
+    } else if (form == 1) {
+      b.initializer_i64("starts", {2}, {1, 2}).initializer_i64("ends", {2}, {9, 10});
+      b.initializer_i64("axes", {2}, {-1, 2}).initializer_i64("steps", {2}, {2, 1});
+      b.node("Slice", {"c1", "starts", "ends", "axes", "steps"}, {"s"});
+    } else {
+      b.initializer_i64("starts", {3}, {1, 0, 2}).initializer_i64("ends", {3}, {2, 6, 8});
+      b.node("Slice", {"c1", "starts", "ends"}, {"s"});
+    }
+    b.node("Conv", {"s", "W2"}, {"y"});
+    const std::string bytes = b.bytes();
+    const Graph g = run_passes(load(bytes), test_options());
+    EXPECT_EQ(count_op(g, "Transpose"), 1);
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 10, 10}, rng)}}, 1e-5f);
+  }
+}
+
 TEST(Passes, ChannelsLastConvFallsBackToTheReferenceLoop) {
   // An empty batch gives the Conv no oneDNN primitive: the reference loop runs on channels-last
   // storage through channels-first copies, and the shapes still come out right.

@@ -167,7 +167,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       // Steps whose shapes depend on run-time values choose and prepare their kernel now.
       static const std::string kNoKernel;
       const std::string* kernel_name = st.def ? &st.def->name : &kNoKernel;
-      std::unique_ptr<Kernel> run_kernel;
+      const Kernel* run_kernel = nullptr;
       std::unique_ptr<NodeInferContext> run_infer;
       if (!st.shapes_static) {
         std::vector<TypeShape> in_types(ins.size());
@@ -189,15 +189,15 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
           for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
             if (!def->accepts(in_type_ptrs)) continue;
-            auto k = def->create(node);
+            const Kernel& k = st.dynamic->get(*def, node);
             auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
             try {
-              k->infer(*ictx);
+              k.infer(*ictx);
             } catch (const KernelUnsupported& u) {
               reasons += "; " + u.reason;
               continue;
             }
-            run_kernel = std::move(k);
+            run_kernel = &k;
             run_infer = std::move(ictx);
             kernel_name = &def->name;
             chosen = def;
@@ -205,7 +205,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
         }
         if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
-        kernel = run_kernel.get();
+        kernel = run_kernel;
         state = run_infer->state.get();
         types = &run_infer->outputs;
       }

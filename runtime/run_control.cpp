@@ -78,10 +78,14 @@ RunControlSuspended::~RunControlSuspended() {
 }
 
 size_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return SIZE_MAX;
-  return static_cast<size_t>(pages) * static_cast<size_t>(page);
+  // Once: sysconf(_SC_PHYS_PAGES) is a sysinfo() system call, and every run asks.
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return SIZE_MAX;
+    return static_cast<size_t>(pages) * static_cast<size_t>(page);
+  }();
+  return bytes;
 }
 
 }  // namespace volt

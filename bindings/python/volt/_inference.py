@@ -242,8 +242,10 @@ class InferenceSession:
         self._sess = _volt.Session(model, device=device, **self._options._native())
         self._inputs = [NodeArg(*v) for v in self._sess.inputs()]
         self._outputs = [NodeArg(*v) for v in self._sess.outputs()]
+        # The compiled method itself, same signature: no Python frame per call.
+        self.run = self._sess.run
 
-    def run(self, output_names, input_feed, run_options=None):
+    def run(self, output_names, input_feed, run_options=None):  # replaced per instance above
         return self._sess.run(output_names, input_feed, run_options)
 
     def get_inputs(self):

@@ -18,6 +18,7 @@
 // its channels-last form, and one back to NHWC (0, 2, 3, 1) of a region value is that value: the
 // Transpose pairs converters from TensorFlow put around each convolution cost nothing.
 #include <map>
+#include <optional>
 #include <set>
 
 #include "operators/common/shape_util.hpp"
@@ -51,6 +52,34 @@ bool is_transpose(const Node& n, const std::vector<int64_t>& perm) {
 bool scalar_constant(const Graph& g, const std::string& name) {
   const Tensor* t = constant_value(g, name);
   return t && t->numel() == 1 && t->rank() <= 1;
+}
+
+// A Slice's axes (explicit: 0, 1, ... for each start when it has none) when everything but its
+// data is constant and every axis is one a 4-D value has; nullopt otherwise (the Slice kernel
+// reports bad axes on the original graph).
+std::optional<std::vector<int64_t>> slice_axes(const Graph& g, const Node& n) {
+  const bool legacy = n.has_attr("starts");  // before opset 10: attributes
+  if (!legacy) {
+    if (n.inputs.size() < 3) return std::nullopt;
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
+      if (n.inputs[k].empty()) continue;
+      const Tensor* t = constant_value(g, n.inputs[k]);
+      if (!t || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32)) return std::nullopt;
+    }
+  }
+  std::vector<int64_t> axes = legacy ? n.attr_ints("axes")
+                              : n.inputs.size() > 3 && !n.inputs[3].empty()
+                                  ? to_int64_vector(*constant_value(g, n.inputs[3]), n, "axes")
+                                  : std::vector<int64_t>{};
+  const size_t starts = legacy ? n.attr_ints("starts").size()
+                               : static_cast<size_t>(constant_value(g, n.inputs[1])->numel());
+  if (axes.empty()) {
+    if (starts > 4) return std::nullopt;
+    for (size_t k = 0; k < starts; ++k) axes.push_back(static_cast<int64_t>(k));
+  }
+  for (int64_t a : axes)
+    if (a < -4 || a > 3) return std::nullopt;
+  return axes;
 }
 
 Role role_of(const Graph& g, const Node& n) {
@@ -103,30 +132,7 @@ Role role_of(const Graph& g, const Node& n) {
   }
   // Slice with constant starts, ends, axes and steps (a crop after an upsampling): its axes
   // renumbered for N, H, W, C.
-  if (n.op_type == "Slice") {
-    const bool legacy = n.has_attr("starts");  // before opset 10: attributes
-    if (!legacy) {
-      if (n.inputs.size() < 3) return Role::None;
-      for (size_t k = 1; k < n.inputs.size(); ++k) {
-        const Tensor* t = n.inputs[k].empty() ? nullptr : constant_value(g, n.inputs[k]);
-        if (!n.inputs[k].empty() &&
-            (!t || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32)))
-          return Role::None;
-      }
-    }
-    // Axes a 4-D value has (the Slice kernel reports anything else on the original graph).
-    const std::vector<int64_t> axes =
-        legacy ? n.attr_ints("axes")
-        : n.inputs.size() > 3 && !n.inputs[3].empty()
-            ? to_int64_vector(*constant_value(g, n.inputs[3]), n, "axes")
-            : std::vector<int64_t>{};
-    const size_t starts = legacy ? n.attr_ints("starts").size()
-                                 : static_cast<size_t>(constant_value(g, n.inputs[1])->numel());
-    if (axes.empty() && starts > 4) return Role::None;
-    for (int64_t a : axes)
-      if (a < -4 || a > 3) return Role::None;
-    return Role::Slice;
-  }
+  if (n.op_type == "Slice") return slice_axes(g, n) ? Role::Slice : Role::None;
   // A Transpose from NHWC to NCHW (models converted from TensorFlow put them around every
   // convolution): the channels-last form of its output is its input, as it is.
   if (is_transpose(n, kToNchw)) return Role::ToNchw;
@@ -139,18 +145,9 @@ Role role_of(const Graph& g, const Node& n) {
 // position, in the attribute (before opset 10) or a new constant input.
 void slice_axes_to_nhwc(Graph& g, Node& n) {
   static constexpr int64_t kPosition[4] = {0, 3, 1, 2};  // N, C, H, W in N×H×W×C
-  const bool legacy = n.has_attr("starts");
-  std::vector<int64_t> axes;
-  if (legacy)
-    axes = n.attr_ints("axes");
-  else if (n.inputs.size() > 3 && !n.inputs[3].empty())
-    axes = to_int64_vector(*constant_value(g, n.inputs[3]), n, "axes");
-  const size_t count = legacy ? n.attr_ints("starts").size()
-                              : static_cast<size_t>(constant_value(g, n.inputs[1])->numel());
-  if (axes.empty())
-    for (size_t k = 0; k < count; ++k) axes.push_back(static_cast<int64_t>(k));
+  std::vector<int64_t> axes = *slice_axes(g, n);
   for (int64_t& a : axes) a = kPosition[a < 0 ? a + 4 : a];
-  if (legacy) {
+  if (n.has_attr("starts")) {
     n.attributes["axes"] = ints_attr(axes);
     return;
   }
@@ -304,10 +301,7 @@ Graph use_channels_last(const Graph& graph) {
       if (!region_value(v)) {  // a residual from outside the region
         if (converted.insert(v).second) {
           Node t = make_node(n.name + "/to_nhwc", "Transpose", {v}, {v + kChannelsLastSuffix}, 13);
-          Attribute perm;
-          perm.type = Attribute::Type::Ints;
-          perm.ints = {0, 2, 3, 1};
-          t.attributes["perm"] = perm;
+          t.attributes["perm"] = ints_attr(kToNhwc);
           g.nodes.push_back(std::move(t));
         }
       }
@@ -327,10 +321,7 @@ Graph use_channels_last(const Graph& graph) {
     for (const auto& r : uses.readers(out)) plain_reader |= !reads_channels_last(r.node, r.slot);
     if (plain_reader) {
       Node t = make_node(name + "/to_nchw", "Transpose", {out + kChannelsLastSuffix}, {out}, 13);
-      Attribute perm;
-      perm.type = Attribute::Type::Ints;
-      perm.ints = {0, 3, 1, 2};
-      t.attributes["perm"] = perm;
+      t.attributes["perm"] = ints_attr(kToNchw);
       g.nodes.push_back(std::move(t));
     }
   }

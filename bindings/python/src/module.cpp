@@ -188,20 +188,8 @@ CsrTensor make_csr(const py::object& values, const py::object& col_indices,
   const auto dims = shape.cast<std::vector<int64_t>>();
   if (dims.size() != 2)
     throw Error(ErrorCode::InvalidArgument, "a CsrTensor's shape is (rows, cols)");
-  auto as_tensor = [](const py::object& o, const char* what) {
-    const Value v = volt::python::to_value(o, nullptr, what);
-    if (!v.is_tensor())
-      throw Error(ErrorCode::InvalidArgument,
-                  std::string("CsrTensor: ") + what + " is not an array");
-    return v.tensor();
-  };
-  auto as_index = [&](const py::object& o, const char* what) {
-    const py::object int64 = py::module_::import("numpy").attr("int64");
-    return as_tensor(py::module_::import("numpy").attr("asarray")(o, int64), what);
-  };
-  // The index arrays become int64 (a widening of int32 indices, as scipy builds them).
-  return CsrTensor::create(dims[0], dims[1], as_index(row_offsets, "row_offsets"),
-                           as_index(col_indices, "col_indices"), as_tensor(values, "values"));
+  return volt::python::csr_from_arrays(values, col_indices, row_offsets, dims[0], dims[1],
+                                       "CsrTensor values");
 }
 
 }  // namespace

@@ -141,10 +141,8 @@ CsrTensor csr_from_scipy(py::handle obj, const std::string& name) {
                      ? py::reinterpret_borrow<py::object>(obj)
                      : obj.attr("tocsr")();
   const py::tuple shape = m.attr("shape");
-  Tensor values = tensor_from_array(numpy().attr("ascontiguousarray")(m.attr("data")), name);
-  return CsrTensor::create(shape[0].cast<int64_t>(), shape[1].cast<int64_t>(),
-                           index_tensor(m.attr("indptr")), index_tensor(m.attr("indices")),
-                           std::move(values));
+  return csr_from_arrays(m.attr("data"), m.attr("indices"), m.attr("indptr"),
+                         shape[0].cast<int64_t>(), shape[1].cast<int64_t>(), name);
 }
 
 py::array array_of(const Tensor& t) {
@@ -181,6 +179,13 @@ py::array array_of(const Tensor& t) {
 }
 
 }  // namespace
+
+CsrTensor csr_from_arrays(py::handle values, py::handle col_indices, py::handle row_offsets,
+                          int64_t rows, int64_t cols, const std::string& name) {
+  // The index arrays become int64 (a widening of the int32 indices scipy builds).
+  return CsrTensor::create(rows, cols, index_tensor(row_offsets), index_tensor(col_indices),
+                           tensor_from_array(numpy().attr("asarray")(values), name));
+}
 
 void init_dtypes() {
   g_numpy = new py::object(py::module_::import("numpy"));

@@ -22,6 +22,10 @@ void init_dtypes();
 // C-contiguous, aligned array is read in place (the value holds a reference to it).
 Value to_value(py::handle obj, const ValueInfo* expected, const std::string& name);
 
+// A CSR matrix from its three arrays (any array-likes; indices widened to int64), checked.
+CsrTensor csr_from_arrays(py::handle values, py::handle col_indices, py::handle row_offsets,
+                          int64_t rows, int64_t cols, const std::string& name);
+
 // A feed dict as named values, in the dict's order.
 NamedValues to_named_values(const py::dict& feed, const std::vector<ValueInfo>& declared);
 

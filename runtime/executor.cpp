@@ -118,7 +118,8 @@ std::string where(const Plan& plan, const PlanStep& st) {
 
 }  // namespace
 
-std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*>& fed) {
+std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*>& fed,
+                                const OutputObserver* observer) {
   const CompiledGraph& cg = *plan.graph;
   const size_t n = cg.names.size();
   // Subgraph runs nest inside a node of their parent: leave the thread count as found.
@@ -144,6 +145,20 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   std::vector<const Value*> ins;
   std::vector<Value*> outs;
   std::vector<char> out_fresh;
+  // With an observer: which values are graph outputs, and which outputs it has seen.
+  std::vector<char> is_output, observed;
+  if (observer) {
+    is_output.assign(n, 0);
+    observed.assign(cg.graph_outputs.size(), 0);
+    for (int id : cg.graph_outputs) is_output[static_cast<size_t>(id)] = 1;
+  }
+  auto observe = [&](int id) {
+    for (size_t k = 0; k < cg.graph_outputs.size(); ++k)
+      if (cg.graph_outputs[k] == id && !observed[k] && slot[id]) {
+        observed[k] = 1;
+        (*observer)(k, *slot[id]);
+      }
+  };
   for (const PlanStep& st : plan.steps) {
     const Node& node = g.nodes[st.node];
     bool on_accelerator = st.on_accelerator;
@@ -273,6 +288,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         if (id < 0) continue;
         slot[id] = &vals[id];
         fresh[id] = out_fresh[j];
+        if (observer && is_output[static_cast<size_t>(id)]) observe(id);
       }
     } catch (const std::exception& e) {
       rethrow_at(plan, st, e);
@@ -286,6 +302,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   }
 
   stream.finish();
+  if (observer)  // outputs no step computes (inputs, constants)
+    for (int id : cg.graph_outputs) observe(id);
   std::vector<Value> result;
   result.reserve(cg.graph_outputs.size());
   for (int id : cg.graph_outputs) {

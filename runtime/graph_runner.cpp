@@ -133,8 +133,9 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   return plans_.insert(key, build_plan(cg, in, threads_));
 }
 
-std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed) const {
-  return execute_plan(*plan_for(fed), fed);
+std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed,
+                                    const OutputObserver* observer) const {
+  return execute_plan(*plan_for(fed), fed, observer);
 }
 
 }  // namespace volt

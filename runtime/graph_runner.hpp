@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/compiled_graph.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/plan.hpp"
 
 namespace volt {
@@ -49,7 +50,9 @@ class GraphRunner {
 
   // Runs with values by id (graph inputs and outer-scope values; nullptr where not fed);
   // returns the graph outputs in order.
-  std::vector<Value> run(const std::vector<const Value*>& fed) const;
+  // `observer`: see execute_plan.
+  std::vector<Value> run(const std::vector<const Value*>& fed,
+                         const OutputObserver* observer = nullptr) const;
   std::shared_ptr<const Plan> plan_for(const std::vector<const Value*>& fed) const;
   size_t cached_plans() const { return plans_.size(); }
 

@@ -1,8 +1,9 @@
 // volt train MODEL --input NAME=FILE.npy... --label FILE.npy [--loss L] [--optimizer O]
 //   [--learning-rate LR] [--batch N] [--epochs E] [--validation-split F] [--checkpoint FILE]
-//   [--export OUT.onnx] [--threads T] [--seed S] [--option KEY=VALUE]...
+//   [--export OUT.onnx] [--threads T] [--seed S] [--accumulate N] [--option KEY=VALUE]...
 // Shuffles, batches, shows a progress bar with loss and samples/s, and prints validation loss
-// and accuracy after each epoch.
+// and accuracy after each epoch. Under mpirun every rank runs this: all shuffle alike, each
+// takes its share of every global batch, and rank 0 prints, validates and writes the files.
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +62,7 @@ int cmd_train(const Args& args) {
   if (args.has("seed")) opts.emplace_back("seed", args.get("seed"));
   if (args.has("device")) opts.emplace_back("device", args.get("device"));
   if (args.has("precision")) opts.emplace_back("precision", args.get("precision"));
+  if (args.has("accumulate")) opts.emplace_back("accumulate_steps", args.get("accumulate"));
   for (const auto& kv : args.all("option")) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos)
@@ -74,6 +76,12 @@ int cmd_train(const Args& args) {
                 "--batch and --epochs must be >= 1, --validation-split in [0, 1)");
 
   Trainer trainer(args.positional[0], opts);
+  const int rank = trainer.rank(), world = trainer.world_size();
+  const bool lead = rank == 0;  // prints, validates, writes
+  if (batch % world != 0)
+    throw Error(ErrorCode::InvalidArgument,
+                "--batch " + std::to_string(batch) + " does not divide among " +
+                    std::to_string(world) + " ranks; give a multiple of " + std::to_string(world));
   std::vector<std::pair<std::string, Tensor>> data;
   for (const auto& spec : args.all("input")) {
     const size_t eq = spec.find('=');
@@ -99,17 +107,25 @@ int cmd_train(const Args& args) {
   const size_t n_val = static_cast<size_t>(std::floor(val_split * static_cast<double>(n)));
   const std::vector<int64_t> val(order.begin(), order.begin() + static_cast<long>(n_val));
   std::vector<int64_t> train(order.begin() + static_cast<long>(n_val), order.end());
-  if (train.empty())
-    throw Error(ErrorCode::InvalidArgument, "no training samples left after the validation split");
+  if (train.size() < static_cast<size_t>(world))
+    throw Error(ErrorCode::InvalidArgument,
+                "fewer training samples (" + std::to_string(train.size()) +
+                    ") after the validation split than ranks (" + std::to_string(world) + ")");
   auto batch_of = [&](const std::vector<int64_t>& idx, size_t b, size_t e, bool with_label) {
     NamedValues v;
     for (const auto& [name, t] : data) v.emplace_back(name, take_rows(t, idx, b, e));
     if (with_label) v.emplace_back("label", take_rows(labels, idx, b, e));
     return v;
   };
-  const bool tty = isatty(fileno(stderr));
-  std::printf("training %s: %zu samples, %zu for validation, batch %d, %d epochs\n",
-              args.positional[0].c_str(), train.size(), val.size(), batch, epochs);
+  const bool tty = lead && isatty(fileno(stderr));
+  if (lead) {
+    std::printf("training %s: %zu samples, %zu for validation, batch %d, %d epochs",
+                args.positional[0].c_str(), train.size(), val.size(), batch, epochs);
+    if (world > 1) std::printf(", %d ranks x %d samples", world, batch / world);
+    if (args.has("accumulate"))
+      std::printf(", %d micro-batches per update", args.get_int("accumulate", 1));
+    std::printf("\n");
+  }
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     std::shuffle(train.begin(), train.end(), rng);
     const auto t0 = Clock::now();
@@ -117,9 +133,13 @@ int cmd_train(const Args& args) {
     size_t steps = 0, seen = 0;
     for (size_t b = 0; b < train.size(); b += static_cast<size_t>(batch)) {
       const size_t e = std::min(train.size(), b + static_cast<size_t>(batch));
-      sum += trainer.step(batch_of(train, b, e, true));
+      // This rank's share; a last batch that does not divide leaves its remainder out.
+      const size_t share = (e - b) / static_cast<size_t>(world);
+      if (share == 0) break;
+      const size_t from = b + static_cast<size_t>(rank) * share;
+      sum += trainer.step(batch_of(train, from, from + share, true));
       ++steps;
-      seen += e - b;
+      seen += share * static_cast<size_t>(world);
       const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
       if (tty) {
         const int filled =
@@ -132,6 +152,8 @@ int cmd_train(const Args& args) {
     }
     if (tty) std::fprintf(stderr, "\n");
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (args.has("checkpoint")) trainer.save_checkpoint(args.get("checkpoint"));  // rank 0's
+    if (!lead) continue;
     std::printf("epoch %d: train loss %.4f, %.0f samples/s", epoch,
                 sum / static_cast<double>(steps), static_cast<double>(seen) / std::max(secs, 1e-9));
     if (!val.empty()) {
@@ -156,15 +178,17 @@ int cmd_train(const Args& args) {
     }
     std::printf("\n");
     std::fflush(stdout);
-    if (args.has("checkpoint")) trainer.save_checkpoint(args.get("checkpoint"));
   }
-  if (trainer.skipped_steps() > 0 || trainer.loss_scale() != 1.0f)
+  if (lead && world > 1)
+    std::printf("distributed: %d ranks, %lld bytes exchanged per optimizer step by each rank\n",
+                world, static_cast<long long>(trainer.exchanged_bytes()));
+  if (lead && (trainer.skipped_steps() > 0 || trainer.loss_scale() != 1.0f))
     std::printf("loss scale %g, %lld steps skipped for overflow\n",
                 static_cast<double>(trainer.loss_scale()),
                 static_cast<long long>(trainer.skipped_steps()));
   if (args.has("export")) {
     trainer.export_model(args.get("export"));
-    std::printf("exported %s\n", args.get("export").c_str());
+    if (lead) std::printf("exported %s\n", args.get("export").c_str());
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 // volt — command line: info, run, bench, train, test-onnx; `volt help COMMAND` for each.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -80,7 +81,13 @@ int main(int argc, char** argv) {
                             " --help)");
     return c->run(args);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "volt %s: error: %s\n", cmd.c_str(), e.what());
+    // Under mpirun, say which rank failed.
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = std::getenv("PMIX_RANK");
+    if (rank)
+      std::fprintf(stderr, "volt %s (rank %s): error: %s\n", cmd.c_str(), rank, e.what());
+    else
+      std::fprintf(stderr, "volt %s: error: %s\n", cmd.c_str(), e.what());
     return 2;
   }
 }

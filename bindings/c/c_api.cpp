@@ -471,6 +471,14 @@ volt_status volt_trainer_loss_scale(const volt_trainer* t, float* scale, int64_t
   });
 }
 
+volt_status volt_trainer_rank(const volt_trainer* t, int* rank, int* world) {
+  if (!t) return null_arg("trainer");
+  return guarded([&] {
+    if (rank) *rank = t->trainer.rank();
+    if (world) *world = t->trainer.world_size();
+  });
+}
+
 volt_status volt_trainer_save_checkpoint(volt_trainer* t, const char* path) {
   if (!t) return null_arg("trainer");
   if (!path) return null_arg("path");

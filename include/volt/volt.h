@@ -127,8 +127,14 @@ void volt_session_free(volt_session* s);
  * constant with more than one element that a gradient of the loss reaches), threads, device (cpu |
  * cuda:N), precision (fp32 | mixed_fp16: fp16 compute, fp32 master weights, dynamic loss scaling),
  * seed, sparse_gradients (auto | off: embedding tables read only by Gather get row-sparse
- * gradients), lazy_update (on | off: with row-sparse gradients, update only the touched rows). An
- * unknown key or bad value is an error. */
+ * gradients), lazy_update (on | off: with row-sparse gradients, update only the touched rows),
+ * accumulate_steps (N micro-batches, i.e. calls of volt_trainer_step, per optimizer step),
+ * distributed (auto: MPI when launched by mpirun | off | mpi: data-parallel training; each rank
+ * passes its own shard, of the same size on every rank, to volt_trainer_step; weights start from
+ * rank 0's; checkpoints and exports are written by rank 0 and are no-ops elsewhere),
+ * sparse_allreduce_threshold (0.3: row-sparse gradients travel as rows while the ranks' union of
+ * rows covers at most this fraction of the table, as a dense all-reduce past it). An unknown key
+ * or bad value is an error. */
 volt_train_options* volt_train_options_create(void);
 volt_status volt_train_options_set(volt_train_options* o, const char* key, const char* value);
 void volt_train_options_free(volt_train_options* o);
@@ -147,6 +153,9 @@ volt_status volt_trainer_set_learning_rate(volt_trainer* t, float learning_rate)
 /* precision mixed_fp16: the current loss scale and the steps skipped because their scaled
  * gradients overflowed (1 and 0 in fp32). Either pointer may be NULL. */
 volt_status volt_trainer_loss_scale(const volt_trainer* t, float* scale, int64_t* skipped_steps);
+/* This process's rank and the number of ranks (0 and 1 for a single process). Either pointer may
+ * be NULL. */
+volt_status volt_trainer_rank(const volt_trainer* t, int* rank, int* world);
 volt_status volt_trainer_save_checkpoint(volt_trainer* t, const char* path);
 volt_status volt_trainer_load_checkpoint(volt_trainer* t, const char* path);
 volt_status volt_trainer_export(volt_trainer* t,

@@ -373,10 +373,10 @@ struct ModelMetadata {
   std::string producer_name, producer_version;
   std::string domain;
   int64_t model_version = 0;
-  std::string description;        // the model's doc_string
+  std::string description;  // the model's doc_string
   std::string graph_name;
-  std::string graph_description;  // the graph's doc_string
-  std::map<std::string, int64_t> opsets;  // domain ("ai.onnx" for the default one) -> version
+  std::string graph_description;              // the graph's doc_string
+  std::map<std::string, int64_t> opsets;      // domain ("ai.onnx" for the default one) -> version
   std::map<std::string, std::string> custom;  // metadata_props
 };
 
@@ -435,7 +435,6 @@ struct RunOptions {
   RunProfile* profile = nullptr;        // when set, the run appends one event per node run
 };
 
-
 class Session {
  public:
   explicit Session(const std::string& model_path, SessionOptions options = {});
@@ -474,6 +473,14 @@ class Session {
 //     outputs, weights inside If branches); by default every float constant with more than one
 //     element that a gradient of the loss reaches
 //   threads, device (cpu | cuda:N), precision (fp32 | mixed_fp16), seed
+//   accumulate_steps = N: N calls of step() (micro-batches) per optimizer step, which applies
+//     the mean of their gradients
+//   distributed = auto (default: MPI when started by mpirun) | off | mpi: data-parallel training,
+//     one process per rank; each rank feeds its own shard (the same number of samples on every
+//     rank) to step(), gradients are averaged across ranks, and every rank applies the same
+//     update. Weights start from rank 0's; rank 0 alone writes checkpoints and exports.
+//   sparse_allreduce_threshold = F (default 0.3): row-sparse gradients travel as rows while the
+//     union of the ranks' rows covers at most F of the table, as a dense all-reduce past it
 // device = cuda:N runs the forward and backward graphs there (ops without a CUDA kernel on the
 // host, as in inference); weights, their optimizer state and the update stay on the host.
 // precision = mixed_fp16 computes in fp16 from fp32 master weights with dynamic loss scaling. On
@@ -491,9 +498,11 @@ class Trainer {
   Trainer& operator=(Trainer&&) noexcept;
 
   // One optimization step on a batch (model inputs and the label); returns the loss before
-  // the update. A non-finite loss or gradient skips the update and throws, except that with
-  // precision=mixed_fp16 overflowing (scaled) gradients are the loss scaler's signal: the step
-  // is skipped without an error, the scale halves, and skipped_steps() counts it.
+  // the update (the mean over ranks when distributed; with accumulate_steps = N, a step is one
+  // micro-batch and every N-th applies the update). A non-finite loss or gradient skips the update
+  // and throws, except that with precision=mixed_fp16 overflowing (scaled) gradients are the loss
+  // scaler's signal: the step is skipped without an error, the scale halves, and skipped_steps()
+  // counts it.
   float step(const NamedValues& batch);
   // The loss in evaluation mode (running statistics, no dropout); nothing changes.
   float evaluate(const NamedValues& batch) const;
@@ -507,14 +516,21 @@ class Trainer {
   // after 2000 clean steps) and the steps skipped for overflow. 1 and 0 in fp32.
   float loss_scale() const;
   int64_t skipped_steps() const;
+  // Data-parallel training: this process's rank and the number of ranks (0 and 1 alone), and
+  // the bytes this rank handed to the exchange in the last optimizer step.
+  int rank() const;
+  int world_size() const;
+  int64_t exchanged_bytes() const;
   const std::vector<std::string>& trainable() const;    // names of the weights being trained
   const Tensor& weight(const std::string& name) const;  // current value of an initializer
 
-  // Weights, optimizer state, step and learning rate, written atomically.
+  // Weights, optimizer state, step and learning rate, written atomically (distributed: by rank
+  // 0; the call does nothing on the others).
   void save_checkpoint(const std::string& path) const;
-  // Refused (and nothing changes) when the checkpoint does not match the model.
+  // Refused (and nothing changes) when the checkpoint does not match the model. Distributed:
+  // every rank calls it; rank 0 reads the file and every rank takes its contents.
   void load_checkpoint(const std::string& path);
-  // A plain inference model with the tuned weights.
+  // A plain inference model with the tuned weights (distributed: written by rank 0).
   void export_model(const std::string& onnx_path) const;
 
   struct Impl;

@@ -151,9 +151,16 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
+  return decode_checkpoint(read_checkpoint_bytes(path), path);
+}
+
+std::string read_checkpoint_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   VOLT_CHECK(in, Io, path + ": cannot open checkpoint");
-  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+Checkpoint decode_checkpoint(const std::string& file, const std::string& path) {
   VOLT_CHECK(
       file.size() >= sizeof kMagic + 8 && std::memcmp(file.data(), kMagic, sizeof kMagic) == 0,
       InvalidArgument, path + ": not a volt checkpoint");

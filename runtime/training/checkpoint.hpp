@@ -18,5 +18,8 @@ struct Checkpoint {
 
 void write_checkpoint(const std::string& path, const Checkpoint& c);
 Checkpoint read_checkpoint(const std::string& path);  // Io or InvalidArgument on a bad file
+// The two halves of read_checkpoint (a distributed trainer reads on rank 0 and decodes on all).
+std::string read_checkpoint_bytes(const std::string& path);
+Checkpoint decode_checkpoint(const std::string& file_bytes, const std::string& path);
 
 }  // namespace volt

@@ -90,13 +90,40 @@ void apply_train_option(TrainConfig& c, const std::string& key, const std::strin
     one_of(key, value, {"auto", "off"}), c.sparse_gradients = value == "auto";
   else if (key == "lazy_update")
     c.lazy_update = boolean(key, value);
+  else if (key == "accumulate_steps")
+    c.accumulate_steps = static_cast<int>(number(key, value, 1, 1 << 20));
+  else if (key == "distributed")
+    one_of(key, value, {"auto", "off", "mpi"}), c.distributed = value;
+  else if (key == "sparse_allreduce_threshold")
+    c.sparse_allreduce_threshold = number(key, value, 0, 1);
   else
     fail(ErrorCode::InvalidArgument, "unknown training option '" + key +
                                          "' (known: loss, prediction, label, optimizer, "
                                          "learning_rate, momentum, nesterov, beta1, beta2, "
                                          "epsilon, weight_decay, max_grad_norm, trainable, freeze, "
                                          "threads, device, precision, seed, sparse_gradients, "
-                                         "lazy_update)");
+                                         "lazy_update, accumulate_steps, distributed, "
+                                         "sparse_allreduce_threshold)");
+}
+
+std::string shared_options_text(const TrainConfig& c) {
+  std::ostringstream o;
+  o.precision(17);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& p : v) s += (s.empty() ? "" : ",") + p;
+    return s;
+  };
+  o << "loss=" << c.loss << "\nprediction=" << c.prediction << "\nlabel=" << c.label
+    << "\noptimizer=" << c.optimizer << "\nlearning_rate=" << c.learning_rate
+    << "\nmomentum=" << c.momentum << "\nnesterov=" << c.nesterov << "\nbeta1=" << c.beta1
+    << "\nbeta2=" << c.beta2 << "\nepsilon=" << c.epsilon << "\nweight_decay=" << c.weight_decay
+    << "\nmax_grad_norm=" << c.max_grad_norm << "\ntrainable=" << list(c.trainable)
+    << "\nfreeze=" << list(c.freeze) << "\nprecision=" << c.precision << "\nseed=" << c.seed
+    << "\nsparse_gradients=" << c.sparse_gradients << "\nlazy_update=" << c.lazy_update
+    << "\naccumulate_steps=" << c.accumulate_steps
+    << "\nsparse_allreduce_threshold=" << c.sparse_allreduce_threshold << "\n";
+  return o.str();
 }
 
 TrainConfig parse_train_options(const TrainOptions& options) {

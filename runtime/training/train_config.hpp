@@ -26,11 +26,23 @@ struct TrainConfig {
   // With row-sparse gradients, the optimizer updates only the touched rows (momentum and Adam
   // moments of other rows wait, as in PyTorch's SparseAdam); off applies the dense semantics.
   bool lazy_update = true;
+  // N micro-batches (N calls of step) per optimizer step: their gradients are summed, and the
+  // update uses their mean.
+  int accumulate_steps = 1;
+  // auto: several processes on MPI when launched by mpirun (Open MPI's or PMI's variables set);
+  // off: one process; mpi: MPI always (one rank outside mpirun).
+  std::string distributed = "auto";
+  // Row-sparse gradients across ranks: exchanged as rows while their union covers at most this
+  // fraction of the table, as a dense all-reduce of the table past it.
+  double sparse_allreduce_threshold = 0.3;
 };
 
 // An unknown key or a bad value is an InvalidArgument error naming it.
 TrainConfig parse_train_options(const TrainOptions& options);
 // Checks one key/value pair (the C API checks each as it is set).
 void apply_train_option(TrainConfig& config, const std::string& key, const std::string& value);
+// The options every rank of a distributed job must share, as "key=value" lines in a fixed
+// order (threads, device and distributed itself may differ between ranks).
+std::string shared_options_text(const TrainConfig& config);
 
 }  // namespace volt

@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "loaders/loader.hpp"
 #include "operators/common/convert.hpp"
@@ -17,9 +19,13 @@
 #include "runtime/error.hpp"
 #include "runtime/feeds.hpp"
 #include "runtime/graph_runner.hpp"
+#include "runtime/omp_threads.hpp"
 #include "runtime/passes/passes.hpp"
+#include "runtime/plan.hpp"
 #include "runtime/training/autodiff.hpp"
 #include "runtime/training/checkpoint.hpp"
+#include "runtime/training/communicator.hpp"
+#include "runtime/training/gradient_exchange.hpp"
 #include "runtime/training/loss_scaler.hpp"
 #include "runtime/training/optimizer.hpp"
 #include "runtime/training/parameters.hpp"
@@ -59,6 +65,25 @@ const std::string kLossScaleInput = "volt/loss_scale";
 const std::string kScaleKey = "loss_scaler/scale", kCleanStepsKey = "loss_scaler/clean_steps",
                   kSkippedKey = "loss_scaler/skipped_steps";
 
+// Gradients go across ranks in buckets of about this size: big enough that a bucket's
+// all-reduce costs more than starting one, small enough that the first ones start early in the
+// backward pass.
+constexpr size_t kBucketBytes = size_t{4} << 20;
+
+// FNV-1a over 8-byte words (and the tail by bytes): the model file's fingerprint, which the ranks
+// compare.
+uint64_t fingerprint(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < s.size(); ++i) h = (h ^ static_cast<unsigned char>(s[i])) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace
 
 struct Trainer::Impl {
@@ -79,6 +104,11 @@ struct Trainer::Impl {
     std::unique_ptr<GraphRunner> runner;
     std::vector<std::string> dense;   // weights whose gradients come as one tensor each, in order
     std::vector<std::string> sparse;  // then weights whose gradients come as (rows, values)
+    uint64_t key = 0;                 // which inputs come as CSR (the ranks compare it)
+    // With accumulation or several ranks: where the dense gradients are summed (made on the
+    // first such step, in the order the plan produces them), and each one's slot there.
+    std::unique_ptr<DenseGradientBuckets> buckets;
+    std::vector<size_t> slot_of;
   };
   std::map<std::set<std::string>, TrainGraph> train_graphs;
   std::unique_ptr<GraphRunner> eval, infer;
@@ -94,6 +124,13 @@ struct Trainer::Impl {
   // gradients are unscaled (in fp32, before clipping and weight decay) and checked here.
   bool mixed = false;
   LossScaler scaler;
+  // Data-parallel training: the other ranks (nullptr for one process). With it, or with
+  // accumulate_steps > 1, steps go through accumulate_step().
+  std::unique_ptr<Communicator> comm;
+  int micro = 0;                             // micro-batches summed toward the next update
+  const TrainGraph* accumulating = nullptr;  // the graph they ran
+  std::vector<std::vector<RowSparseTensor>> pending_rows;  // per table, per micro-batch
+  uint64_t step_bytes_start = 0, last_step_bytes = 0;
   mutable std::mutex mutex;
 
   Impl(const std::string& path, const TrainOptions& options)
@@ -102,6 +139,28 @@ struct Trainer::Impl {
         lr(cfg.learning_rate),
         device(Device::parse(cfg.device)),
         mixed(cfg.precision == "mixed_fp16") {
+    comm = open_communicator(cfg.distributed);
+    if (!comm) {
+      build(path);
+      return;
+    }
+    // Every rank builds; all fail together if one does, then they check that they run one job
+    // and start from rank 0's weights.
+    std::string error;
+    ErrorCode code = ErrorCode::Runtime;
+    try {
+      build(path);
+    } catch (const Error& e) {
+      error = e.what();
+      code = e.code();
+    }
+    agree(error, code, path + ": creating the trainer", {});
+    check_same_job(path);
+    for (auto& [name, t] : weights) comm->broadcast(t.raw(), t.nbytes(), 0);
+    round_stored();
+  }
+
+  void build(const std::string& path) {
     if (!device.is_cpu()) require_device(device);
     model_bytes = read_file_bytes(path);
     model = load_model(path);
@@ -332,6 +391,9 @@ struct Trainer::Impl {
     }
     for (const auto& [o, _] : running_stats) tr.outputs.push_back(output_info(o));
     out.runner = runner(std::move(tr));
+    std::string names;
+    for (const auto& c : csr_inputs) names += c + '\n';
+    out.key = fingerprint(names);
     return out;
   }
 
@@ -436,7 +498,9 @@ struct Trainer::Impl {
           n.outputs.resize(2);
           n.outputs[1] = n.name + "/mask";
         }
-        n.attributes["seed"] = int_attr(static_cast<int64_t>(cfg.seed) + dropout_index++);
+        // Each rank drops its own units.
+        n.attributes["seed"] = int_attr(static_cast<int64_t>(cfg.seed) + dropout_index++ +
+                                        (comm ? 1000003 * int64_t{comm->rank()} : 0));
       }
     }
   }
@@ -462,10 +526,9 @@ struct Trainer::Impl {
     return t.data<float>()[0];
   }
 
-  float do_step(const NamedValues& batch) {
-    std::lock_guard<std::mutex> lock(mutex);
-    // Inputs fed as float CSR matrices select the graph whose weights behind them get
-    // row-sparse gradients.
+  // The graph for this batch: inputs fed as float CSR matrices select the one whose weights
+  // behind them get row-sparse gradients.
+  TrainGraph& graph_for(const NamedValues& batch) {
     std::set<std::string> csr_inputs;
     if (cfg.sparse_gradients)
       for (const auto& fed : batch)
@@ -476,31 +539,35 @@ struct Trainer::Impl {
     auto found = train_graphs.find(csr_inputs);
     if (found == train_graphs.end())
       found = train_graphs.emplace(csr_inputs, build_training(csr_inputs)).first;
-    const TrainGraph& train = found->second;
+    return found->second;
+  }
+
+  // The batch with the loss scale added (mixed_fp16), or the batch.
+  NamedValues with_loss_scale(const NamedValues& batch) const {
+    if (!mixed) return batch;
+    NamedValues scaled_batch = batch;
+    scaled_batch.push_back({kLossScaleInput, Tensor::scalar(scaler.scale())});
+    return scaled_batch;
+  }
+
+  std::string step_name() const { return model.source + ": step " + std::to_string(step + 1); }
+
+  float do_step(const NamedValues& batch) {
+    std::lock_guard<std::mutex> lock(mutex);
+    // The optimizer and the checks run on the trainer's threads too (several ranks on one
+    // machine each ask for their share of the cores).
+    const ScopedOmpThreads threads(cfg.threads);
+    if (comm || cfg.accumulate_steps > 1) return accumulate_step(batch);
+    const TrainGraph& train = graph_for(batch);
     std::vector<Value> empties;
-    NamedValues scaled_batch;  // mixed_fp16: the batch and the loss scale
-    if (mixed) {
-      scaled_batch = batch;
-      scaled_batch.push_back({kLossScaleInput, Tensor::scalar(scaler.scale())});
-    }
-    const auto fed = bind(*train.runner, mixed ? scaled_batch : batch, empties);
+    const NamedValues fed_batch = with_loss_scale(batch);
+    const auto fed = bind(*train.runner, fed_batch, empties);
     std::vector<Value> out = train.runner->run(fed);
     const float loss = scalar_loss(out[0], model.source);
     VOLT_CHECK(std::isfinite(loss), Runtime,
-               model.source + ": step " + std::to_string(step + 1) +
-                   ": the loss is not finite; the update was skipped");
+               step_name() + ": the loss is not finite; the update was skipped");
     std::map<std::string, Tensor> grads;
     std::map<std::string, RowSparseTensor> row_grads;
-    double sq = 0;
-    // The sum of squares is also the finiteness check (a NaN or Inf makes it non-finite); for
-    // tables it covers the touched rows only, which hold all of their gradient.
-    auto check = [&](const Tensor& g, const std::string& name) {
-      const double s = sum_of_squares(g);
-      VOLT_CHECK(std::isfinite(s), Runtime,
-                 model.source + ": step " + std::to_string(step + 1) + ": the gradient of '" +
-                     name + "' is not finite; the update was skipped");
-      sq += s;
-    };
     size_t k = 1;
     // Mixed precision: the gradients come scaled. Unscaled copies (the outputs may be the plan's
     // own buffers); an overflow anywhere skips the step, and the scaler backs off.
@@ -518,6 +585,282 @@ struct Trainer::Impl {
           RowSparseTensor::create(weights.at(table).shape(), std::move(rows), std::move(values));
     }
     if (mixed && !scaler.update(finite)) return loss;
+    apply_update(grads, row_grads);
+    update_running_stats(out, k);
+    round_stored();
+    ++step;
+    return loss;
+  }
+
+  // One micro-batch with gradient accumulation and/or several ranks. The dense gradients are
+  // summed into buckets as the backward pass produces them (and, on the micro-batch that ends an
+  // optimizer step, across ranks as each bucket completes); the row-sparse ones are kept and
+  // summed at the end. The update uses the mean over micro-batches and ranks. On several ranks
+  // the loss returned is the mean of theirs.
+  float accumulate_step(const NamedValues& batch) {
+    const bool first = micro == 0, last = micro + 1 == cfg.accumulate_steps;
+    // 1. What can fail on one rank alone (bad inputs, building a plan) fails here, before
+    // anything is exchanged: the ranks agree on it, and all of them throw.
+    TrainGraph* train = nullptr;
+    std::vector<Value> empties;
+    const NamedValues fed_batch = with_loss_scale(batch);
+    std::vector<const Value*> fed;
+    std::string error;
+    ErrorCode code = ErrorCode::Runtime;
+    try {
+      train = &graph_for(batch);
+      VOLT_CHECK(first || train == accumulating, InvalidArgument,
+                 "the micro-batches of one optimizer step must feed the same inputs as CSR "
+                 "matrices");
+      fed = bind(*train->runner, fed_batch, empties);
+      train->runner->plan_for(fed);
+    } catch (const Error& e) {
+      error = e.what();
+      code = e.code();
+    }
+    if (!comm && !error.empty()) {
+      reset_accumulation();
+      throw Error(code, error);
+    }
+    if (comm) agree(error, code, step_name(), {sample_count(batch), int64_t(train->key)});
+    if (!train->buckets) make_buckets(*train, fed);
+    if (first) {
+      accumulating = train;
+      pending_rows.assign(train->sparse.size(), {});
+      if (comm) step_bytes_start = comm->payload_bytes();
+    }
+
+    // 2. Forward and backward, the dense gradients summed as they come.
+    Communicator* exchange = last ? comm.get() : nullptr;
+    DenseGradientBuckets& buckets = *train->buckets;
+    buckets.begin(first, exchange);
+    const size_t n_dense = train->dense.size();
+    const OutputObserver observe = [&](size_t k, const Value& v) {
+      if (k >= 1 && k <= n_dense) buckets.add(train->slot_of[k - 1], v.tensor());
+    };
+    std::vector<Value> out;
+    try {
+      out = train->runner->run(fed, &observe);
+      buckets.finish();
+    } catch (const std::exception& e) {
+      // The other ranks are past the agreement, in (or on their way to) this step's collectives.
+      if (comm) comm->abort(step_name() + " failed during the backward pass: " + e.what());
+      reset_accumulation();
+      throw;
+    }
+
+    // 3. The loss, agreed across ranks.
+    const float local_loss = scalar_loss(out[0], model.source);
+    double loss = local_loss;
+    double failed_ranks = std::isfinite(local_loss) ? 0 : 1;
+    if (comm) {
+      double sums[2] = {failed_ranks ? 0.0 : loss, failed_ranks};
+      comm->sum(sums, 2);
+      loss = sums[0] / comm->size();
+      failed_ranks = sums[1];
+    }
+    if (failed_ranks > 0) {
+      reset_accumulation();
+      fail(ErrorCode::Runtime, step_name() + ": the loss is not finite" +
+                                   (comm ? " on " + std::to_string(static_cast<int>(failed_ranks)) +
+                                               " of " + std::to_string(comm->size()) + " ranks"
+                                         : std::string()) +
+                                   "; the update was skipped");
+    }
+    size_t k = 1 + n_dense;
+    for (size_t t = 0; t < train->sparse.size(); ++t) {
+      Tensor rows = out[k++].tensor(), values = out[k++].tensor();
+      pending_rows[t].push_back(RowSparseTensor::create(weights.at(train->sparse[t]).shape(),
+                                                        std::move(rows), std::move(values)));
+    }
+    update_running_stats(out, k);
+    if (!last) {
+      ++micro;
+      return static_cast<float>(loss);
+    }
+
+    // 4. The step's gradients: summed, exchanged, scaled to the mean (and unscaled).
+    const double count = static_cast<double>(cfg.accumulate_steps) * (comm ? comm->size() : 1);
+    const double scale = 1.0 / (count * (mixed ? scaler.scale() : 1.0));
+    std::map<std::string, Tensor> grads;
+    for (size_t i = 0; i < n_dense; ++i)
+      grads[train->dense[i]] = buckets.gradient(train->slot_of[i], scale);
+    std::vector<RowSparseTensor> tables;
+    for (const auto& parts : pending_rows) tables.push_back(sum_rows(parts));
+    const std::vector<std::string> sparse = train->sparse;
+    reset_accumulation();
+    if (comm && !tables.empty()) exchange_rows(*comm, tables, cfg.sparse_allreduce_threshold);
+    if (comm) last_step_bytes = comm->payload_bytes() - step_bytes_start;
+    std::map<std::string, RowSparseTensor> row_grads;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      scale_rows_in_place(tables[t], scale);
+      row_grads[sparse[t]] = tables[t];
+    }
+    if (mixed) {
+      bool finite = true;
+      for (const auto& [_, g] : grads)
+        finite = finite && all_finite(g.data<float>(), static_cast<size_t>(g.numel()));
+      for (const auto& [_, g] : row_grads)
+        finite =
+            finite && all_finite(g.values().data<float>(), static_cast<size_t>(g.values().numel()));
+      if (comm) {  // (the sums are the same on every rank; the flag makes sure of it)
+        int64_t overflow = finite ? 0 : 1;
+        comm->max(&overflow, 1);
+        finite = overflow == 0;
+      }
+      if (!scaler.update(finite)) return static_cast<float>(loss);
+    }
+    apply_update(grads, row_grads);
+    round_stored();
+    ++step;
+    return static_cast<float>(loss);
+  }
+
+  void reset_accumulation() {
+    micro = 0;
+    accumulating = nullptr;
+    pending_rows.clear();
+  }
+
+  // The samples a batch holds: the label's first dimension (or the first input's).
+  int64_t sample_count(const NamedValues& batch) const {
+    for (const auto& [name, v] : batch)
+      if (name == cfg.label && v.is_tensor() && v.tensor().rank() > 0) return v.tensor().dim(0);
+    for (const auto& [name, v] : batch) {
+      if (v.is_tensor() && v.tensor().rank() > 0) return v.tensor().dim(0);
+      if (v.is_csr()) return v.csr().rows();
+    }
+    return -1;
+  }
+
+  // The buckets follow the order in which the plan computes the dense gradients (rank 0's, so
+  // that every rank starts the same all-reduces in the same order).
+  void make_buckets(TrainGraph& train, const std::vector<const Value*>& fed) {
+    const auto plan = train.runner->plan_for(fed);
+    const size_t n = train.dense.size();
+    std::vector<size_t> produced(plan->graph->names.size(), plan->steps.size());
+    for (size_t s = 0; s < plan->steps.size(); ++s)
+      for (int id : plan->steps[s].outputs)
+        if (id >= 0) produced[static_cast<size_t>(id)] = s;
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return produced[static_cast<size_t>(plan->graph->graph_outputs[static_cast<size_t>(a) + 1])] <
+             produced[static_cast<size_t>(plan->graph->graph_outputs[static_cast<size_t>(b) + 1])];
+    });
+    if (comm) {
+      std::string bytes(reinterpret_cast<const char*>(order.data()), n * sizeof(int64_t));
+      comm->broadcast(bytes, 0);
+      std::memcpy(order.data(), bytes.data(), n * sizeof(int64_t));
+    }
+    std::vector<DenseGradientBuckets::Slot> slots;
+    train.slot_of.assign(n, 0);
+    for (size_t j = 0; j < n; ++j) {
+      const Tensor& w = weights.at(train.dense[static_cast<size_t>(order[j])]);
+      slots.push_back({w.dtype(), w.shape()});
+      train.slot_of[static_cast<size_t>(order[j])] = j;
+    }
+    train.buckets = std::make_unique<DenseGradientBuckets>(std::move(slots), kBucketBytes);
+  }
+
+  // Every rank reports whether it got here without an error and the values it must share; if
+  // one failed, all throw with every failing rank's reason, so none waits for collectives the
+  // others will not make. extra = {samples, graph key}.
+  void agree(const std::string& error, ErrorCode code, const std::string& what,
+             const std::vector<int64_t>& extra) {
+    std::vector<int64_t> h{error.empty() ? 0 : 1};
+    for (int64_t v : extra) {
+      h.push_back(v);
+      h.push_back(-v);
+    }
+    comm->max(h.data(), h.size());
+    if (h[0]) {
+      reset_accumulation();
+      const Communicator::Gathered all = comm->gather_all(error.data(), error.size());
+      std::string text;
+      for (size_t r = 0; r < all.size.size(); ++r)
+        if (all.size[r])
+          text += (text.empty() ? "rank " : "; rank ") + std::to_string(r) + ": " + all.str(r);
+      throw Error(error.empty() ? ErrorCode::Runtime : code,
+                  what + " failed on " + text + " (no rank applied it)");
+    }
+    if (extra.size() >= 1 && h[1] != -h[2]) {
+      reset_accumulation();
+      fail(ErrorCode::InvalidArgument,
+           what + ": the ranks fed between " + std::to_string(-h[2]) + " and " +
+               std::to_string(h[1]) +
+               " samples; each rank must feed the same number (its share of the global batch)");
+    }
+    if (extra.size() >= 2 && h[3] != -h[4]) {
+      reset_accumulation();
+      fail(ErrorCode::InvalidArgument,
+           what + ": the ranks fed different inputs as CSR matrices; all must feed the same kinds");
+    }
+  }
+
+  // The ranks must train one model with one set of options: rank 0's are the reference.
+  void check_same_job(const std::string& path) {
+    const std::string mine =
+        std::to_string(fingerprint(model_bytes)) + "\n" + shared_options_text(cfg);
+    const Communicator::Gathered gathered = comm->gather_all(mine.data(), mine.size());
+    std::vector<std::string> all;
+    for (size_t r = 0; r < gathered.size.size(); ++r) all.push_back(gathered.str(r));
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (all[r] == all[0]) continue;
+      const std::string who = "rank " + std::to_string(r);
+      if (all[r].substr(0, all[r].find('\n')) != all[0].substr(0, all[0].find('\n')))
+        fail(ErrorCode::InvalidArgument,
+             path + ": " + who + " loaded a different model than rank 0 (the files differ)");
+      std::istringstream a(all[0]), b(all[r]);
+      for (std::string la, lb; std::getline(a, la) && std::getline(b, lb);)
+        if (la != lb)
+          fail(ErrorCode::InvalidArgument, path + ": " + who + "'s training option " + lb +
+                                               " differs from rank 0's " + la +
+                                               "; every rank must train with the same options");
+    }
+  }
+
+  // The model's own optimizer-free updates (BatchNormalization's running statistics), from the
+  // step's outputs starting at k; on several ranks, their mean, so replicas stay equal.
+  void update_running_stats(const std::vector<Value>& out, size_t k) {
+    std::vector<Tensor> stats;
+    for (size_t i = 0; i < running_stats.size(); ++i) stats.push_back(out[k++].tensor());
+    if (comm && !stats.empty()) {
+      std::vector<float> flat;
+      for (Tensor& t : stats) {
+        t = t.dtype() == DType::Float ? t.clone() : converted(t, DType::Float);
+        flat.insert(flat.end(), t.data<float>(), t.data<float>() + t.numel());
+      }
+      comm->sum(flat.data(), flat.size());
+      size_t at = 0;
+      for (Tensor& t : stats)
+        for (int64_t e = 0; e < t.numel(); ++e)
+          t.data<float>()[e] = flat[at++] / static_cast<float>(comm->size());
+    }
+    size_t i = 0;
+    for (const auto& [outname, init] : running_stats) {
+      Tensor stat = stats[i++];
+      Tensor& w = weights.at(init);
+      if (stat.dtype() != w.dtype()) stat = converted(stat, w.dtype());  // fp16 under mixed_fp16
+      VOLT_CHECK(stat.nbytes() == w.nbytes(), Runtime,
+                 "running statistic '" + init + "' changed shape");
+      std::memcpy(w.raw(), stat.raw(), w.nbytes());
+    }
+  }
+
+  // Checks the gradients, clips them, and lets the optimizer apply them.
+  void apply_update(std::map<std::string, Tensor>& grads,
+                    std::map<std::string, RowSparseTensor>& row_grads) {
+    double sq = 0;
+    // The sum of squares is also the finiteness check (a NaN or Inf makes it non-finite); for
+    // tables it covers the touched rows only, which hold all of their gradient.
+    auto check = [&](const Tensor& g, const std::string& name) {
+      const double s = sum_of_squares(g);
+      VOLT_CHECK(
+          std::isfinite(s), Runtime,
+          step_name() + ": the gradient of '" + name + "' is not finite; the update was skipped");
+      sq += s;
+    };
     for (const auto& [name, g] : grads) check(g, name);
     for (const auto& [table, g] : row_grads) check(g.values(), table);
     if (cfg.max_grad_norm > 0) {
@@ -533,17 +876,20 @@ struct Trainer::Impl {
       for (auto& [table, g] : row_grads) grads[table] = g.to_dense();
     optimizer.step(weights, grads, lr, step + 1);
     if (cfg.lazy_update) optimizer.step_rows(weights, row_grads, lr, step + 1);
-    for (const auto& [outname, init] : running_stats) {
-      Tensor stat = out[k++].tensor();
-      Tensor& w = weights.at(init);
-      if (stat.dtype() != w.dtype()) stat = converted(stat, w.dtype());  // fp16 under mixed_fp16
-      VOLT_CHECK(stat.nbytes() == w.nbytes(), Runtime,
-                 "running statistic '" + init + "' changed shape");
-      std::memcpy(w.raw(), stat.raw(), w.nbytes());
-    }
-    round_stored();
-    ++step;
-    return loss;
+  }
+
+  // A checkpoint that rank 0 reads and every rank applies (the others need not see the file).
+  void load_shared(const std::string& path) {
+    std::string bytes, error;
+    if (comm->rank() == 0) try {
+        bytes = read_checkpoint_bytes(path);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    comm->broadcast(error, 0);
+    VOLT_CHECK(error.empty(), Io, error + " (read on rank 0)");
+    comm->broadcast(bytes, 0);
+    restore(decode_checkpoint(bytes, path), path);
   }
 
   // The graphs see a weight stored in fp16 as the file will hold it: its master rounded to fp16,
@@ -737,10 +1083,16 @@ const Tensor& Trainer::weight(const std::string& name) const {
 
 void Trainer::save_checkpoint(const std::string& path) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->comm && impl_->comm->rank() != 0) return;  // the replicas are equal: rank 0 writes
   write_checkpoint(path, impl_->snapshot());
 }
 
 void Trainer::load_checkpoint(const std::string& path) {
+  if (impl_->comm) {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->load_shared(path);
+    return;
+  }
   const Checkpoint c = read_checkpoint(path);
   std::lock_guard<std::mutex> lock(impl_->mutex);
   impl_->restore(c, path);
@@ -748,10 +1100,22 @@ void Trainer::load_checkpoint(const std::string& path) {
 
 void Trainer::export_model(const std::string& onnx_path) const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->comm && impl_->comm->rank() != 0) return;
   std::map<std::string, Tensor> all = impl_->model.graph.initializers;
   for (const auto& [name, t] : impl_->weights) all[name] = t;
   for (const auto& [name, dtype] : impl_->stored_dtype) all[name] = converted(all.at(name), dtype);
   write_model_with_weights(impl_->model_bytes, impl_->model.source, all, onnx_path);
+}
+
+int Trainer::rank() const {
+  return impl_->comm ? impl_->comm->rank() : 0;
+}
+int Trainer::world_size() const {
+  return impl_->comm ? impl_->comm->size() : 1;
+}
+int64_t Trainer::exchanged_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return static_cast<int64_t>(impl_->last_step_bytes);
 }
 
 }  // namespace volt

@@ -98,3 +98,24 @@ def test_csr_batches_train(mlp_path):
     loss_sparse = a.step({"x": csr, "label": feed["label"]})
     loss_dense = b.step({"x": x, "label": feed["label"]})
     assert loss_sparse == pytest.approx(loss_dense, rel=1e-5)
+
+
+def test_accumulation_is_the_mean_of_micro_batches(mlp_path):
+    # Two micro-batches of 32 with accumulate_steps=2 make one update, close to one step on the
+    # 64 (the same mean gradient, summed in another order).
+    def sgd(**extra):
+        return volt.Trainer(mlp_path, optimizer="sgd", learning_rate=0.1, seed=3, **extra)
+
+    whole, acc = sgd(), sgd(accumulate_steps=2)
+    assert acc.rank == 0 and acc.world_size == 1 and acc.exchanged_bytes == 0
+    feed = batch()
+    halves = [{k: v[:32] for k, v in feed.items()}, {k: v[32:] for k, v in feed.items()}]
+    whole.step(feed)
+    acc.step(halves[0])
+    assert acc.steps == 0
+    acc.step(halves[1])
+    assert acc.steps == 1
+    name = whole.trainable[0]
+    np.testing.assert_allclose(acc.weight(name), whole.weight(name), rtol=1e-5, atol=1e-6)
+    with pytest.raises(volt.InvalidArgument, match="distributed"):
+        sgd(distributed="sometimes")

@@ -257,6 +257,10 @@ PYBIND11_MODULE(_volt, m) {
       .def_property_readonly("loss_scale", [](const PyTrainer& t) { return t.get().loss_scale(); })
       .def_property_readonly("skipped_steps",
                              [](const PyTrainer& t) { return t.get().skipped_steps(); })
+      .def_property_readonly("rank", [](const PyTrainer& t) { return t.get().rank(); })
+      .def_property_readonly("world_size", [](const PyTrainer& t) { return t.get().world_size(); })
+      .def_property_readonly("exchanged_bytes",
+                             [](const PyTrainer& t) { return t.get().exchanged_bytes(); })
       .def_property_readonly("trainable", [](const PyTrainer& t) { return t.get().trainable(); })
       .def("weight",
            [](const PyTrainer& t, const std::string& name) {

@@ -24,7 +24,8 @@ class Trainer:
 
     Options are the C API's keys (loss, prediction, label, optimizer, learning_rate, momentum,
     nesterov, beta1, beta2, epsilon, weight_decay, max_grad_norm, trainable, freeze, threads,
-    device, precision, seed, sparse_gradients, lazy_update); lists (trainable=[...]) are joined
+    device, precision, seed, sparse_gradients, lazy_update, accumulate_steps, distributed,
+    sparse_allreduce_threshold); lists (trainable=[...]) are joined
     with commas, bools become true/false. An unknown key or a bad value is an InvalidArgument.
     """
 
@@ -64,6 +65,21 @@ class Trainer:
     @property
     def steps(self):
         return self._t.steps
+
+    @property
+    def rank(self):
+        """This process's rank in a distributed job (0 alone)."""
+        return self._t.rank
+
+    @property
+    def world_size(self):
+        """The number of ranks (1 alone)."""
+        return self._t.world_size
+
+    @property
+    def exchanged_bytes(self):
+        """Bytes this rank handed to the gradient exchange in the last optimizer step."""
+        return self._t.exchanged_bytes
 
     @property
     def trainable(self):

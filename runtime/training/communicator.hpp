@@ -1,0 +1,64 @@
+// How the ranks of a data-parallel training job talk to each other: collectives over MPI (Open
+// MPI from Debian), one communicator per trainer on a duplicate of MPI_COMM_WORLD, so that the
+// trainer's collectives never match a user's own.
+//
+// Every rank issues the same collectives in the same order. The waits poll instead of
+// blocking: a rank that leaves the job (its program returns, or it frees its trainer) tells the
+// others, and a rank waiting for a collective that the leaver never joined ends the job
+// (MPI_Abort) with a message naming it, instead of hanging. A rank killed outright ends the job
+// through mpirun.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace volt {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place, element-wise, across ranks.
+  virtual void sum(float* data, size_t n) = 0;
+  virtual void sum(double* data, size_t n) = 0;
+  virtual void max(int64_t* data, size_t n) = 0;
+  // A sum that runs while the caller goes on: started ones complete in wait_started(), and make
+  // progress whenever progress() (or any other call) is made.
+  virtual void start_sum(float* data, size_t n) = 0;
+  virtual void progress() = 0;
+  virtual void wait_started() = 0;
+  // Every rank's bytes, in rank order (sizes may differ), in one buffer.
+  struct Gathered {
+    std::unique_ptr<char[]> data;
+    std::vector<size_t> offset, size;
+    const char* of(size_t rank) const { return data.get() + offset[rank]; }
+    std::string str(size_t rank) const { return std::string(of(rank), size[rank]); }
+  };
+  virtual Gathered gather_all(const void* mine, size_t bytes) = 0;
+  // `root`'s bytes on every rank (the size too).
+  virtual void broadcast(std::string& bytes, int root) = 0;
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // Ends every rank of the job, after printing "volt: rank R: <reason>".
+  [[noreturn]] virtual void abort(const std::string& reason) = 0;
+
+  // Bytes this rank has handed to collectives (its payload; what the transport adds is not
+  // counted).
+  uint64_t payload_bytes() const { return payload_bytes_; }
+
+ protected:
+  uint64_t payload_bytes_ = 0;
+};
+
+// Whether this process was started by mpirun or another PMI launcher.
+bool launched_by_mpi_launcher();
+
+// The communicator the `distributed` training option asks for (auto | off | mpi), or nullptr
+// for a single process. MPI is initialized on first use (unless the program did it) and
+// finalized at exit.
+std::unique_ptr<Communicator> open_communicator(const std::string& distributed);
+
+}  // namespace volt

@@ -622,7 +622,11 @@ struct Trainer::Impl {
       reset_accumulation();
       throw Error(code, error);
     }
-    if (comm) agree(error, code, step_name(), {sample_count(batch), int64_t(train->key)});
+    // (train is null when choosing the graph failed; the key is cut to 62 bits so that its
+    // negation, which the agreement takes, cannot overflow.)
+    if (comm)
+      agree(error, code, step_name(),
+            {sample_count(batch), train ? static_cast<int64_t>(train->key >> 2) : 0});
     if (!train->buckets) make_buckets(*train, fed);
     if (first) {
       accumulating = train;

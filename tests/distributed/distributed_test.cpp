@@ -269,6 +269,22 @@ TEST(Distributed, BadInputOnOneRankFailsEveryRankAndNothingMoves) {
   EXPECT_EQ(t.steps(), 1);
 }
 
+TEST(Distributed, CsrOnOneRankOnlyFailsEveryRank) {
+  // Rank 1 feeds x as a CSR matrix (its weight would get a row-sparse gradient), rank 0 dense:
+  // their gradients would not line up.
+  Trainer t(mlp_model("mlp.onnx"), with({}, {}));
+  NamedValues mine = half(mlp_batch(0), t.rank());
+  if (t.rank() == 1) mine[0].second = CsrTensor::from_dense(mine[0].second.tensor());
+  try {
+    t.step(mine);
+    FAIL() << "dense on rank 0 and CSR on rank 1 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CSR"), std::string::npos) << e.what();
+  }
+  t.step(half(mlp_batch(0), t.rank()));
+  EXPECT_EQ(t.steps(), 1);
+}
+
 TEST(Distributed, DifferentModelsFailOnEveryRank) {
   const std::string a = mlp_model("mlp.onnx"), b = mlp_model("mlp_other.onnx", 7);
   try {

@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 Tensor take_rows(const Tensor& t, const std::vector<int64_t>& idx, size_t begin, size_t end) {
   Shape s = t.shape();
   s[0] = static_cast<int64_t>(end - begin);
-  Tensor out = Tensor::empty(t.dtype(), s);
+  Tensor out = Tensor::empty_on(Device{}, t.dtype(), s);  // (uninitialized: every row is written)
   const size_t row = t.dim(0) ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
   for (size_t i = begin; i < end; ++i)
     std::memcpy(static_cast<char*>(out.raw()) + (i - begin) * row,

@@ -166,20 +166,21 @@ void DenseGradientBuckets::finish() {
   exchange_ = nullptr;
 }
 
-Tensor DenseGradientBuckets::gradient(size_t i, double scale) const {
+Tensor DenseGradientBuckets::gradient(size_t i, double scale) {
   const Slot& s = slots_[i];
-  const Bucket& b = buckets_[bucket_of_[i]];
+  Bucket& b = buckets_[bucket_of_[i]];
   const size_t n = static_cast<size_t>(numel_of(s.shape));
+  // Scaled in place and lent as a view: the sums are not needed again before the next begin().
+  const std::shared_ptr<void> borrowed(static_cast<void*>(nullptr), [](void*) {});
   if (b.fp64) {
-    Tensor out = allocate_tensor(DType::Double, s.shape);
-    for (size_t e = 0; e < n; ++e) out.data<double>()[e] = b.d[offset_[i] + e] * scale;
-    return out;
+    double* p = b.d.data() + offset_[i];
+    for (size_t e = 0; e < n; ++e) p[e] *= scale;
+    return Tensor::view(DType::Double, s.shape, p, borrowed);
   }
-  Tensor out = allocate_tensor(DType::Float, s.shape);
-  const float* src = b.f.data() + offset_[i];
-  float* dst = out.data<float>();
+  float* p = b.f.data() + offset_[i];
 #pragma omp simd
-  for (size_t e = 0; e < n; ++e) dst[e] = static_cast<float>(src[e] * scale);
+  for (size_t e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * scale);
+  Tensor out = Tensor::view(DType::Float, s.shape, p, borrowed);
   return s.dtype == DType::Float ? out : converted(out, s.dtype);
 }
 

@@ -31,8 +31,9 @@ class DenseGradientBuckets {
   void add(size_t i, const Tensor& gradient);
   // After the backward pass: every slot must have been added; exchanges what is left, waits.
   void finish();
-  // Slot i's sum times `scale`, as a new tensor of the slot's dtype.
-  Tensor gradient(size_t i, double scale) const;
+  // Slot i's sum times `scale` (scaled in place: call it once per slot and step), in the slot's
+  // dtype: for fp32 and fp64 a view of the bucket, valid until the next begin().
+  Tensor gradient(size_t i, double scale);
   size_t size() const { return slots_.size(); }
 
  private:

@@ -31,14 +31,20 @@ class Communicator {
   virtual void start_sum(float* data, size_t n) = 0;
   virtual void progress() = 0;
   virtual void wait_started() = 0;
-  // Every rank's bytes, in rank order (sizes may differ), in one buffer.
+  // Every rank's bytes, in rank order (sizes may differ), in one buffer. `into` may be reused
+  // from step to step: its buffer only grows, so a steady exchange allocates nothing.
   struct Gathered {
-    std::unique_ptr<char[]> data;
+    std::vector<char> data;
     std::vector<size_t> offset, size;
-    const char* of(size_t rank) const { return data.get() + offset[rank]; }
+    const char* of(size_t rank) const { return data.data() + offset[rank]; }
     std::string str(size_t rank) const { return std::string(of(rank), size[rank]); }
   };
-  virtual Gathered gather_all(const void* mine, size_t bytes) = 0;
+  virtual void gather_all(const void* mine, size_t bytes, Gathered& into) = 0;
+  Gathered gather_all(const void* mine, size_t bytes) {
+    Gathered g;
+    gather_all(mine, bytes, g);
+    return g;
+  }
   // `root`'s bytes on every rank (the size too).
   virtual void broadcast(std::string& bytes, int root) = 0;
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

@@ -194,16 +194,18 @@ RowSparseTensor sum_rows(const std::vector<RowSparseTensor>& parts) {
   return sum_views(parts[0].dense_shape(), parts[0].dtype(), views);
 }
 
-void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables,
-                   double dense_fraction) {
+void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables, double dense_fraction,
+                   RowExchangeBuffers& buffers) {
   const size_t ranks = static_cast<size_t>(comm.size());
   // 1. Every rank's row ids of every table: [count, ids...] per table.
-  std::vector<int64_t> mine;
+  std::vector<int64_t>& mine = buffers.my_ids;
+  mine.clear();
   for (const auto& t : tables) {
     mine.push_back(t.row_count());
     mine.insert(mine.end(), t.rows().data<int64_t>(), t.rows().data<int64_t>() + t.row_count());
   }
-  const Communicator::Gathered ids = comm.gather_all(mine.data(), mine.size() * sizeof(int64_t));
+  Communicator::Gathered& ids = buffers.ids;
+  comm.gather_all(mine.data(), mine.size() * sizeof(int64_t), ids);
   // rows[t][r]: rank r's ids of table t, inside the gathered buffer.
   std::vector<std::vector<RowsView>> rows(tables.size(), std::vector<RowsView>(ranks));
   for (size_t r = 0; r < ranks; ++r) {
@@ -233,16 +235,17 @@ void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables,
     if (!dense[t]) value_bytes += tables[t].values().nbytes();
   }
   // 3a. The rows' values, gathered, then summed in rank order.
-  std::unique_ptr<char[]> values(new char[value_bytes + 1]);
+  std::vector<char>& values = buffers.my_values;
+  if (values.size() < value_bytes + 1) values.resize(value_bytes + 1);
   size_t at = 0;
   for (size_t t = 0; t < tables.size(); ++t)
     if (!dense[t]) {
-      std::memcpy(values.get() + at, tables[t].values().raw(), tables[t].values().nbytes());
+      std::memcpy(values.data() + at, tables[t].values().raw(), tables[t].values().nbytes());
       at += tables[t].values().nbytes();
     }
-  Communicator::Gathered gathered;
+  Communicator::Gathered& gathered = buffers.values;
   if (std::find(dense.begin(), dense.end(), 0) != dense.end())
-    gathered = comm.gather_all(values.get(), value_bytes);
+    comm.gather_all(values.data(), value_bytes, gathered);
   std::vector<size_t> read(ranks, 0);
   for (size_t t = 0; t < tables.size(); ++t) {
     const RowSparseTensor& local = tables[t];

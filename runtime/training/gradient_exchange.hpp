@@ -63,7 +63,14 @@ RowSparseTensor sum_rows(const std::vector<RowSparseTensor>& parts);
 // in rank order, identical on every rank. The row ids travel first (one all-gather for all
 // tables); a table whose union of rows covers more than `dense_fraction` of it is then summed by
 // one dense all-reduce over the whole table, the others by an all-gather of their rows' values.
-void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables, double dense_fraction);
+// What exchange_rows keeps from one step to the next, so that it does not allocate.
+struct RowExchangeBuffers {
+  Communicator::Gathered ids, values;
+  std::vector<int64_t> my_ids;
+  std::vector<char> my_values;
+};
+void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables, double dense_fraction,
+                   RowExchangeBuffers& buffers);
 
 // values *= scale, in place (the caller owns the values).
 void scale_rows_in_place(RowSparseTensor& g, double scale);

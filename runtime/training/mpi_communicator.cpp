@@ -210,7 +210,8 @@ class MpiCommunicator final : public Communicator {
     started_.clear();
   }
 
-  Gathered gather_all(const void* mine, size_t bytes) override {
+  using Communicator::gather_all;
+  void gather_all(const void* mine, size_t bytes, Gathered& out) override {
     std::vector<int64_t> sizes(static_cast<size_t>(size_));
     int64_t my_size = static_cast<int64_t>(bytes);
     run_blocking("MPI_Allgather", [&](MPI_Request* r) {
@@ -223,16 +224,15 @@ class MpiCommunicator final : public Communicator {
                    " bytes is past MPI's 2 GiB count limit");
     std::vector<int> counts(sizes.begin(), sizes.end()), offsets(counts.size(), 0);
     for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-    Gathered out;
-    out.data.reset(new char[static_cast<size_t>(total) + 1]);
+    if (out.data.size() < static_cast<size_t>(total) + 1)
+      out.data.resize(static_cast<size_t>(total) + 1);
     run_blocking("MPI_Allgatherv", [&](MPI_Request* r) {
-      return MPI_Iallgatherv(mine, static_cast<int>(bytes), MPI_BYTE, out.data.get(), counts.data(),
-                             offsets.data(), MPI_BYTE, comm_, r);
+      return MPI_Iallgatherv(mine, static_cast<int>(bytes), MPI_BYTE, out.data.data(),
+                             counts.data(), offsets.data(), MPI_BYTE, comm_, r);
     });
     payload_bytes_ += bytes + sizeof my_size;
     out.offset.assign(offsets.begin(), offsets.end());
     out.size.assign(counts.begin(), counts.end());
-    return out;
   }
 
   void broadcast(std::string& bytes, int root) override {

@@ -131,6 +131,7 @@ struct Trainer::Impl {
   const TrainGraph* accumulating = nullptr;  // the graph they ran
   std::vector<std::vector<RowSparseTensor>> pending_rows;  // per table, per micro-batch
   uint64_t step_bytes_start = 0, last_step_bytes = 0;
+  RowExchangeBuffers row_exchange;
   mutable std::mutex mutex;
 
   Impl(const std::string& path, const TrainOptions& options)
@@ -693,7 +694,8 @@ struct Trainer::Impl {
     for (const auto& parts : pending_rows) tables.push_back(sum_rows(parts));
     const std::vector<std::string> sparse = train->sparse;
     reset_accumulation();
-    if (comm && !tables.empty()) exchange_rows(*comm, tables, cfg.sparse_allreduce_threshold);
+    if (comm && !tables.empty())
+      exchange_rows(*comm, tables, cfg.sparse_allreduce_threshold, row_exchange);
     if (comm) last_step_bytes = comm->payload_bytes() - step_bytes_start;
     std::map<std::string, RowSparseTensor> row_grads;
     for (size_t t = 0; t < tables.size(); ++t) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 
 #include "runtime/contexts.hpp"
 #include "runtime/device.hpp"
@@ -13,6 +14,51 @@
 
 namespace volt {
 namespace {
+
+// A run's bookkeeping vectors, reused: each thread keeps a few (runs nest, a Loop body inside
+// its node), so that a run of a small graph, such as a loop body run once per iteration, does
+// not go to the allocator for them. (Its values are dropped when the run ends; only the
+// capacity stays.)
+struct RunScratch {
+  std::vector<Value> vals;
+  std::vector<const Value*> slot;
+  std::vector<char> fresh;
+  std::vector<Value> moved;  // inputs copied to their reader's device, for the current step
+  std::vector<const Value*> ins;
+  std::vector<Value*> outs;
+  std::vector<char> out_fresh;
+};
+
+class ScratchLease {
+ public:
+  explicit ScratchLease(size_t values) {
+    auto& pool = free_scratch();
+    if (pool.empty()) {
+      s_ = std::make_unique<RunScratch>();
+    } else {
+      s_ = std::move(pool.back());
+      pool.pop_back();
+    }
+    s_->vals.resize(values);
+    s_->slot.assign(values, nullptr);
+    s_->fresh.assign(values, 0);
+  }
+  ~ScratchLease() {
+    for (Value& v : s_->vals) v = Value();
+    for (Value& v : s_->moved) v = Value();
+    free_scratch().push_back(std::move(s_));
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  RunScratch& operator*() { return *s_; }
+
+ private:
+  static std::vector<std::unique_ptr<RunScratch>>& free_scratch() {
+    thread_local std::vector<std::unique_ptr<RunScratch>> pool;
+    return pool;
+  }
+  std::unique_ptr<RunScratch> s_;
+};
 
 std::shared_ptr<void> take_arena(const Plan& plan) {
   {
@@ -125,9 +171,10 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   // Subgraph runs nest inside a node of their parent: leave the thread count as found.
   const ScopedOmpThreads threads(plan.threads);
 
-  std::vector<Value> vals(n);
-  std::vector<const Value*> slot(n, nullptr);
-  std::vector<char> fresh(n, 0);
+  ScratchLease scratch(n);
+  std::vector<Value>& vals = (*scratch).vals;
+  std::vector<const Value*>& slot = (*scratch).slot;
+  std::vector<char>& fresh = (*scratch).fresh;
   for (size_t id = 0; id < n; ++id) {
     if (plan.placement[id] == Placement::Constant)
       slot[id] = &plan.constants[id];
@@ -137,14 +184,14 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   ArenaLease lease(plan);
   char* arena = static_cast<char*>(lease.arena.get());
   StreamLease stream(plan);
-  std::vector<Value> moved;  // inputs copied to their reader's device, for the current step
+  std::vector<Value>& moved = (*scratch).moved;
 
   const Graph& g = *cg.graph;
   const RunControl* control = current_run_control();
   RunProfile* profile = control ? control->profile() : nullptr;
-  std::vector<const Value*> ins;
-  std::vector<Value*> outs;
-  std::vector<char> out_fresh;
+  std::vector<const Value*>& ins = (*scratch).ins;
+  std::vector<Value*>& outs = (*scratch).outs;
+  std::vector<char>& out_fresh = (*scratch).out_fresh;
   // With an observer: which values are graph outputs, and which outputs it has seen.
   std::vector<char> is_output, observed;
   if (observer) {

@@ -1,6 +1,14 @@
 #include "loaders/npy.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <limits>
+#include <memory>
+#include <string_view>
 
 #include <fstream>
 #include <map>
@@ -35,9 +43,14 @@ std::string dict_value(const std::string& header, const std::string& key, const 
   return header.substr(p, header.find_first_of(",}", p) - p);
 }
 
-}  // namespace
+// What a .npy header says: the dtype, the shape, and where the data starts.
+struct NpyLayout {
+  DType dtype;
+  Shape shape;
+  size_t data_offset;
+};
 
-Tensor parse_npy(const std::string& bytes, const std::string& what) {
+NpyLayout parse_header(std::string_view bytes, const std::string& what) {
   VOLT_CHECK(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0, InvalidArgument,
              what + ": not a .npy file");
   const int major = static_cast<unsigned char>(bytes[6]);
@@ -55,7 +68,7 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   }
   VOLT_CHECK(offset + header_len <= bytes.size(), InvalidArgument,
              what + ": truncated .npy header");
-  const std::string header = bytes.substr(offset, header_len);
+  const std::string header(bytes.substr(offset, header_len));
   const std::string descr = dict_value(header, "descr", what);
   VOLT_CHECK(dict_value(header, "fortran_order", what).find("False") != std::string::npos,
              NotImplemented, what + ": Fortran-order .npy arrays are not supported");
@@ -86,7 +99,34 @@ Tensor parse_npy(const std::string& bytes, const std::string& what) {
   VOLT_CHECK(bytes.size() - offset - header_len == need, InvalidArgument,
              what + ": .npy data is " + std::to_string(bytes.size() - offset - header_len) +
                  " bytes, shape " + shape_str(shape) + " needs " + std::to_string(need));
-  return Tensor::copy_of(it->second, shape, bytes.data() + offset + header_len);
+  return {it->second, shape, offset + header_len};
+}
+
+}  // namespace
+
+Tensor parse_npy(const std::string& bytes, const std::string& what) {
+  const NpyLayout l = parse_header(bytes, what);
+  return Tensor::copy_of(l.dtype, l.shape, bytes.data() + l.data_offset);
+}
+
+Tensor map_npy(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  VOLT_CHECK(fd >= 0, Io, path + ": cannot open");
+  struct stat st {};
+  const bool sized = ::fstat(fd, &st) == 0 && st.st_size > 0;
+  void* m = sized ? ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE, fd, 0)
+                  : MAP_FAILED;
+  ::close(fd);
+  if (m == MAP_FAILED) return read_npy(path);  // (an empty file fails there, with the reason)
+  const size_t size = static_cast<size_t>(st.st_size);
+  std::shared_ptr<void> mapping(m, [size](void* p) { ::munmap(p, size); });
+  const NpyLayout l = parse_header(std::string_view(static_cast<const char*>(m), size), path);
+  char* data = static_cast<char*>(m) + l.data_offset;
+  // Data misaligned for its type (a header not padded as numpy pads it): a copy.
+  if (reinterpret_cast<uintptr_t>(data) % dtype_size(l.dtype) != 0)
+    return Tensor::copy_of(l.dtype, l.shape, data);
+  return Tensor::view(l.dtype, l.shape, data, std::move(mapping));
 }
 
 Tensor read_npy(const std::string& path) {

@@ -7,5 +7,8 @@
 namespace volt {
 Tensor read_npy(const std::string& path);
 Tensor parse_npy(const std::string& bytes, const std::string& what);
+// The file mapped, not read: the tensor views a private (copy-on-write) mapping, so that only the
+// pages of the rows used are read (each rank of a distributed `volt train` takes its share).
+Tensor map_npy(const std::string& path);
 void write_npy(const std::string& path, const Tensor& t);
 }  // namespace volt

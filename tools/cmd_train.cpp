@@ -87,11 +87,11 @@ int cmd_train(const Args& args) {
     const size_t eq = spec.find('=');
     if (eq == std::string::npos)
       throw Error(ErrorCode::InvalidArgument, "--input '" + spec + "' is not NAME=FILE.npy");
-    data.emplace_back(spec.substr(0, eq), read_npy(spec.substr(eq + 1)));
+    data.emplace_back(spec.substr(0, eq), map_npy(spec.substr(eq + 1)));
   }
   if (data.empty())
     throw Error(ErrorCode::InvalidArgument, "give the model's inputs with --input NAME=FILE.npy");
-  Tensor labels = read_npy(args.get("label"));
+  Tensor labels = map_npy(args.get("label"));
   if (loss == "cross_entropy") labels = as_int64(labels);
   const int64_t n = labels.rank() ? labels.dim(0) : 0;
   for (const auto& [name, t] : data)

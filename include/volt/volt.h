@@ -128,7 +128,8 @@ void volt_session_free(volt_session* s);
  * cuda:N), precision (fp32 | mixed_fp16: fp16 compute, fp32 master weights, dynamic loss scaling),
  * seed, sparse_gradients (auto | off: embedding tables read only by Gather get row-sparse
  * gradients), lazy_update (on | off: with row-sparse gradients, update only the touched rows),
- * accumulate_steps (N micro-batches, i.e. calls of volt_trainer_step, per optimizer step),
+ * accumulate_steps (N micro-batches, i.e. calls of volt_trainer_step, per optimizer step; one
+ * that fails discards those summed so far),
  * distributed (auto: MPI when launched by mpirun | off | mpi: data-parallel training; each rank
  * passes its own shard, of the same size on every rank, to volt_trainer_step; weights start from
  * rank 0's; checkpoints and exports are written by rank 0 and are no-ops elsewhere),

@@ -474,7 +474,7 @@ class Session {
 //     element that a gradient of the loss reaches
 //   threads, device (cpu | cuda:N), precision (fp32 | mixed_fp16), seed
 //   accumulate_steps = N: N calls of step() (micro-batches) per optimizer step, which applies
-//     the mean of their gradients
+//     the mean of their gradients; a micro-batch that fails discards the ones summed so far
 //   distributed = auto (default: MPI when started by mpirun) | off | mpi: data-parallel training,
 //     one process per rank; each rank feeds its own shard (the same number of samples on every
 //     rank) to step(), gradients are averaged across ranks, and every rank applies the same

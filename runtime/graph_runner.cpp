@@ -34,27 +34,24 @@ size_t PlanCache::size() const {
 }
 
 namespace {
-// "id=kind:dtype,d0,d1|": what a plan depends on.
+// What a plan depends on, as raw 64-bit words: id, kind, dtype, then the dimensions (rows and
+// columns of a CSR matrix), then a terminator. Binary, not text: a Loop body looks its plan up
+// once per iteration.
 void append_signature(std::string& key, size_t id, const Value& v) {
-  key += std::to_string(id);
-  key += '=';
-  key += std::to_string(static_cast<int>(v.kind()));
+  auto word = [&](int64_t w) { key.append(reinterpret_cast<const char*>(&w), sizeof w); };
+  word(static_cast<int64_t>(id));
+  word(static_cast<int64_t>(v.kind()));
   if (v.is_tensor()) {
-    key += ':';
-    key += std::to_string(static_cast<int>(v.tensor().dtype()));
-    for (int64_t d : v.tensor().shape()) {
-      key += ',';
-      key += std::to_string(d);
-    }
+    word(static_cast<int64_t>(v.tensor().dtype()));
+    for (int64_t d : v.tensor().shape()) word(d);
   } else if (v.is_csr()) {
-    key += ':';
-    key += std::to_string(static_cast<int>(v.csr().dtype()));
-    key += ',' + std::to_string(v.csr().rows()) + ',' + std::to_string(v.csr().cols());
+    word(static_cast<int64_t>(v.csr().dtype()));
+    word(v.csr().rows());
+    word(v.csr().cols());
   } else if (v.is_sequence()) {
-    key += ':';
-    key += std::to_string(static_cast<int>(v.sequence_dtype()));
+    word(static_cast<int64_t>(v.sequence_dtype()));
   }
-  key += '|';
+  word(-1);  // (dimensions are never negative)
 }
 }  // namespace
 
@@ -105,12 +102,16 @@ const CompiledGraph& GraphRunner::compiled_for(const std::vector<const Value*>& 
 }
 
 std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*>& fed) const {
-  std::string key;
+  // (Built in a buffer this thread keeps, so that a lookup does not allocate.)
+  thread_local std::string key;
+  key.clear();
   for (size_t id = 0; id < fed.size(); ++id)
     if (fed[id]) append_signature(key, id, *fed[id]);
   if (auto p = plans_.find(key)) return p;
+  // A copy from here on: building a plan may run subgraphs, whose lookups reuse the buffer.
+  const std::string own_key = key;
   std::lock_guard<std::mutex> building(build_mutex_);
-  if (auto p = plans_.find(key)) return p;  // built by another thread meanwhile
+  if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
   restore_released();
   const CompiledGraph& cg = compiled_for(fed);
   PlanInputs in;
@@ -130,7 +131,7 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
       owned_graph_->initializers.erase(name);
     };
   const RunControlSuspended not_this_runs_memory;
-  return plans_.insert(key, build_plan(cg, in, threads_));
+  return plans_.insert(own_key, build_plan(cg, in, threads_));
 }
 
 std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed,

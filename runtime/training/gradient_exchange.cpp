@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <iterator>
+#include <type_traits>
 
 #include "operators/common/convert.hpp"
 #include "runtime/error.hpp"
@@ -22,6 +23,30 @@ size_t row_elems(const Shape& dense_shape) {
   return e;
 }
 
+// dst = g (the first micro-batch) or dst += g, in T (g converted to it first).
+template <class T>
+void accumulate_into(T* dst, const Tensor& g, size_t n, bool first) {
+  constexpr DType type = std::is_same_v<T, double> ? DType::Double : DType::Float;
+  const Tensor c = g.dtype() == type ? g : converted(g, type);
+  const T* src = c.data<T>();
+  if (first) {
+    std::memcpy(dst, src, n * sizeof(T));
+    return;
+  }
+#pragma omp simd
+  for (size_t e = 0; e < n; ++e) dst[e] += src[e];
+}
+
+// p *= scale over n elements, lent as a tensor of `shape` (the bucket keeps the memory).
+template <class T>
+Tensor scaled_view(T* p, size_t n, double scale, const Shape& shape) {
+  constexpr DType type = std::is_same_v<T, double> ? DType::Double : DType::Float;
+#pragma omp simd
+  for (size_t e = 0; e < n; ++e) p[e] = static_cast<T>(p[e] * scale);
+  return Tensor::view(type, shape, p,
+                      std::shared_ptr<void>(static_cast<void*>(nullptr), [](void*) {}));
+}
+
 // One part of a sum of row-sparse gradients: ascending row ids and their values, wherever they
 // live (a tensor, or a block another rank sent).
 struct RowsView {
@@ -30,15 +55,22 @@ struct RowsView {
   const char* values;
 };
 
-template <class T>
-RowSparseTensor sum_views(const Shape& shape, DType dtype, const std::vector<RowsView>& parts) {
-  const size_t width = row_elems(shape);
+// The union of the parts' rows, ascending (each part ascends).
+std::vector<int64_t> row_union(const std::vector<RowsView>& parts) {
   std::vector<int64_t> rows, merged;
-  for (const RowsView& p : parts) {  // the union, ascending (each part ascends)
+  for (const RowsView& p : parts) {
     merged.clear();
     std::set_union(rows.begin(), rows.end(), p.rows, p.rows + p.n, std::back_inserter(merged));
     rows.swap(merged);
   }
+  return rows;
+}
+
+// `rows`: row_union(parts).
+template <class T>
+RowSparseTensor sum_views(const Shape& shape, DType dtype, const std::vector<RowsView>& parts,
+                          const std::vector<int64_t>& rows) {
+  const size_t width = row_elems(shape);
   Shape vshape = shape;
   vshape[0] = static_cast<int64_t>(rows.size());
   Tensor values = allocate_tensor(dtype, vshape);
@@ -65,12 +97,13 @@ RowSparseTensor sum_views(const Shape& shape, DType dtype, const std::vector<Row
                                  std::move(values));
 }
 
-RowSparseTensor sum_views(const Shape& shape, DType dtype, const std::vector<RowsView>& parts) {
-  if (dtype == DType::Double) return sum_views<double>(shape, dtype, parts);
+RowSparseTensor sum_views(const Shape& shape, DType dtype, const std::vector<RowsView>& parts,
+                          const std::vector<int64_t>& rows) {
+  if (dtype == DType::Double) return sum_views<double>(shape, dtype, parts, rows);
   VOLT_CHECK(dtype == DType::Float, NotImplemented,
              std::string("row-sparse gradients in ") + dtype_name(dtype) +
                  " cannot be summed (fp32 and fp64 can)");
-  return sum_views<float>(shape, dtype, parts);
+  return sum_views<float>(shape, dtype, parts, rows);
 }
 
 }  // namespace
@@ -119,24 +152,10 @@ void DenseGradientBuckets::add(size_t i, const Tensor& gradient) {
              "a gradient is " + shape_str(host.shape()) + ", its weight " + shape_str(s.shape));
   Bucket& b = buckets_[bucket_of_[i]];
   const size_t n = static_cast<size_t>(host.numel());
-  if (b.fp64) {
-    const Tensor g = host.dtype() == DType::Double ? host : converted(host, DType::Double);
-    double* dst = b.d.data() + offset_[i];
-    const double* src = g.data<double>();
-    if (first_)
-      std::memcpy(dst, src, n * sizeof(double));
-    else
-      for (size_t e = 0; e < n; ++e) dst[e] += src[e];
-  } else {
-    const Tensor g = host.dtype() == DType::Float ? host : converted(host, DType::Float);
-    float* dst = b.f.data() + offset_[i];
-    const float* src = g.data<float>();
-    if (first_)
-      std::memcpy(dst, src, n * sizeof(float));
-    else
-#pragma omp simd
-      for (size_t e = 0; e < n; ++e) dst[e] += src[e];
-  }
+  if (b.fp64)
+    accumulate_into(b.d.data() + offset_[i], host, n, first_);
+  else
+    accumulate_into(b.f.data() + offset_[i], host, n, first_);
   added_[i] = 1;
   ++b.added;
   if (exchange_) {
@@ -167,20 +186,12 @@ void DenseGradientBuckets::finish() {
 }
 
 Tensor DenseGradientBuckets::gradient(size_t i, double scale) {
+  // Scaled in place and lent as a view: the sums are not needed again before the next begin().
   const Slot& s = slots_[i];
   Bucket& b = buckets_[bucket_of_[i]];
   const size_t n = static_cast<size_t>(numel_of(s.shape));
-  // Scaled in place and lent as a view: the sums are not needed again before the next begin().
-  const std::shared_ptr<void> borrowed(static_cast<void*>(nullptr), [](void*) {});
-  if (b.fp64) {
-    double* p = b.d.data() + offset_[i];
-    for (size_t e = 0; e < n; ++e) p[e] *= scale;
-    return Tensor::view(DType::Double, s.shape, p, borrowed);
-  }
-  float* p = b.f.data() + offset_[i];
-#pragma omp simd
-  for (size_t e = 0; e < n; ++e) p[e] = static_cast<float>(p[e] * scale);
-  Tensor out = Tensor::view(DType::Float, s.shape, p, borrowed);
+  if (b.fp64) return scaled_view(b.d.data() + offset_[i], n, scale, s.shape);
+  const Tensor out = scaled_view(b.f.data() + offset_[i], n, scale, s.shape);
   return s.dtype == DType::Float ? out : converted(out, s.dtype);
 }
 
@@ -191,7 +202,7 @@ RowSparseTensor sum_rows(const std::vector<RowSparseTensor>& parts) {
   for (const auto& p : parts)
     views.push_back({p.rows().data<int64_t>(), static_cast<size_t>(p.row_count()),
                      static_cast<const char*>(p.values().raw())});
-  return sum_views(parts[0].dense_shape(), parts[0].dtype(), views);
+  return sum_views(parts[0].dense_shape(), parts[0].dtype(), views, row_union(views));
 }
 
 void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables, double dense_fraction,
@@ -223,13 +234,7 @@ void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables, dou
   std::vector<std::vector<int64_t>> unions(tables.size());
   size_t value_bytes = 0;
   for (size_t t = 0; t < tables.size(); ++t) {
-    std::vector<int64_t> merged;
-    for (const RowsView& v : rows[t]) {
-      merged.clear();
-      std::set_union(unions[t].begin(), unions[t].end(), v.rows, v.rows + v.n,
-                     std::back_inserter(merged));
-      unions[t].swap(merged);
-    }
+    unions[t] = row_union(rows[t]);
     const double table_rows = static_cast<double>(tables[t].dense_shape()[0]);
     dense[t] = static_cast<double>(unions[t].size()) > dense_fraction * table_rows;
     if (!dense[t]) value_bytes += tables[t].values().nbytes();
@@ -259,7 +264,7 @@ void exchange_rows(Communicator& comm, std::vector<RowSparseTensor>& tables, dou
         rows[t][r].values = gathered.of(r) + read[r];
         read[r] += n;
       }
-      tables[t] = sum_views(shape, local.dtype(), rows[t]);
+      tables[t] = sum_views(shape, local.dtype(), rows[t], unions[t]);
       continue;
     }
     // 3b. The whole table, all-reduced; the union's rows kept.

@@ -123,15 +123,20 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
       in.fed[id] = 1;
     }
   // The graph drops each weight the plan keeps a copy of as soon as it is copied; released_
-  // keeps the way back, even if this build fails later.
-  if (owned_graph_ && &cg == &compiled_)  // CSR variants keep their own graphs
+  // keeps the way back, even if this build fails later. Only the first plan does: a second one
+  // means the model is fed more than one shape, and then the graph keeps its weights (rebuilt
+  // once, here), so that a new shape costs no rebuild and finds its packed weights in the cache
+  // every plan shares (dnnl_adapter::pack_constant).
+  if (owned_graph_ && &cg == &compiled_ && !built_a_plan_)  // CSR variants keep their own graphs
     in.release = [this](int id, const std::function<Tensor()>& restore) {
       const std::string& name = compiled_.names[id];
       released_[name] = restore;
       owned_graph_->initializers.erase(name);
     };
   const RunControlSuspended not_this_runs_memory;
-  return plans_.insert(own_key, build_plan(cg, in, threads_));
+  auto plan = plans_.insert(own_key, build_plan(cg, in, threads_));
+  built_a_plan_ = true;
+  return plan;
 }
 
 std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed,

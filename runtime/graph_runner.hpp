@@ -38,9 +38,9 @@ class GraphRunner {
               const std::string& device, int threads,
               const std::vector<std::string>& outer_scope = {}, size_t plan_cache_capacity = 64);
 
-  // A session's main graph, which the runner owns: weights that a plan's kernels keep their own
-  // copies of (Plan::released) leave the graph too, and come back, rebuilt from those copies,
-  // only while the runner builds another plan.
+  // A session's main graph, which the runner owns: weights that the first plan's kernels keep
+  // their own copies of (Plan::released) leave the graph too, and come back for good, rebuilt
+  // from those copies, when the runner builds a second plan.
   static std::unique_ptr<GraphRunner> owning(std::shared_ptr<Graph> graph,
                                              const std::string& source, const std::string& device,
                                              int threads, size_t plan_cache_capacity);
@@ -71,6 +71,7 @@ class GraphRunner {
   mutable std::mutex build_mutex_;
   std::shared_ptr<Graph> owned_graph_;  // set for owning runners: the graph compiled_ reads
   mutable std::map<std::string, std::function<Tensor()>> released_;
+  mutable bool built_a_plan_ = false;  // (under build_mutex_)
   mutable std::mutex variants_mutex_;
   mutable std::map<std::string, std::unique_ptr<CompiledGraph>> sparse_variants_;
 };

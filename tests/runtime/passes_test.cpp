@@ -250,6 +250,36 @@ TEST(Passes, ConvolutionsNeverSettleForOneDnnReference) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 32, 14, 14}, rng)}}, 1e-4f);
 }
 
+// A text recognizer's front end: convolutions and max pools, square and (2, 1), all with
+// multiples of 16 channels (what the blocked layout takes). On a CPU without AVX-512, oneDNN's
+// pooling has no kernel for 16-channel blocks and ran its reference loop (the blocked layout
+// is kept for AVX-512): whatever the CPU, no node settles for a reference loop.
+TEST(Passes, ConvolutionsAndPoolsRunOnTheCpusOwnLayout) {
+  ModelBuilder b;
+  std::mt19937 rng(9);
+  b.input("x", 1, {1, 16, 16, 40}).output("y", 1, {1, 32, 4, 20});
+  b.initializer("W1", {32, 16, 3, 3}, random_values(32 * 16 * 9, rng));
+  b.initializer("W2", {32, 32, 3, 3}, random_values(32 * 32 * 9, rng));
+  auto conv = [](auto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); };
+  auto pool = [](std::vector<int64_t> k) {
+    return [k](auto& n) {
+      ModelBuilder::set_ints(n, "kernel_shape", k);
+      ModelBuilder::set_ints(n, "strides", k);
+    };
+  };
+  b.node("Conv", {"x", "W1"}, {"c1"}, conv).node("Relu", {"c1"}, {"r1"});
+  b.node("MaxPool", {"r1"}, {"p1"}, pool({2, 2}));
+  b.node("Conv", {"p1", "W2"}, {"c2"}, conv).node("Relu", {"c2"}, {"r2"});
+  b.node("MaxPool", {"r2"}, {"y"}, pool({2, 1}));
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  RunProfile profile;
+  s.run({{"x", random_tensor({1, 16, 16, 40}, rng)}}, {}, {.profile = &profile});
+  for (const ProfileEvent& e : profile.events)
+    EXPECT_TRUE(e.reference.empty()) << e.node << " (" << e.op << "): " << e.reference;
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 16, 16, 40}, rng)}}, 1e-4f);
+}
+
 // The activations converters write after convolutions fold into them: single nodes (Sigmoid,
 // Tanh, Elu, HardSigmoid, HardSwish) and x * gate(x) written out (SiLU as x * Sigmoid(x),
 // HardSwish as x * HardSigmoid(x; 1/6, 1/2)); a gate with other parameters stays a Mul.

@@ -27,10 +27,15 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 
-def recipe(inputs, batches, note=""):
-    """inputs: [(name, shape with 'B' for the batch, dtype, (lo, hi))]."""
-    return {"inputs": [{"name": n, "shape": s, "dtype": d, "range": r} for n, s, d, r in inputs],
-            "batches": batches, "note": note}
+def recipe(inputs, batches, note="", dynamic=None):
+    """inputs: [(name, shape with 'B' for the batch, dtype, (lo, hi))]. dynamic: the model's
+    variable axis, for dynamic_shapes.py: {"axis": [[input, axis], ...] (inputs that share it),
+    "range": [lo, hi], "multiple": m} (sizes lo..hi, multiples of m)."""
+    r = {"inputs": [{"name": n, "shape": s, "dtype": d, "range": r} for n, s, d, r in inputs],
+         "batches": batches, "note": note}
+    if dynamic:
+        r["dynamic"] = dynamic
+    return r
 
 
 def image(size=224, channels=3, batches=(1, 8), name="input"):
@@ -160,7 +165,8 @@ def speech_rnn(path):
     torch_export(Speech(), args, path, 13, ["x", "h0", "c0"], ["logp"],
                  {"x": {0: "T", 1: "B"}, "h0": {1: "B"}, "c0": {1: "B"}, "logp": {0: "T", 1: "B"}})
     return recipe([("x", [50, "B", 40], "float32", (-1, 1)), ("h0", [4, "B", 128], "float32", (-0.1, 0.1)),
-                   ("c0", [4, "B", 128], "float32", (-0.1, 0.1))], [1, 8], "LSTM and GRU")
+                   ("c0", [4, "B", 128], "float32", (-0.1, 0.1))], [1, 8], "LSTM and GRU",
+                  {"axis": [["x", 0]], "range": [10, 200], "multiple": 1})
 
 
 def logmel(path):
@@ -243,7 +249,8 @@ def gpt2_step(path):
                                          "present": {2: "B", 4: "P1"}})
     return recipe([("ids", ["B", 1], "int64", (0, vocab)),
                    ("past", [layers, 2, "B", heads, 32, hidden // heads], "float32", (-1, 1))], [1, 8],
-                  "decoder step, past key/values of length 32")
+                  "decoder step, past key/values of length 32",
+                  {"axis": [["past", 4]], "range": [1, 256], "multiple": 1})
 
 
 def control_flow(path):
@@ -291,7 +298,38 @@ def text_classifier(path):
 
     torch_export(Text(), torch.zeros(1, 64, dtype=torch.long), path, 13, ["ids"], ["logits"],
                  {"ids": {0: "B", 1: "S"}, "logits": {0: "B"}})
-    return recipe([("ids", ["B", 64], "int64", (0, 20000))], [1, 8], "dynamic sequence axis")
+    return recipe([("ids", ["B", 64], "int64", (0, 20000))], [1, 8], "dynamic sequence axis",
+                  {"axis": [["ids", 1]], "range": [4, 256], "multiple": 1})
+
+
+def crnn_recognizer(path):
+    """A text-line recognizer (CRNN): a conv stack over a 32-pixel-high crop of any width, the
+    columns read by a bidirectional LSTM, per-column character scores. Crops vary in width."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+
+    def conv(i, o, pool):
+        return [nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU()] + ([nn.MaxPool2d(*pool)] if pool else [])
+
+    class Crnn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn = nn.Sequential(*conv(1, 32, (2, 2)), *conv(32, 64, (2, 2)), *conv(64, 128, None),
+                                     *conv(128, 128, ((2, 1), (2, 1))), *conv(128, 192, None),
+                                     *conv(192, 192, ((2, 1), (2, 1))), nn.Conv2d(192, 192, (2, 1)))
+            self.rnn = nn.LSTM(192, 128, bidirectional=True)
+            self.out = nn.Linear(256, 80)
+
+        def forward(self, x):
+            f = self.cnn(x).squeeze(2).permute(2, 0, 1)  # [W/4, B, C]
+            y, _ = self.rnn(f)
+            return self.out(y).log_softmax(-1)
+
+    torch_export(Crnn(), torch.rand(1, 1, 32, 128), path, 13, ["image"], ["logp"],
+                 {"image": {0: "B", 3: "W"}, "logp": {0: "T", 1: "B"}})
+    return recipe([("image", ["B", 1, 32, 160], "float32", (0, 1))], [1, 8], "text-line crops of any width",
+                  {"axis": [["image", 3]], "range": [32, 512], "multiple": 4})
 
 
 # --- written with python3-onnx, in other exporters' styles --------------------------------------
@@ -351,6 +389,7 @@ MODELS = {
     "gpt2_step": gpt2_step,
     "scripted_control_flow": control_flow,
     "text_classifier": text_classifier,
+    "crnn_recognizer": crnn_recognizer,
     "keras_nhwc": None, "decomposed_activations": None, "resize_scales": None, "unfolded_bn_pad": None,
     "opset9_upsample": None, "tiny_op_chain": None,
     "resnet18_fp16": fp16_of("resnet18_op11"),

@@ -8,4 +8,12 @@ namespace volt {
 // come in blocks of 16 channels. Without it (AVX2), its blocks are of 8.
 bool cpu_has_avx512();
 
+// Whether oneDNN's int8 kernels accumulate exactly here: VNNI's u8·s8 dot products into s32 (or
+// AMX tiles). Older kernels add pairs of u8·s8 products in saturating 16-bit arithmetic.
+bool cpu_has_exact_int8_dot();
+
+// Whether oneDNN has bf16 kernels here (avx512_core and above; native dot products from
+// avx512_core_bf16 on). Without them it has none, and bf16 layers compute in fp32.
+bool cpu_has_bf16_kernels();
+
 }  // namespace volt

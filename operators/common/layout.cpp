@@ -12,9 +12,18 @@ StoredLayout stored_layout(const Node& n) {
   const std::string l = n.attr_string("volt.layout", "NCHW");
   if (l == "NHWC") return StoredLayout::ChannelsLast;
   if (l == "NCHW16C") return StoredLayout::Blocked16;
+  if (l == "NCHW8C") return StoredLayout::Blocked8;
   VOLT_CHECK(l == "NCHW", InvalidModel,
-             n.describe() + ": volt.layout must be NCHW, NHWC or NCHW16C, got '" + l + "'");
+             n.describe() + ": volt.layout must be NCHW, NHWC, NCHW16C or NCHW8C, got '" + l + "'");
   return StoredLayout::ChannelsFirst;
+}
+
+int64_t block_channels(StoredLayout layout) {
+  return layout == StoredLayout::Blocked16 ? 16 : layout == StoredLayout::Blocked8 ? 8 : 0;
+}
+
+const char* blocked_layout_name(int64_t channels) {
+  return channels == 16 ? "NCHW16C" : "NCHW8C";
 }
 
 std::vector<int64_t> channels_last_perm(size_t rank) {
@@ -67,12 +76,13 @@ Shape logical_shape(const Shape& stored, bool last, const Node& node) {
 dnnl::memory::desc activation_md(const Shape& logical, dnnl::memory::data_type dt,
                                  StoredLayout layout) {
   if (layout == StoredLayout::ChannelsFirst) return dnnl_adapter::plain_md(logical, dt);
-  if (layout == StoredLayout::Blocked16) {
-    VOLT_CHECK(logical.size() == 4 && logical[1] % 16 == 0, InvalidArgument,
-               "nChw16c activations must be 4-D with channels a multiple of 16, got " +
-                   shape_str(logical));
-    return dnnl::memory::desc(dnnl::memory::dims(logical.begin(), logical.end()), dt,
-                              dnnl::memory::format_tag::nChw16c);
+  if (const int64_t block = block_channels(layout)) {
+    VOLT_CHECK(logical.size() == 4 && logical[1] % block == 0, InvalidArgument,
+               "nChw" + std::to_string(block) + "c activations must be 4-D with channels a " +
+                   "multiple of " + std::to_string(block) + ", got " + shape_str(logical));
+    return dnnl::memory::desc(
+        dnnl::memory::dims(logical.begin(), logical.end()), dt,
+        block == 16 ? dnnl::memory::format_tag::nChw16c : dnnl::memory::format_tag::nChw8c);
   }
   // Strides of the stored [N, d…, C] tensor, listed in logical order.
   const auto stored = strides_of(to_channels_last(logical));
@@ -121,15 +131,15 @@ Tensor permuted(const Tensor& in, const std::vector<int64_t>& perm) {
 
 namespace {
 
-// Between a channels-first tensor and its nChw16c storage, by oneDNN's reorder.
-void reorder_blocked(const Tensor& from, bool from_blocked, Tensor& to) {
+// Between a channels-first tensor and its blocked storage, by oneDNN's reorder.
+void reorder_blocked(const Tensor& from, StoredLayout layout, bool from_blocked, Tensor& to) {
   const auto dt = dnnl_adapter::to_dnnl(from.dtype());
   VOLT_CHECK(dt != dnnl::memory::data_type::undef, InvalidArgument,
-             std::string("nChw16c activations of type ") + dtype_name(from.dtype()) +
+             std::string("blocked activations of type ") + dtype_name(from.dtype()) +
                  " are not supported");
   const Shape& logical = from_blocked ? to.shape() : from.shape();
   const auto plain = dnnl_adapter::plain_md(logical, dt);
-  const auto blocked = activation_md(logical, dt, StoredLayout::Blocked16);
+  const auto blocked = activation_md(logical, dt, layout);
   dnnl_adapter::reorder_now(from_blocked ? blocked : plain, from.raw(),
                             from_blocked ? plain : blocked, to.raw());
 }
@@ -145,7 +155,8 @@ void convert_layout(const Tensor& from, StoredLayout layout, bool store, Tensor&
       permute_into(from, store ? channels_last_perm(r) : channels_first_perm(r), to);
       return;
     case StoredLayout::Blocked16:
-      reorder_blocked(from, !store, to);
+    case StoredLayout::Blocked8:
+      reorder_blocked(from, layout, !store, to);
       return;
   }
 }

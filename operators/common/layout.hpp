@@ -2,9 +2,10 @@
 // convolutions and pools as N×H×W×C (the layout oneDNN's AVX-512 convolutions pick for
 // themselves), so no reorder runs between them; the node attribute volt.layout = "NHWC" tells
 // a Conv or pool kernel that its activation inputs and output are stored that way. The
-// use_blocked_layout pass may then store such a region in oneDNN's nChw16c blocks instead
-// (volt.layout = "NCHW16C"). Shapes of such values are the stored channels-last ones
-// ([N, H, W, C]); kernels reason on the logical [N, C, H, W].
+// use_blocked_layout pass may then store such a region in oneDNN's blocks of channels instead
+// (volt.layout = "NCHW16C" on AVX-512, "NCHW8C" on AVX2: the blocking oneDNN's own kernels use
+// there). Shapes of such values are the stored channels-last ones ([N, H, W, C]); kernels reason
+// on the logical [N, C, H, W].
 #pragma once
 #include <dnnl.hpp>
 
@@ -13,11 +14,15 @@
 namespace volt {
 
 // How a node stores its 4-D activations (volt.layout): as the graph does (NCHW), channels-last
-// (NHWC), or in oneDNN's nChw16c blocks (NCHW16C: channels in blocks of 16, each block's 16
-// innermost) held in a tensor of the channels-last shape, which has as many elements when the
-// channels are a multiple of 16 (the use_blocked_layout pass sees to it).
-enum class StoredLayout { ChannelsFirst, ChannelsLast, Blocked16 };
+// (NHWC), or in oneDNN's nChw16c / nChw8c blocks (NCHW16C / NCHW8C: channels in blocks of 16 or
+// 8, each block's channels innermost) held in a tensor of the channels-last shape, which has as
+// many elements when the channels are a multiple of the block (use_blocked_layout sees to it).
+enum class StoredLayout { ChannelsFirst, ChannelsLast, Blocked16, Blocked8 };
 StoredLayout stored_layout(const Node& n);
+// The channels in one block of a blocked layout; 0 for the others.
+int64_t block_channels(StoredLayout layout);
+// volt.layout's name of the blocked layout with blocks of `channels` (16 or 8).
+const char* blocked_layout_name(int64_t channels);
 
 // [N, C, d1, …] <-> [N, d1, …, C] (rank >= 3).
 Shape to_channels_first(const Shape& channels_last_shape);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "operators/common/convert.hpp"
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
@@ -206,12 +207,19 @@ class Conv final : public Kernel {
       st->plain_dst = activation_md(s.out, y_dt, layout_);
       st->user_weights = dnnl_adapter::plain_md(wshape, dt);
       // The primitive picks its layouts, except where the region stores blocks: then those.
-      const auto blocked = StoredLayout::Blocked16;
       const dnnl::memory::desc free_src(dims(x.begin(), x.end()), cdt, tag::any),
           free_dst(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
-      dnnl::memory::desc src_any = x_layout_ == blocked ? activation_md(x, cdt, blocked) : free_src;
+      // On AVX2, oneDNN picks blocks of 8 channels when free to, though its jit kernels read
+      // channels-last too: a channels-last value then took a reorder in and out of every
+      // convolution (GoogLeNet, batch 1: 45 -> 35 ms asked for channels-last). So a region
+      // stored channels-last is asked for as it is; the jit check below still frees the layouts
+      // where that leaves only a reference kernel.
+      const bool as_stored = !cpu_has_avx512() && x_layout_ == StoredLayout::ChannelsLast &&
+                             layout_ == StoredLayout::ChannelsLast;
+      dnnl::memory::desc src_any =
+          block_channels(x_layout_) || as_stored ? activation_md(x, cdt, x_layout_) : free_src;
       dnnl::memory::desc dst_any =
-          layout_ == blocked ? activation_md(s.out, y_dt, blocked) : free_dst;
+          block_channels(layout_) || as_stored ? activation_md(s.out, y_dt, layout_) : free_dst;
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
       dims strides(s.win.strides.begin(), s.win.strides.end()),
           pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
@@ -244,8 +252,11 @@ class Conv final : public Kernel {
         auto direct = make_pd(dnnl::algorithm::convolution_direct);
         // Layouts forced on it (blocks for a region whose X arrives channels-last: ConvNeXt's
         // depthwise 7x7) can leave oneDNN only its reference implementation, 30x slower than
-        // its jit kernels: then the primitive picks its layouts and reorders stage the region's.
-        if (dnnl_adapter::is_reference(direct) && (src_any != free_src || dst_any != free_dst)) {
+        // its jit kernels, or (channels-last on AVX2) its im2col gemm: then the primitive picks
+        // its layouts and reorders stage the region's.
+        const std::string impl = direct.impl_info_str();
+        const bool slow = dnnl_adapter::is_reference(direct) || impl.rfind("gemm", 0) == 0;
+        if (slow && (src_any != free_src || dst_any != free_dst)) {
           src_any = free_src;
           dst_any = free_dst;
           direct = make_pd(dnnl::algorithm::convolution_direct);

@@ -1,6 +1,7 @@
-// ChannelsFirst (ai.volt): a 4-D activation stored as volt.layout says (NHWC, or NCHW16C in a
-// tensor of the channels-last shape) as the graph's channels-first tensor. The use_blocked_layout
-// pass puts it where values leave a region of blocked convolutions (a Transpose does it for NHWC).
+// ChannelsFirst (ai.volt): a 4-D activation stored as volt.layout says (NHWC, or NCHW16C /
+// NCHW8C in a tensor of the channels-last shape) as the graph's channels-first tensor. The
+// use_blocked_layout pass puts it where values leave a region of blocked convolutions (a Transpose
+// does it for NHWC).
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/registry.hpp"
@@ -16,18 +17,18 @@ class ChannelsFirst final : public Kernel {
     const Shape logical =
         logical_shape(ctx.shape(0), layout_ != StoredLayout::ChannelsFirst, ctx.node());
     ctx.set_output(0, ctx.dtype(0), logical);
-    if (layout_ != StoredLayout::Blocked16) return;
+    const int64_t block = block_channels(layout_);
+    if (!block) return;
     const Shape& s = ctx.shape(0);
-    VOLT_CHECK(s.size() == 4 && s[3] % 16 == 0, InvalidArgument,
-               ctx.node().describe() + ": nChw16c values must be N x H x W x C with C a " +
-                   "multiple of 16, got " + shape_str(s));
+    VOLT_CHECK(s.size() == 4 && s[3] % block == 0, InvalidArgument,
+               ctx.node().describe() + ": blocked values must be N x H x W x C with C a " +
+                   "multiple of " + std::to_string(block) + ", got " + shape_str(s));
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     if (dt == dnnl::memory::data_type::undef) return;  // run() says so
     // The reorder made once per plan: the exit runs on every inference.
     dnnl_adapter::prepare_or_fall_back(ctx, [&] {
       ctx.set_state(std::make_shared<dnnl_adapter::PreparedReorder>(
-          activation_md(logical, dt, StoredLayout::Blocked16),
-          dnnl_adapter::plain_md(logical, dt)));
+          activation_md(logical, dt, layout_), dnnl_adapter::plain_md(logical, dt)));
     });
   }
 

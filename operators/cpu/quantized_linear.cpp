@@ -28,6 +28,7 @@
 #include <map>
 #include <optional>
 
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
 #include "operators/common/fused_activation.hpp"
@@ -51,24 +52,6 @@ enum Input : size_t {
   kYZeroPoint = 5,
   kResidual = 6  // QuantizedConv: a tensor of Y's shape and layout, added before the activation
 };
-
-// Whether oneDNN's int8 kernels on this CPU accumulate exactly (VNNI's u8·s8 dot products into
-// s32, or AMX tiles).
-bool exact_int8_dot() {
-  using isa = dnnl::cpu_isa;
-  static const bool yes = [] {
-    switch (dnnl::get_effective_cpu_isa()) {
-      case isa::avx2_vnni:
-      case isa::avx512_core_vnni:
-      case isa::avx512_core_bf16:
-      case isa::avx512_core_amx:
-        return true;
-      default:
-        return false;
-    }
-  }();
-  return yes;
-}
 
 // One step of what follows the output scales and the multiplier, in order: the same list makes
 // the primitive's post-ops and drives the reference loop.
@@ -457,7 +440,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
     ctx.set_output(0, out_type_,
                    layout_ != StoredLayout::ChannelsFirst ? to_channels_last(s.out) : s.out);
     if (numel_of(s.out) == 0) return;
-    if (!exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
+    if (!cpu_has_exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
     if (s.win.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
     if (!ctx.input_tensor(kW)) return ctx.runs_reference_loop("weights computed at run time");
     if (broadcast_residual) return ctx.runs_reference_loop("a broadcast residual");
@@ -661,7 +644,7 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
     check(ctx, s.n);
     ctx.set_output(0, out_type_, s.result);
     if (numel_of(s.result) == 0) return;
-    if (!exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
+    if (!cpu_has_exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
     if (!ctx.input_tensor(kW)) return ctx.runs_reference_loop("weights computed at run time");
     try {
       ctx.set_state(prepare(ctx, numel_of(x) / s.k, s.k, s.n));

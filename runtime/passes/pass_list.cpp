@@ -51,14 +51,13 @@ const std::vector<Pass>& optimization_passes() {
        [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
       {"fuse_depthwise_block", 2, fuse_depthwise_block,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
-      // nChw16c is oneDNN's own blocking on AVX-512 only: on AVX2 (blocks of 8) each
-      // convolution reordered into and out of it, and pooling ran oneDNN's reference loop.
       {"use_blocked_layout", 2, use_blocked_layout,
-       [](const SessionOptions& o) {
-         return on_cpu(o) && o.precision == "fp32" && cpu_has_avx512();
-       }},
-      // At every level: bf16 is what the user asked for, not an optimization.
-      {"use_bf16", 0, use_bf16, [](const SessionOptions& o) { return o.precision == "bf16"; }},
+       [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
+      // At every level: bf16 is what the user asked for, not an optimization. Where oneDNN has
+      // no bf16 kernels (before AVX-512) the layers compute in fp32 on its fp32 kernels: the
+      // loops that would otherwise run them in bf16 are many times slower.
+      {"use_bf16", 0, use_bf16,
+       [](const SessionOptions& o) { return o.precision == "bf16" && cpu_has_bf16_kernels(); }},
       {"use_fp16", 0, [](const Graph& g) { return use_fp16(g, Fp16Weights::ConvertOnce); },
        [](const SessionOptions& o) { return o.precision == "fp16"; }},
       // What folding left unread (a BatchNorm's statistics, the unfolded weights).

@@ -33,7 +33,7 @@ bool has_subgraph(const Node& n) {
 }
 
 // volt.* attributes other than the storage layout (volt.layout NCHW/NHWC and volt.input_layout,
-// which the CUDA Conv and pooling kernels read; NCHW16C blocks are oneDNN's alone).
+// which the CUDA Conv and pooling kernels read; NCHW16C and NCHW8C blocks are oneDNN's alone).
 bool has_fusion_attributes(const Node& n) {
   for (const auto& [key, a] : n.attributes) {
     if (key.rfind("volt.", 0) != 0) continue;

@@ -1,12 +1,17 @@
-// Stores the channels-last region's activations in oneDNN's nChw16c blocks instead (volt.layout
-// = "NCHW16C"), where every one of them has a multiple of 16 channels and the region holds only
-// convolutions and pools (a ResNet). oneDNN's convolutions take either layout; on blocks, five of
-// ResNet-50's six 1×1 shapes ran 5-13% faster on this CPU (jit_1x1 against brgconv_1x1 on
-// channels-last; batch 8, one thread; the sixth 3% slower), and the Winograd convolutions need
-// no reorder around them. Values leave the region through ai.volt ChannelsFirst nodes instead of
-// Transposes. For fp32 only: the bf16 path (use_bf16) was built and measured on channels-last.
+// Stores the channels-last region's activations in oneDNN's blocks of channels instead: nChw16c
+// on AVX-512 (volt.layout = "NCHW16C"), nChw8c on AVX2 ("NCHW8C"), the blocking oneDNN's own
+// kernels use on each, where every activation has a multiple of the block's channels and the
+// region holds only convolutions and pools (a ResNet). On AVX2 its convolutions pick blocks of 8
+// for themselves, so a channels-last region reordered around each one. oneDNN's convolutions take
+// either layout; on blocks, five of ResNet-50's six 1×1 shapes ran 5-13% faster on this CPU
+// (jit_1x1 against brgconv_1x1 on channels-last; batch 8, one thread; the sixth 3% slower), and the
+// Winograd convolutions need no reorder around them. Values leave the region through ai.volt
+// ChannelsFirst nodes instead of Transposes. For fp32 only: the bf16 path (use_bf16) was built and
+// measured on channels-last.
 #include <map>
 
+#include "operators/common/cpu_isa.hpp"
+#include "operators/common/layout.hpp"
 #include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 
@@ -42,6 +47,7 @@ Graph use_blocked_layout(const Graph& graph) {
       if (region_value(v) && !is_exit(n)) return graph;
   }
   if (region.empty()) return graph;
+  const int64_t block = cpu_has_avx512() ? 16 : 8;
   // The channels of each region value: a Conv's from its weights, a pool's from its input (the
   // node list is not in execution order after the fusions: until nothing changes).
   std::map<std::string, int64_t> channels;
@@ -65,7 +71,7 @@ Graph use_blocked_layout(const Graph& graph) {
   }
   auto blocked = [&](const std::string& v) {
     auto c = channels.find(v);
-    return c != channels.end() && c->second % 16 == 0;
+    return c != channels.end() && c->second % block == 0;
   };
   for (const Node* n : region) {
     // Every value of the region in blocks, X from the region or channels-first from outside.
@@ -76,11 +82,11 @@ Graph use_blocked_layout(const Graph& graph) {
   Graph g = graph;
   for (Node& n : g.nodes) {
     if (n.attr_string("volt.layout", "") == "NHWC") {
-      n.attributes["volt.layout"] = string_attr("NCHW16C");
+      n.attributes["volt.layout"] = string_attr(blocked_layout_name(block));
     } else if (is_exit(n)) {
       Node exit = make_node(n.name, "ChannelsFirst", n.inputs, n.outputs, 1);
       exit.domain = kVoltDomain;
-      exit.attributes["volt.layout"] = string_attr("NCHW16C");
+      exit.attributes["volt.layout"] = string_attr(blocked_layout_name(block));
       n = std::move(exit);
     }
   }

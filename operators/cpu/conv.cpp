@@ -209,12 +209,16 @@ class Conv final : public Kernel {
       // The primitive picks its layouts, except where the region stores blocks: then those.
       const dnnl::memory::desc free_src(dims(x.begin(), x.end()), cdt, tag::any),
           free_dst(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
-      // On AVX2, oneDNN picks blocks of 8 channels when free to, though its jit kernels read
-      // channels-last too: a channels-last value then took a reorder in and out of every
-      // convolution (GoogLeNet, batch 1: 45 -> 35 ms asked for channels-last). So a region
-      // stored channels-last is asked for as it is; the jit check below still frees the layouts
-      // where that leaves only a reference kernel.
-      const bool as_stored = !cpu_has_avx512() && x_layout_ == StoredLayout::ChannelsLast &&
+      // On AVX2, oneDNN picks blocks of 8 channels when free to, and its jit kernels read
+      // channels-last too. Where the arithmetic per element is small (1x1, depthwise, a stem of
+      // few channels) the reorders into and out of blocks cost more than the blocked kernel
+      // saves, so a channels-last region is asked for as stored (EfficientNet-B0, batch 1:
+      // 25.7 -> 15.5 ms); a dense spatial convolution runs blocked and stages (a 3x3 of 64
+      // channels, stride 2: 5.5 ms channels-last, 3.3 with its two reorders; keras_nhwc 32.7 ->
+      // 20.6 ms). The jit check below still frees the layouts where only a slow kernel is left.
+      const bool dense_spatial = s.group == 1 && numel_of(s.win.kernel) > 1 && x[1] >= 16;
+      const bool as_stored = !cpu_has_avx512() && !dense_spatial &&
+                             x_layout_ == StoredLayout::ChannelsLast &&
                              layout_ == StoredLayout::ChannelsLast;
       dnnl::memory::desc src_any =
           block_channels(x_layout_) || as_stored ? activation_md(x, cdt, x_layout_) : free_src;

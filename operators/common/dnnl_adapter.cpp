@@ -75,29 +75,32 @@ void PreparedReorder::operator()(const void* from, void* to) const {
 }
 
 Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
-                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed) {
-  std::optional<Tensor> cached = packed_weights().find(value, plain, packed);
+                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
+                     size_t byte_offset) {
+  const void* data = static_cast<const char*>(value.raw()) + byte_offset;
+  std::optional<Tensor> cached = packed_weights().find(data, value.owner(), plain, packed);
   Tensor copy;
   if (cached) {
     copy = std::move(*cached);
   } else {
     copy = allocate_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
-    reorder_now(plain, value.raw(), packed, copy.raw());
+    reorder_now(plain, data, packed, copy.raw());
     packed_weights().count_pack();
-    packed_weights().remember(value, plain, packed, copy);
+    packed_weights().remember(data, value.owner(), plain, packed, copy);
   }
   // The reverse reorder must rebuild every byte of the original: same element type, and `plain`
   // covering the whole tensor (a strided view of part of it would leave the rest unset). The
   // rebuilt tensor is remembered as this copy's source, so the plan built next (the reason for
   // rebuilding it) finds the copy instead of packing it again.
-  if (plain.data_type() == packed.data_type() && plain.get_size() == value.nbytes())
-    ctx.keeps_copy_of_input(input,
-                            [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
-                              Tensor original = allocate_tensor(dtype, shape);
-                              reorder_now(packed, copy.raw(), plain, original.raw());
-                              packed_weights().remember(original, plain, packed, copy);
-                              return original;
-                            });
+  if (byte_offset == 0 && plain.data_type() == packed.data_type() &&
+      plain.get_size() == value.nbytes())
+    ctx.keeps_copy_of_input(
+        input, [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
+          Tensor original = allocate_tensor(dtype, shape);
+          reorder_now(packed, copy.raw(), plain, original.raw());
+          packed_weights().remember(original.raw(), original.owner(), plain, packed, copy);
+          return original;
+        });
   return copy;
 }
 

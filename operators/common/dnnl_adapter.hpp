@@ -72,12 +72,14 @@ struct PreparedReorder {
   void operator()(const void* from, void* to) const;
 };
 
-// Reorders constant input `input` (`value`, laid out as `plain`) into `packed`, the layout a
-// primitive chose, once per plan. When both hold the same data type the copy loses nothing: the
-// kernel then tells the planner it keeps it (InferContext::keeps_copy_of_input), with the reverse
-// reorder as the way back, so the model's copy can be dropped.
+// Reorders constant input `input` (`value`, laid out as `plain`, which may start `byte_offset`
+// bytes into it) into `packed`, the layout a primitive chose, once per session (plans share it).
+// When both hold the same data type the copy loses nothing: the kernel then tells the planner it
+// keeps it (InferContext::keeps_copy_of_input), with the reverse reorder as the way back, so the
+// model's copy can be dropped.
 Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
-                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed);
+                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
+                     size_t byte_offset = 0);
 
 // Executes a primitive with the scratchpad from the run context, on this thread's stream.
 void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,

@@ -8,30 +8,31 @@ bool same_owner(const std::weak_ptr<void>& a, const std::shared_ptr<void>& b) {
 }
 }  // namespace
 
-std::optional<Tensor> PackedWeightCache::find(const Tensor& source, const dnnl::memory::desc& plain,
+std::optional<Tensor> PackedWeightCache::find(const void* data, const std::shared_ptr<void>& owner,
+                                              const dnnl::memory::desc& plain,
                                               const dnnl::memory::desc& packed) {
-  if (!source.owner()) return std::nullopt;
+  if (!owner) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex_);
-  auto [first, last] = entries_.equal_range(source.raw());
+  auto [first, last] = entries_.equal_range(data);
   for (auto it = first; it != last; ++it) {
     const Entry& e = it->second;
-    if (!same_owner(e.source, source.owner()) || e.plain != plain || e.packed != packed) continue;
-    std::shared_ptr<void> owner = e.copy.lock();
-    if (!owner) continue;
-    return Tensor::view(DType::UInt8, {e.bytes}, e.data, std::move(owner));
+    if (!same_owner(e.source, owner) || e.plain != plain || e.packed != packed) continue;
+    std::shared_ptr<void> copy = e.copy.lock();
+    if (!copy) continue;
+    return Tensor::view(DType::UInt8, {e.bytes}, e.data, std::move(copy));
   }
   return std::nullopt;
 }
 
-void PackedWeightCache::remember(const Tensor& source, const dnnl::memory::desc& plain,
-                                 const dnnl::memory::desc& packed, const Tensor& copy) {
-  if (!source.owner() || !copy.owner()) return;
+void PackedWeightCache::remember(const void* data, const std::shared_ptr<void>& owner,
+                                 const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
+                                 const Tensor& copy) {
+  if (!owner || !copy.owner()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto it = entries_.begin(); it != entries_.end();)
     it = it->second.source.expired() || it->second.copy.expired() ? entries_.erase(it) : ++it;
-  entries_.emplace(source.raw(),
-                   Entry{source.owner(), plain, packed, copy.owner(), const_cast<void*>(copy.raw()),
-                         static_cast<int64_t>(copy.nbytes())});
+  entries_.emplace(data, Entry{owner, plain, packed, copy.owner(), const_cast<void*>(copy.raw()),
+                               static_cast<int64_t>(copy.nbytes())});
 }
 
 PackedWeightCache& packed_weights() {

@@ -19,12 +19,14 @@ namespace volt::dnnl_adapter {
 
 class PackedWeightCache {
  public:
-  // The copy of `source` (laid out as `plain`) in layout `packed`, if a live one exists.
-  std::optional<Tensor> find(const Tensor& source, const dnnl::memory::desc& plain,
-                             const dnnl::memory::desc& packed);
-  // Records `copy` as `source` in layout `packed` (nothing when either has no owner to watch).
-  void remember(const Tensor& source, const dnnl::memory::desc& plain,
-                const dnnl::memory::desc& packed, const Tensor& copy);
+  // The copy of the constant at `data` (laid out as `plain`, in a buffer `owner` keeps alive) in
+  // layout `packed`, if a live one exists.
+  std::optional<Tensor> find(const void* data, const std::shared_ptr<void>& owner,
+                             const dnnl::memory::desc& plain, const dnnl::memory::desc& packed);
+  // Records `copy` as that constant in layout `packed` (nothing when either has no owner).
+  void remember(const void* data, const std::shared_ptr<void>& owner,
+                const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
+                const Tensor& copy);
 
   // How many weights were reordered into a packed layout so far (for tests and profiles).
   void count_pack() { packs_.fetch_add(1, std::memory_order_relaxed); }

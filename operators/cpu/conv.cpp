@@ -205,7 +205,26 @@ class Conv final : public Kernel {
       }
       st->plain_src = activation_md(x, x_dt, x_layout_);
       st->plain_dst = activation_md(s.out, y_dt, layout_);
-      st->user_weights = dnnl_adapter::plain_md(wshape, dt);
+      // Taps that read padding only, for every output, are left out (constant weights: they
+      // are read in place, as a strided view that skips them, when packed).
+      const std::optional<LiveWindow> live =
+          ctx.input_tensor(1) ? live_window(s.win) : std::nullopt;
+      const WindowGeometry& win = live ? live->window : s.win;
+      size_t weights_offset = 0;
+      if (live) {
+        const size_t spatial = wshape.size() - win.kernel.size();
+        const std::vector<int64_t> full = strides_of(wshape);
+        Shape kept = wshape;
+        for (size_t d = 0; d < win.kernel.size(); ++d) {
+          kept[spatial + d] = win.kernel[d];
+          weights_offset += static_cast<size_t>(live->first_tap[d] * full[spatial + d]);
+        }
+        weights_offset *= dtype_size(ctx.dtype(1));
+        st->user_weights = dnnl_adapter::strided_md(kept, full, dt);
+        wshape = kept;
+      } else {
+        st->user_weights = dnnl_adapter::plain_md(wshape, dt);
+      }
       // The primitive picks its layouts, except where the region stores blocks: then those.
       const dnnl::memory::desc free_src(dims(x.begin(), x.end()), cdt, tag::any),
           free_dst(dims(s.out.begin(), s.out.end()), y_dt, tag::any);
@@ -216,7 +235,7 @@ class Conv final : public Kernel {
       // 25.7 -> 15.5 ms); a dense spatial convolution runs blocked and stages (a 3x3 of 64
       // channels, stride 2: 5.5 ms channels-last, 3.3 with its two reorders; keras_nhwc 32.7 ->
       // 20.6 ms). The jit check below still frees the layouts where only a slow kernel is left.
-      const bool dense_spatial = s.group == 1 && numel_of(s.win.kernel) > 1 && x[1] >= 16;
+      const bool dense_spatial = s.group == 1 && numel_of(win.kernel) > 1 && x[1] >= 16;
       const bool as_stored = !cpu_has_avx512() && !dense_spatial &&
                              x_layout_ == StoredLayout::ChannelsLast &&
                              layout_ == StoredLayout::ChannelsLast;
@@ -225,10 +244,10 @@ class Conv final : public Kernel {
       dnnl::memory::desc dst_any =
           block_channels(layout_) || as_stored ? activation_md(s.out, y_dt, layout_) : free_dst;
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
-      dims strides(s.win.strides.begin(), s.win.strides.end()),
-          pl(s.win.pad_begin.begin(), s.win.pad_begin.end()),
-          pr(s.win.pad_end.begin(), s.win.pad_end.end()), dil;
-      for (int64_t d : s.win.dilations) dil.push_back(d - 1);  // oneDNN counts dilation from 0
+      dims strides(win.strides.begin(), win.strides.end()),
+          pl(win.pad_begin.begin(), win.pad_begin.end()),
+          pr(win.pad_end.begin(), win.pad_end.end()), dil;
+      for (int64_t d : win.dilations) dil.push_back(d - 1);  // oneDNN counts dilation from 0
       dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
       dnnl::post_ops ops;
       if (residual_) ops.append_sum(1.0f);
@@ -297,7 +316,8 @@ class Conv final : public Kernel {
         total += dnnl_adapter::align64(st->dst.get_size());
       }
       if (const Tensor* w = ctx.input_tensor(1))
-        st->packed_weights = dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights);
+        st->packed_weights =
+            dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights, weights_offset);
       ctx.request_scratch(total);
       return st;
     });

@@ -72,4 +72,29 @@ WindowGeometry resolve_window(const WindowAttributes& a, const std::vector<int64
   return g;
 }
 
+std::optional<LiveWindow> live_window(const WindowGeometry& w) {
+  LiveWindow live{std::vector<int64_t>(w.kernel.size(), 0), w};
+  bool trimmed = false;
+  for (size_t d = 0; d < w.kernel.size(); ++d) {
+    const int64_t k = w.kernel[d], s = w.strides[d], dil = w.dilations[d];
+    const int64_t pb = w.pad_begin[d], last_out = w.out[d] - 1;
+    if (w.out[d] <= 0 || w.in[d] <= 0) return std::nullopt;
+    // Tap t reads positions o*s - pb + t*dil, o in [0, last_out]: it is live when the last one
+    // is >= 0 and the first <= in - 1.
+    const int64_t need = pb - last_out * s;  // t*dil >= need
+    const int64_t first = std::max<int64_t>(0, need <= 0 ? 0 : (need + dil - 1) / dil);
+    const int64_t last = std::min<int64_t>(k - 1, (w.in[d] - 1 + pb) / dil);
+    if (first > last) return std::nullopt;  // (no live tap: the output is the bias alone)
+    if (first == 0 && last == k - 1) continue;
+    live.first_tap[d] = first;
+    live.window.kernel[d] = last - first + 1;
+    live.window.pad_begin[d] = pb - first * dil;
+    live.window.pad_end[d] = w.pad_end[d] - (k - 1 - last) * dil;
+    if (live.window.pad_begin[d] < 0 || live.window.pad_end[d] < 0) return std::nullopt;
+    trimmed = true;
+  }
+  if (!trimmed) return std::nullopt;
+  return live;
+}
+
 }  // namespace volt

@@ -60,6 +60,81 @@ TEST(ReferenceVsDnnl, Conv) {
   }
 }
 
+// Dilated convolutions over maps smaller than their dilation (DeepLab's ASPP: 3x3 dilated by
+// 12-36 over 14x14) run without the taps that read padding only, with constant weights read
+// through a strided view: against a direct float64 loop, for a centre-only window, a window
+// trimmed at both ends, one axis of a strided grouped convolution, and pads too uneven to move.
+TEST(ReferenceVsDnnl, ConvWithoutTapsThatReadPaddingOnly) {
+  std::mt19937 rng(17);
+  struct Case {
+    Shape x, w;
+    int64_t group;
+    std::vector<int64_t> strides, pads, dilations;
+  };
+  const std::vector<Case> cases = {
+      {{1, 8, 6, 7}, {4, 8, 3, 3}, 1, {1, 1}, {7, 7, 7, 7}, {7, 7}},
+      {{2, 5, 6, 6}, {3, 5, 5, 5}, 1, {1, 1}, {8, 8, 8, 8}, {4, 4}},
+      {{2, 6, 5, 9}, {6, 2, 3, 3}, 3, {2, 1}, {6, 2, 6, 2}, {6, 2}},
+      {{1, 4, 5, 5}, {2, 4, 3, 3}, 1, {1, 1}, {9, 0, 1, 8}, {5, 4}},
+  };
+  for (const auto& c : cases) {
+    const Tensor x = random_double(c.x, rng), w = random_double(c.w, rng),
+                 b = random_double({c.w[0]}, rng);
+    std::vector<float> wf(static_cast<size_t>(w.numel())), bf(static_cast<size_t>(b.numel()));
+    for (size_t i = 0; i < wf.size(); ++i) wf[i] = static_cast<float>(w.data<double>()[i]);
+    for (size_t i = 0; i < bf.size(); ++i) bf[i] = static_cast<float>(b.data<double>()[i]);
+    ModelBuilder mb;
+    mb.input("x", 1, c.x)
+        .output("y", 1, {})
+        .initializer("W", c.w, wf)
+        .initializer("B", {c.w[0]}, bf);
+    mb.node("Conv", {"x", "W", "B"}, {"y"}, [&](onnx::NodeProto& n) {
+      ModelBuilder::set_int(n, "group", c.group);
+      ModelBuilder::set_ints(n, "strides", c.strides);
+      ModelBuilder::set_ints(n, "pads", c.pads);
+      ModelBuilder::set_ints(n, "dilations", c.dilations);
+    });
+    const std::string bytes = mb.bytes();
+    Session s =
+        Session::from_bytes(bytes.data(), bytes.size(), {.threads = testing::test_threads(2)});
+    Tensor xf = Tensor::empty(DType::Float, c.x);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      xf.data<float>()[i] = static_cast<float>(x.data<double>()[i]);
+    RunProfile profile;
+    const Tensor y = s.run({{"x", xf}}, {}, {.profile = &profile})[0].tensor();
+    for (const ProfileEvent& e : profile.events) EXPECT_EQ(e.reference, "") << shape_str(c.x);
+    // The direct loop, in float64.
+    const int64_t n = c.x[0], ci = c.x[1], h = c.x[2], wd = c.x[3], m = c.w[0], kh = c.w[2],
+                  kw = c.w[3], cg = ci / c.group, mg = m / c.group;
+    const int64_t oh =
+        (h + c.pads[0] + c.pads[2] - (kh - 1) * c.dilations[0] - 1) / c.strides[0] + 1;
+    const int64_t ow =
+        (wd + c.pads[1] + c.pads[3] - (kw - 1) * c.dilations[1] - 1) / c.strides[1] + 1;
+    ASSERT_EQ(y.shape(), (Shape{n, m, oh, ow}));
+    const double* xd = x.data<double>();
+    const double* wdd = w.data<double>();
+    for (int64_t b0 = 0; b0 < n; ++b0)
+      for (int64_t o = 0; o < m; ++o)
+        for (int64_t i = 0; i < oh; ++i)
+          for (int64_t j = 0; j < ow; ++j) {
+            double acc = b.data<double>()[o];
+            const int64_t g = o / mg;
+            for (int64_t cc = 0; cc < cg; ++cc)
+              for (int64_t u = 0; u < kh; ++u)
+                for (int64_t v = 0; v < kw; ++v) {
+                  const int64_t r = i * c.strides[0] - c.pads[0] + u * c.dilations[0];
+                  const int64_t q = j * c.strides[1] - c.pads[1] + v * c.dilations[1];
+                  if (r < 0 || r >= h || q < 0 || q >= wd) continue;
+                  acc += xd[((b0 * ci + g * cg + cc) * h + r) * wd + q] *
+                         wdd[((o * cg + cc) * kh + u) * kw + v];
+                }
+            const double got = y.data<float>()[((b0 * m + o) * oh + i) * ow + j];
+            ASSERT_NEAR(got, acc, kTol * (1 + std::abs(acc)))
+                << shape_str(c.x) << " at " << i << "," << j;
+          }
+  }
+}
+
 // ConvTranspose on oneDNN's deconvolution against the reference scatter loop: groups, strides,
 // dilations, output_padding (which makes oneDNN's end padding negative), output_shape and
 // auto_pad, 1-3 spatial axes.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "runtime/buffer_pool.hpp"
 #include "runtime/contexts.hpp"
 #include "runtime/device.hpp"
 #include "runtime/run_control.hpp"
@@ -60,20 +61,15 @@ class ScratchLease {
   std::unique_ptr<RunScratch> s_;
 };
 
+// Arenas come from the buffer pool and go back to it after each run, not to the plan: a plan
+// for a new input shape then finds a buffer that earlier runs faulted in (a fresh one page-
+// faulted every page on the first run at each new shape), and cached plans hold no arenas.
 std::shared_ptr<void> take_arena(const Plan& plan) {
-  {
-    std::lock_guard<std::mutex> lock(plan.arena_mutex);
-    if (!plan.free_arenas.empty()) {
-      auto a = std::move(plan.free_arenas.back());
-      plan.free_arenas.pop_back();
-      return a;
-    }
-  }
   if (plan.arena_bytes == 0) return nullptr;
-  void* p = std::aligned_alloc(64, (plan.arena_bytes + 63) / 64 * 64);
+  void* p = pool_allocate(plan.arena_bytes);
   VOLT_CHECK(p, OutOfMemory,
              "out of memory allocating a " + std::to_string(plan.arena_bytes) + "-byte arena");
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return std::shared_ptr<void>(p, [bytes = plan.arena_bytes](void* q) { pool_free(q, bytes); });
 }
 
 // The arena counts against the run's memory limit while the run holds it; the check comes
@@ -81,12 +77,6 @@ std::shared_ptr<void> take_arena(const Plan& plan) {
 std::shared_ptr<MemoryBudget> reserve_arena(const Plan& plan) {
   if (plan.arena_bytes == 0) return nullptr;
   return reserve_in_current_run(plan.arena_bytes, "the intermediate values' arena");
-}
-
-void give_back_arena(const Plan& plan, std::shared_ptr<void> arena) {
-  if (!arena) return;
-  std::lock_guard<std::mutex> lock(plan.arena_mutex);
-  plan.free_arenas.push_back(std::move(arena));
 }
 
 // Returns the arena to the plan's pool when the run ends, normally or by an exception.
@@ -100,7 +90,7 @@ struct ArenaLease {
     }
   }
   ~ArenaLease() {
-    give_back_arena(plan, std::move(arena));
+    arena.reset();
     if (budget) budget->release(plan.arena_bytes);
   }
   const Plan& plan;

@@ -64,10 +64,6 @@ struct Plan {
   // comes with what rebuilds it, so that the graph's owner can drop its copy too.
   std::vector<std::pair<int, std::function<Tensor()>>> released;
 
-  // Arenas of finished runs, reused by the next (one per concurrent run).
-  mutable std::mutex arena_mutex;
-  mutable std::vector<std::shared_ptr<void>> free_arenas;
-
   // One line per step and per value: where it lives and what is freed. For debugging.
   std::string describe() const;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/packed_weights.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
@@ -306,13 +307,39 @@ RecurrentState::Weights constant_weights(InferContext& ctx, const Geometry& g,
                        g.peepholes ? ctx.input_tensor(7) : nullptr);
 }
 
+// Constant weights in the primitive's layouts, shared by every plan that wants the same layouts
+// (a new sequence length builds a plan, and the weights do not depend on it): W and R are
+// brought into oneDNN's gate order and layout once per session (dnnl_adapter::packed_weights).
+RecurrentState::Weights shared_constant_weights(InferContext& ctx, const Geometry& g,
+                                                const RecurrentSpec& spec, const Primitives& p) {
+  const int64_t dirs = spec.dirs, gates = gate_count(spec.cell), h = g.hidden;
+  const dnnl::memory::desc layer_ldigo({1, dirs, g.in, gates, h}, f32, tag::ldigo),
+      iter_ldigo({1, dirs, h, gates, h}, f32, tag::ldigo);
+  const Tensor &w = *ctx.input_tensor(1), &r = *ctx.input_tensor(2);
+  auto& cache = dnnl_adapter::packed_weights();
+  std::optional<Tensor> layer = cache.find(w.raw(), w.owner(), layer_ldigo, p.weights_layer),
+                        iter = cache.find(r.raw(), r.owner(), iter_ldigo, p.weights_iter);
+  RecurrentState::Weights out;
+  if (layer && iter) {
+    out.layer = std::move(*layer);
+    out.iter = std::move(*iter);
+    out.bias = bias_ldgo(ctx.has_input(3) ? ctx.input_tensor(3) : nullptr, spec.cell, g.lbr,
+                         spec.dirs, g.hidden);
+    if (g.peepholes) out.peephole = peephole_ldgo(*ctx.input_tensor(7), spec.dirs, g.hidden);
+    return out;
+  }
+  out = packed_for(constant_weights(ctx, g, spec), g, spec, p.weights_layer, p.weights_iter);
+  cache.count_pack();
+  cache.remember(w.raw(), w.owner(), layer_ldigo, p.weights_layer, out.layer);
+  cache.remember(r.raw(), r.owner(), iter_ldigo, p.weights_iter, out.iter);
+  return out;
+}
+
 std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& spec) {
   auto st = std::make_shared<RecurrentState>();
   st->g = describe(ctx, spec, false);
   st->p = make_primitives(st->g, spec, false);
-  if (st->g.constant_weights)
-    st->weights = packed_for(constant_weights(ctx, st->g, spec), st->g, spec, st->p.weights_layer,
-                             st->p.weights_iter);
+  if (st->g.constant_weights) st->weights = shared_constant_weights(ctx, st->g, spec, st->p);
   size_t bytes = dnnl_adapter::align64(st->p.scratch.get_size());
   place_outputs(*st, spec, bytes);
   ctx.request_scratch(bytes);

@@ -4,9 +4,11 @@
 // absolute on outputs in [-1, 1] (states of order 1).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "model_builder.hpp"
+#include "operators/common/packed_weights.hpp"
 #include "test_options.hpp"
 
 namespace volt {
@@ -189,6 +191,50 @@ TEST(Recurrent, OneDnnAgreesWithTheReference) {
 TEST(Recurrent, UncomputedCellsStayOnTheReference) {
   EXPECT_NE(run_rnn({"RNN", "forward", 0, false, true, false, false, "Softsign"}, false).reference,
             "");
+}
+
+}  // namespace
+}  // namespace volt
+
+namespace volt {
+namespace {
+
+// A new sequence length builds a plan; the LSTM's constant weights, brought into oneDNN's gate
+// order and layout by the first plan, serve the next ones (packed once per session), and a
+// length seen after another computes what a fresh session computes.
+TEST(Recurrent, PlansForNewLengthsShareTheWeights) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  const int64_t in = 6, h = 5;
+  auto values = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = u(rng);
+    return v;
+  };
+  ModelBuilder b;
+  b.input("x", 1, {-1, 1, in}).output("y", 1, {});
+  b.initializer("W", {1, 4 * h, in}, values(4 * h * in))
+      .initializer("R", {1, 4 * h, h}, values(4 * h * h))
+      .initializer("B", {1, 8 * h}, values(8 * h));
+  b.node("LSTM", {"x", "W", "R", "B"}, {"y"},
+         [&](auto& n) { ModelBuilder::set_int(n, "hidden_size", h); });
+  const std::string bytes = b.bytes();
+  auto input = [&](int64_t t) {
+    Tensor x = Tensor::empty(DType::Float, {t, 1, in});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    return x;
+  };
+  const Tensor x5 = input(5), x9 = input(9);
+  Session fresh = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 1});
+  const Tensor want = fresh.run({{"x", x9}})[0].tensor();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 1});
+  const size_t before = dnnl_adapter::packed_weights().packs();
+  s.run({{"x", x5}});
+  const Tensor got = s.run({{"x", x9}})[0].tensor();
+  EXPECT_EQ(dnnl_adapter::packed_weights().packs() - before, 1u)
+      << "the weights were prepared again for a new length";
+  ASSERT_EQ(got.shape(), want.shape());
+  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ const std::vector<Pass>& optimization_passes() {
       // the fusions, so their activations are still nodes lower_quantized takes in).
       {"quantize_at_load", 0, quantize_at_load,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "int8"; }},
+      // HardSwish and HardSigmoid written out as Add/Div/Clip/Mul chains: before the fusion
+      // that takes them into the convolution.
+      {"fold_clamped_gates", 2, fold_clamped_gates},
       {"fuse_conv_activation", 2, fuse_conv_activation, on_cpu},
       {"fuse_gelu", 2, fuse_gelu},
       {"fuse_layer_norm", 2, fuse_layer_norm},

@@ -252,6 +252,79 @@ TEST(Passes, ConvolutionsNeverSettleForOneDnnReference) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 32, 14, 14}, rng)}}, 1e-4f);
 }
 
+// HardSwish and HardSigmoid as converters write them out (x * Clip(x + 3, 0, 6) / 6 and
+// Clip(x / 6 + 0.5, 0, 1)), and a gate with other constants, become HardSwish, HardSigmoid and
+// x * HardSigmoid(x) by the same arithmetic; the HardSwish after a convolution then fuses into
+// it. A chain with a value read elsewhere, or with a constant that broadcasts x to a higher rank,
+// stays as it is. Every model computes what the unoptimized graph computes.
+TEST(Passes, ClampedGatesWrittenOutBecomeTheirOps) {
+  std::mt19937 rng(41);
+  auto scalar = [](ModelBuilder& b, const char* name, float v) { b.initializer(name, {}, {v}); };
+  {  // HardSwish after a Conv, and a HardSigmoid gate multiplying another value
+    ModelBuilder b;
+    b.input("x", 1, {1, 4, 6, 6}).input("z", 1, {1, 4, 6, 6});
+    b.output("y", 1, {}).output("q", 1, {});
+    b.initializer("W", {4, 4, 3, 3}, random_values(144, rng));
+    for (auto [n, v] :
+         {std::pair{"three", 3.0f}, {"zero", 0.0f}, {"six", 6.0f}, {"half", 0.5f}, {"one", 1.0f}})
+      scalar(b, n, v);
+    b.node("Conv", {"x", "W"}, {"c"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    b.node("Add", {"c", "three"}, {"a"}).node("Clip", {"a", "zero", "six"}, {"k"});
+    b.node("Mul", {"c", "k"}, {"m"}).node("Div", {"m", "six"}, {"y"});
+    b.node("Div", {"x", "six"}, {"d"}).node("Add", {"d", "half"}, {"e"});
+    b.node("Clip", {"e", "zero", "one"}, {"g"}).node("Mul", {"z", "g"}, {"q"});
+    const std::string bytes = b.bytes();
+    const Graph g = fold_clamped_gates(load(bytes));
+    EXPECT_EQ(count_op(g, "HardSwish"), 1);
+    EXPECT_EQ(count_op(g, "HardSigmoid"), 1);
+    EXPECT_EQ(count_op(g, "Clip") + count_op(g, "Div") + count_op(g, "Add"), 0);
+    const Graph fused = run_passes(load(bytes), test_options());
+    EXPECT_EQ(count_op(fused, "HardSwish"), 0);  // in the Conv
+    expect_same_as_unoptimized(
+        bytes, {{"x", random_tensor({1, 4, 6, 6}, rng)}, {"z", random_tensor({1, 4, 6, 6}, rng)}});
+  }
+  {  // x * Clip(2x + 1, 0, 4) / 4 = x * HardSigmoid(x; 0.5, 0.25)
+    ModelBuilder b;
+    b.input("x", 1, {2, 7}).output("y", 1, {});
+    for (auto [n, v] : {std::pair{"two", 2.0f}, {"one", 1.0f}, {"zero", 0.0f}, {"four", 4.0f}})
+      scalar(b, n, v);
+    b.node("Mul", {"two", "x"}, {"t"}).node("Add", {"t", "one"}, {"a"});
+    b.node("Clip", {"a", "zero", "four"}, {"k"}).node("Mul", {"k", "x"}, {"m"});
+    b.node("Div", {"m", "four"}, {"y"});
+    const std::string bytes = b.bytes();
+    const Graph g = fold_clamped_gates(load(bytes));
+    ASSERT_EQ(count_op(g, "HardSigmoid"), 1);
+    EXPECT_EQ(g.nodes.size(), 2u);
+    for (const Node& n : g.nodes)
+      if (n.op_type == "HardSigmoid") {
+        EXPECT_FLOAT_EQ(n.attr_float("alpha", 0), 0.5f);
+        EXPECT_FLOAT_EQ(n.attr_float("beta", 0), 0.25f);
+      }
+    Tensor x = random_tensor({2, 7}, rng);  // over [-6, 6]: both clamps and the slope
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] *= 6.0f;
+    expect_same_as_unoptimized(bytes, {{"x", x}});
+  }
+  {  // the Add's output is a graph output too; a [1, 1, 1] constant on a value of unknown rank
+    ModelBuilder b;
+    b.input("x", 1, {3, 5}).output("y", 1, {}).output("a", 1, {}).output("y2", 1, {});
+    scalar(b, "three", 3.0f);
+    scalar(b, "zero", 0.0f);
+    scalar(b, "six", 6.0f);
+    b.initializer("three3", {1, 1, 1}, {3.0f});
+    b.node("Add", {"x", "three"}, {"a"}).node("Clip", {"a", "zero", "six"}, {"k"});
+    b.node("Mul", {"x", "k"}, {"m"}).node("Div", {"m", "six"}, {"y"});
+    b.node("Relu", {"x"}, {"r"}).node("Add", {"r", "three3"}, {"a2"});
+    b.node("Clip", {"a2", "zero", "six"}, {"k2"}).node("Mul", {"r", "k2"}, {"m2"});
+    b.node("Div", {"m2", "six"}, {"y2"});
+    const std::string bytes = b.bytes();
+    const Graph g = fold_clamped_gates(load(bytes));
+    EXPECT_EQ(count_op(g, "Clip"), 2);
+    EXPECT_EQ(count_op(g, "HardSwish") + count_op(g, "HardSigmoid"), 0);
+  }
+}
+
 // A text recognizer's front end: convolutions and max pools, square and (2, 1), all with
 // multiples of 16 channels (what the blocked layout takes). On a CPU without AVX-512, oneDNN's
 // pooling has no kernel for 16-channel blocks and ran its reference loop (the blocked layout

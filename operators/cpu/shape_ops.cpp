@@ -290,12 +290,23 @@ class Transpose final : public Kernel {
   std::vector<int64_t> perm_;
 };
 
+// In a region stored in oneDNN's blocks of channels (volt.layout NCHW8C / NCHW16C, the shapes
+// the stored channels-last ones, axis 3), each input's channels are whole blocks: per image, an
+// input is one contiguous run of the output.
 class Concat final : public Kernel {
  public:
-  explicit Concat(const Node& n) : axis_(n.attr_int("axis")) {}
+  explicit Concat(const Node& n)
+      : axis_(n.attr_int("axis")), block_(block_channels(stored_layout(n))) {}
   void infer(InferContext& ctx) const override {
     const Shape& first = ctx.shape(0);
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(first.size()), ctx.node());
+    if (block_)
+      for (size_t i = 0; i < ctx.input_count(); ++i)
+        VOLT_CHECK(axis == 3 && ctx.shape(i).size() == 4 && ctx.shape(i)[3] % block_ == 0,
+                   InvalidArgument,
+                   ctx.node().describe() + ": blocked inputs must be N x H x W x C with C a " +
+                       "multiple of " + std::to_string(block_) + " concatenated on C, got " +
+                       shape_str(ctx.shape(i)));
     Shape out = first;
     out[axis] = 0;
     for (size_t i = 0; i < ctx.input_count(); ++i) {
@@ -315,29 +326,39 @@ class Concat final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     Tensor& out = ctx.output(0);
-    const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(out.rank()), ctx.node());
+    const int64_t axis =
+        block_ ? 1 : normalize_axis(axis_, static_cast<int64_t>(out.rank()), ctx.node());
     int64_t outer = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= out.dim(d);
     const int64_t out_row = out.numel() / std::max<int64_t>(outer, 1);
     dispatch_any(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* dst = static_cast<T*>(out.raw());
-      // Output row by row, each from every input in turn, in parallel over rows when the output
-      // is large (DLRM's concatenation of nine 256 x 64 blocks: each alone is small).
-      parallel_for(outer, out.numel() > 65536, [&](int64_t o) {
-        T* row_out = dst + o * out_row;
-        for (size_t i = 0; i < ctx.input_count(); ++i) {
-          const Tensor& in = ctx.input(i);
-          const int64_t row = in.numel() / outer;
-          const T* src = static_cast<const T*>(in.raw()) + o * row;
-          row_out = std::copy(src, src + row, row_out);
-        }
-      });
+      // Each input's part of each output row is one copy, in parallel when the output is large
+      // (DLRM's concatenation of nine 256 x 64 blocks: each alone is small): over rows where
+      // there are many (channels-last: a row per pixel), else over rows and inputs (a blocked
+      // or channels-first Concat of one image: one row, a long part per input).
+      const int64_t k = static_cast<int64_t>(ctx.input_count());
+      std::vector<int64_t> start(static_cast<size_t>(k) + 1, 0);  // of each part in a row
+      for (int64_t i = 0; i < k; ++i) start[i + 1] = start[i] + ctx.input(i).numel() / outer;
+      auto part = [&](int64_t o, int64_t i) {
+        const int64_t row = start[i + 1] - start[i];
+        const T* src = static_cast<const T*>(ctx.input(i).raw()) + o * row;
+        std::copy(src, src + row, dst + o * out_row + start[i]);
+      };
+      const bool parallel = out.numel() > 65536;
+      if (outer >= 64)
+        parallel_for(outer, parallel, [&](int64_t o) {
+          for (int64_t i = 0; i < k; ++i) part(o, i);
+        });
+      else
+        parallel_for(outer * k, parallel, [&](int64_t t) { part(t / k, t % k); });
     });
   }
 
  private:
   int64_t axis_;
+  int64_t block_;  // channels per block of a blocked layout; 0 otherwise
 };
 
 class Gather final : public Kernel {

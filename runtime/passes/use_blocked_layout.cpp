@@ -1,13 +1,13 @@
 // Stores the channels-last region's activations in oneDNN's blocks of channels instead: nChw16c
 // on AVX-512 (volt.layout = "NCHW16C"), nChw8c on AVX2 ("NCHW8C"), the blocking oneDNN's own
 // kernels use on each, where every activation has a multiple of the block's channels and the
-// region holds only convolutions and pools (a ResNet). On AVX2 its convolutions pick blocks of 8
-// for themselves, so a channels-last region reordered around each one. oneDNN's convolutions take
-// either layout; on blocks, five of ResNet-50's six 1×1 shapes ran 5-13% faster on this CPU
-// (jit_1x1 against brgconv_1x1 on channels-last; batch 8, one thread; the sixth 3% slower), and the
-// Winograd convolutions need no reorder around them. Values leave the region through ai.volt
-// ChannelsFirst nodes instead of Transposes. For fp32 only: the bf16 path (use_bf16) was built and
-// measured on channels-last.
+// region holds only convolutions, pools and Concats along the channels (a ResNet, GoogLeNet). On
+// AVX2 its convolutions pick blocks of 8 for themselves, so a channels-last region reordered around
+// each one. oneDNN's convolutions take either layout; on blocks, five of ResNet-50's six 1×1 shapes
+// ran 5-13% faster on this CPU (jit_1x1 against brgconv_1x1 on channels-last; batch 8, one thread;
+// the sixth 3% slower), and the Winograd convolutions need no reorder around them. Values leave the
+// region through ai.volt ChannelsFirst nodes instead of Transposes. For fp32 only: the bf16 path
+// (use_bf16) was built and measured on channels-last.
 #include <map>
 
 #include "operators/common/cpu_isa.hpp"
@@ -21,6 +21,17 @@ namespace {
 bool region_value(const std::string& v) {
   const std::string& s = kChannelsLastSuffix;
   return v.size() > s.size() && v.compare(v.size() - s.size(), s.size(), s) == 0;
+}
+
+// A Concat along the channels of region values (GoogLeNet's inception outputs, a U-Net's skip
+// connections): in blocks, each input is one contiguous run per image.
+bool is_region_concat(const Node& n) {
+  if (!is_onnx_op(n, "Concat") || n.attr_int("axis", 0) != 3 || n.outputs.size() != 1 ||
+      !region_value(n.outputs[0]))
+    return false;
+  for (const std::string& v : n.inputs)
+    if (!region_value(v)) return false;
+  return !n.inputs.empty();
 }
 
 bool is_exit(const Node& n) {
@@ -39,6 +50,10 @@ Graph use_blocked_layout(const Graph& graph) {
       const bool pool = n.domain == kOnnxDomain && n.op_type.find("Pool") != std::string::npos &&
                         n.outputs.size() == 1;
       if (!conv && !pool) return graph;
+      region.push_back(&n);
+      continue;
+    }
+    if (is_region_concat(n)) {
       region.push_back(&n);
       continue;
     }
@@ -61,6 +76,16 @@ Graph use_blocked_layout(const Graph& graph) {
         if (!w || w->rank() != 4) return graph;
         // ConvTranspose's W is [C, M / group, k...].
         c = n->op_type == "Conv" ? w->shape()[0] : w->shape()[1] * n->attr_int("group", 1);
+      } else if (n->op_type == "Concat") {
+        c = 0;
+        for (const std::string& v : n->inputs) {
+          auto in = channels.find(v);
+          if (in == channels.end()) {
+            c = -1;
+            break;
+          }
+          c += in->second;
+        }
       } else if (auto in = channels.find(n->inputs[0]); in != channels.end()) {
         c = in->second;
       }
@@ -78,10 +103,13 @@ Graph use_blocked_layout(const Graph& graph) {
     if (!blocked(n->outputs[0])) return graph;
     if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) return graph;
     if (n->has_input(3) && !blocked(n->inputs[3])) return graph;
+    if (n->op_type == "Concat")
+      for (const std::string& v : n->inputs)
+        if (!blocked(v)) return graph;
   }
   Graph g = graph;
   for (Node& n : g.nodes) {
-    if (n.attr_string("volt.layout", "") == "NHWC") {
+    if (n.attr_string("volt.layout", "") == "NHWC" || is_region_concat(n)) {
       n.attributes["volt.layout"] = string_attr(blocked_layout_name(block));
     } else if (is_exit(n)) {
       Node exit = make_node(n.name, "ChannelsFirst", n.inputs, n.outputs, 1);

@@ -847,6 +847,37 @@ TEST(Passes, ResNetRegionIsStoredInTheCpusBlocksOfChannels) {
   EXPECT_EQ(out[1].tensor().shape(), (Shape{0, 32, 8, 8}));
 }
 
+// An inception-style block: two branches of convolutions concatenated along the channels, then
+// pooled. The Concat joins the blocked region (each input a contiguous run per image) and the
+// model computes what the unoptimized graph computes, at batch 1 and 3.
+TEST(Passes, ConcatAlongChannelsJoinsTheBlockedRegion) {
+  std::mt19937 rng(33);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 8, 9, 9}).output("y", 1, {});
+  b.initializer("W0", {16, 8, 3, 3}, random_values(16 * 8 * 9, rng))
+      .initializer("W1", {16, 16, 1, 1}, random_values(16 * 16, rng))
+      .initializer("W2", {32, 16, 3, 3}, random_values(32 * 16 * 9, rng));
+  auto same = [](auto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); };
+  b.node("Conv", {"x", "W0"}, {"c0"}, same).node("Relu", {"c0"}, {"r0"});
+  b.node("Conv", {"r0", "W1"}, {"c1"}).node("Relu", {"c1"}, {"r1"});
+  b.node("Conv", {"r0", "W2"}, {"c2"}, same).node("Relu", {"c2"}, {"r2"});
+  b.node("Concat", {"r1", "r2", "r0"}, {"cat"},
+         [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  b.node("MaxPool", {"cat"}, {"y"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+  });
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  int concats = 0;
+  for (const Node& n : g.nodes)
+    concats += n.op_type == "Concat" && n.attr_string("volt.layout", "") == cpus_blocked_layout();
+  EXPECT_EQ(concats, 1);
+  EXPECT_EQ(count_op(g, "ChannelsFirst"), 1);
+  for (int64_t batch : {1, 3})
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 9, 9}, rng)}});
+}
+
 TEST(Passes, RegionWithChannelsNotInBlocksStaysChannelsLast) {
   std::mt19937 rng(32);
   const Graph g = run_passes(load(small_resnet(20, rng)), test_options());

@@ -2,46 +2,18 @@
 // from .npy files, prints one JSON line. Also writes the outputs (as .npy) when asked, so the
 // caller can check that volt and ONNX Runtime agree.
 //   node bench/ort_bench.mjs MODEL THREADS WARMUP ITERATIONS OUT_DIR NAME=FILE.npy...
-import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
+import { readNpy, writeNpy } from "./npy.mjs";
 
 const require = createRequire(import.meta.url);
 const ort = require(process.env.VOLT_ORT_NODE || "onnxruntime-node");
-
-const DTYPES = { "<f4": ["float32", Float32Array], "<i8": ["int64", BigInt64Array], "<i4": ["int32", Int32Array], "|b1": ["bool", Uint8Array] };
-
-function readNpy(file) {
-  const buf = fs.readFileSync(file);
-  const headerLen = buf.readUInt16LE(8);
-  const header = buf.toString("latin1", 10, 10 + headerLen);
-  const descr = /'descr':\s*'([^']+)'/.exec(header)[1];
-  const shape = /'shape':\s*\(([^)]*)\)/.exec(header)[1].split(",").map((s) => s.trim()).filter((s) => s.length).map(Number);
-  const [type, Ctor] = DTYPES[descr];
-  const body = buf.subarray(10 + headerLen);
-  const data = new Ctor(body.buffer.slice(body.byteOffset, body.byteOffset + body.length));
-  return new ort.Tensor(type, type === "bool" ? Array.from(data, Boolean) : data, shape);
-}
-
-function writeNpy(file, tensor) {
-  const descr = { float32: "<f4", int64: "<i8", int32: "<i4" }[tensor.type];
-  if (!descr) return;
-  let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${tensor.dims.join(", ")}${tensor.dims.length === 1 ? "," : ""}), }`;
-  header += " ".repeat((64 - ((10 + header.length + 1) % 64)) % 64) + "\n";
-  const head = Buffer.alloc(10);
-  head.write("\x93NUMPY", 0, "latin1");
-  head[6] = 1;
-  head[7] = 0;
-  head.writeUInt16LE(header.length, 8);
-  const data = Buffer.from(tensor.data.buffer, tensor.data.byteOffset, tensor.data.byteLength);
-  fs.writeFileSync(file, Buffer.concat([head, Buffer.from(header, "latin1"), data]));
-}
 
 const [model, threads, warmup, iterations, outDir, ...specs] = process.argv.slice(2);
 const feeds = {};
 for (const spec of specs) {
   const eq = spec.indexOf("=");
-  feeds[spec.slice(0, eq)] = readNpy(spec.slice(eq + 1));
+  feeds[spec.slice(0, eq)] = readNpy(ort, spec.slice(eq + 1));
 }
 const t0 = performance.now();
 const session = await ort.InferenceSession.create(model, {

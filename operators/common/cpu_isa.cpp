@@ -2,37 +2,28 @@
 
 #include <dnnl.hpp>
 
+#include <algorithm>
+#include <initializer_list>
+
 namespace volt {
+
+namespace {
+bool isa_is_one_of(std::initializer_list<dnnl::cpu_isa> isas) {
+  return std::find(isas.begin(), isas.end(), dnnl::get_effective_cpu_isa()) != isas.end();
+}
+}  // namespace
 
 bool cpu_has_avx512() {
   using isa = dnnl::cpu_isa;
-  static const bool yes = [] {
-    switch (dnnl::get_effective_cpu_isa()) {
-      case isa::avx512_core:
-      case isa::avx512_core_vnni:
-      case isa::avx512_core_bf16:
-      case isa::avx512_core_amx:
-        return true;
-      default:
-        return false;
-    }
-  }();
+  static const bool yes = isa_is_one_of(
+      {isa::avx512_core, isa::avx512_core_vnni, isa::avx512_core_bf16, isa::avx512_core_amx});
   return yes;
 }
 
 bool cpu_has_exact_int8_dot() {
   using isa = dnnl::cpu_isa;
-  static const bool yes = [] {
-    switch (dnnl::get_effective_cpu_isa()) {
-      case isa::avx2_vnni:
-      case isa::avx512_core_vnni:
-      case isa::avx512_core_bf16:
-      case isa::avx512_core_amx:
-        return true;
-      default:
-        return false;
-    }
-  }();
+  static const bool yes = isa_is_one_of(
+      {isa::avx2_vnni, isa::avx512_core_vnni, isa::avx512_core_bf16, isa::avx512_core_amx});
   return yes;
 }
 

@@ -278,7 +278,8 @@ class Conv final : public Kernel {
         // its jit kernels, or (channels-last on AVX2) its im2col gemm: then the primitive picks
         // its layouts and reorders stage the region's.
         const std::string impl = direct.impl_info_str();
-        const bool slow = dnnl_adapter::is_reference(direct) || impl.rfind("gemm", 0) == 0;
+        const bool slow =
+            dnnl_adapter::is_reference(direct) || impl.find("gemm") != std::string::npos;
         if (slow && (src_any != free_src || dst_any != free_dst)) {
           src_any = free_src;
           dst_any = free_dst;

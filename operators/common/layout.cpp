@@ -8,14 +8,24 @@
 
 namespace volt {
 
-StoredLayout stored_layout(const Node& n) {
-  const std::string l = n.attr_string("volt.layout", "NCHW");
+namespace {
+StoredLayout layout_named(const std::string& l, const Node& n) {
   if (l == "NHWC") return StoredLayout::ChannelsLast;
   if (l == "NCHW16C") return StoredLayout::Blocked16;
   if (l == "NCHW8C") return StoredLayout::Blocked8;
   VOLT_CHECK(l == "NCHW", InvalidModel,
              n.describe() + ": volt.layout must be NCHW, NHWC, NCHW16C or NCHW8C, got '" + l + "'");
   return StoredLayout::ChannelsFirst;
+}
+}  // namespace
+
+StoredLayout stored_layout(const Node& n) {
+  return layout_named(n.attr_string("volt.layout", "NCHW"), n);
+}
+
+StoredLayout stored_input_layout(const Node& n) {
+  return n.has_attr("volt.input_layout") ? layout_named(n.attr_string("volt.input_layout", ""), n)
+                                         : stored_layout(n);
 }
 
 int64_t block_channels(StoredLayout layout) {

@@ -19,6 +19,10 @@ namespace volt {
 // many elements when the channels are a multiple of the block (use_blocked_layout sees to it).
 enum class StoredLayout { ChannelsFirst, ChannelsLast, Blocked16, Blocked8 };
 StoredLayout stored_layout(const Node& n);
+// How the node stores its activation input X: volt.input_layout where set (NCHW for a region's
+// first convolution, whose X comes from outside; a blocked layout for one at a blocked region's
+// edge, whose own output is not in blocks), else as it stores its output.
+StoredLayout stored_input_layout(const Node& n);
 // The channels in one block of a blocked layout; 0 for the others.
 int64_t block_channels(StoredLayout layout);
 // volt.layout's name of the blocked layout with blocks of `channels` (16 or 8).

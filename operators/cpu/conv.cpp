@@ -44,8 +44,7 @@ class Conv final : public Kernel {
         act_(FusedActivation::of(n)),
         residual_(n.has_input(3)),
         layout_(stored_layout(n)),
-        x_layout_(n.attr_string("volt.input_layout", "") == "NCHW" ? StoredLayout::ChannelsFirst
-                                                                   : layout_),
+        x_layout_(stored_input_layout(n)),
         last_(layout_ != StoredLayout::ChannelsFirst),
         x_last_(x_layout_ != StoredLayout::ChannelsFirst),
         winograd_(n.attr_string("volt.algorithm", "direct") == "winograd"),

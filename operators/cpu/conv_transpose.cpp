@@ -31,8 +31,7 @@ class ConvTranspose final : public Kernel {
       : attrs_(n),
         act_(FusedActivation::of(n)),
         layout_(stored_layout(n)),
-        x_layout_(n.attr_string("volt.input_layout", "") == "NCHW" ? StoredLayout::ChannelsFirst
-                                                                   : layout_) {}
+        x_layout_(stored_input_layout(n)) {}
 
   void infer(InferContext& ctx) const override {
     const Shape x =

@@ -417,8 +417,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
         attrs_(n),
         group_(n.attr_int("group", 1)),
         layout_(stored_layout(n)),
-        x_layout_(n.attr_string("volt.input_layout", "") == "NCHW" ? StoredLayout::ChannelsFirst
-                                                                   : layout_) {}
+        x_layout_(stored_input_layout(n)) {}
 
   void infer(InferContext& ctx) const override {
     const Shape x =

@@ -1,14 +1,16 @@
 // Stores the channels-last region's activations in oneDNN's blocks of channels instead: nChw16c
 // on AVX-512 (volt.layout = "NCHW16C"), nChw8c on AVX2 ("NCHW8C"), the blocking oneDNN's own
 // kernels use on each, where every activation has a multiple of the block's channels and the
-// region holds only convolutions, pools and Concats along the channels (a ResNet, GoogLeNet). On
-// AVX2 its convolutions pick blocks of 8 for themselves, so a channels-last region reordered around
-// each one. oneDNN's convolutions take either layout; on blocks, five of ResNet-50's six 1×1 shapes
-// ran 5-13% faster on this CPU (jit_1x1 against brgconv_1x1 on channels-last; batch 8, one thread;
-// the sixth 3% slower), and the Winograd convolutions need no reorder around them. Values leave the
-// region through ai.volt ChannelsFirst nodes instead of Transposes. For fp32 only: the bf16 path
-// (use_bf16) was built and measured on channels-last.
+// region holds only convolutions, pools and Concats along the channels (a ResNet, GoogLeNet);
+// a last convolution with fewer channels than whole blocks reads blocks and writes channels-last.
+// On AVX2 its convolutions pick blocks of 8 for themselves, so a channels-last region reordered
+// around each one. oneDNN's convolutions take either layout; on blocks, five of ResNet-50's six 1×1
+// shapes ran 5-13% faster on this CPU (jit_1x1 against brgconv_1x1 on channels-last; batch 8, one
+// thread; the sixth 3% slower), and the Winograd convolutions need no reorder around them. Values
+// leave the region through ai.volt ChannelsFirst nodes instead of Transposes. For fp32 only: the
+// bf16 path (use_bf16) was built and measured on channels-last.
 #include <map>
+#include <set>
 
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/layout.hpp"
@@ -98,23 +100,37 @@ Graph use_blocked_layout(const Graph& graph) {
     auto c = channels.find(v);
     return c != channels.end() && c->second % block == 0;
   };
+  std::set<std::string> region_inputs;  // values some node of the region reads
+  for (const Node* n : region)
+    for (const std::string& v : n->inputs) region_inputs.insert(v);
+  // A convolution at the region's edge whose channels are not whole blocks (a segmentation
+  // head's classes, a U-Net's last layer) reads blocks and writes channels-last, where no node of
+  // the region reads its output and it adds no residual.
+  std::set<std::string> edge;
   for (const Node* n : region) {
     // Every value of the region in blocks, X from the region or channels-first from outside.
-    if (!blocked(n->outputs[0])) return graph;
+    if (!blocked(n->outputs[0])) {
+      if (n->op_type != "Conv" || n->has_input(3) || region_inputs.count(n->outputs[0]))
+        return graph;
+      edge.insert(n->outputs[0]);
+    }
     if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) return graph;
     if (n->has_input(3) && !blocked(n->inputs[3])) return graph;
     if (n->op_type == "Concat")
       for (const std::string& v : n->inputs)
         if (!blocked(v)) return graph;
   }
+  const std::string name = blocked_layout_name(block);
   Graph g = graph;
   for (Node& n : g.nodes) {
-    if (n.attr_string("volt.layout", "") == "NHWC" || is_region_concat(n)) {
-      n.attributes["volt.layout"] = string_attr(blocked_layout_name(block));
-    } else if (is_exit(n)) {
+    if (edge.count(n.outputs.empty() ? "" : n.outputs[0])) {
+      if (!n.has_attr("volt.input_layout")) n.attributes["volt.input_layout"] = string_attr(name);
+    } else if (n.attr_string("volt.layout", "") == "NHWC" || is_region_concat(n)) {
+      n.attributes["volt.layout"] = string_attr(name);
+    } else if (is_exit(n) && !edge.count(n.inputs[0])) {
       Node exit = make_node(n.name, "ChannelsFirst", n.inputs, n.outputs, 1);
       exit.domain = kVoltDomain;
-      exit.attributes["volt.layout"] = string_attr(blocked_layout_name(block));
+      exit.attributes["volt.layout"] = string_attr(name);
       n = std::move(exit);
     }
   }

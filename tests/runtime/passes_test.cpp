@@ -878,6 +878,35 @@ TEST(Passes, ConcatAlongChannelsJoinsTheBlockedRegion) {
     expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 9, 9}, rng)}});
 }
 
+// A segmentation-style head: the region's last convolution has 3 output channels, not whole
+// blocks. It reads the region's blocks and writes channels-last (its exit stays a Transpose);
+// the rest of the region is stored in blocks; the model computes what the unoptimized graph
+// computes.
+TEST(Passes, ALastConvolutionOfFewChannelsReadsBlocksAndWritesChannelsLast) {
+  std::mt19937 rng(34);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 8, 10, 10}).output("y", 1, {});
+  b.initializer("W0", {16, 8, 3, 3}, random_values(16 * 8 * 9, rng))
+      .initializer("W1", {3, 16, 1, 1}, random_values(3 * 16, rng));
+  b.node("Conv", {"x", "W0"}, {"c0"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c0"}, {"r0"}).node("Conv", {"r0", "W1"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  int blocked = 0, edge = 0;
+  for (const Node& n : g.nodes) {
+    blocked += n.attr_string("volt.layout", "") == cpus_blocked_layout();
+    edge += n.attr_string("volt.layout", "") == "NHWC" &&
+            n.attr_string("volt.input_layout", "") == cpus_blocked_layout();
+  }
+  EXPECT_EQ(blocked, 1);
+  EXPECT_EQ(edge, 1);
+  EXPECT_EQ(count_op(g, "ChannelsFirst"), 0);
+  for (int64_t batch : {1, 2})
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 10, 10}, rng)}});
+}
+
 TEST(Passes, RegionWithChannelsNotInBlocksStaysChannelsLast) {
   std::mt19937 rng(32);
   const Graph g = run_passes(load(small_resnet(20, rng)), test_options());

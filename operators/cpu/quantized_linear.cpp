@@ -21,9 +21,10 @@
 // activation (volt.activation, volt.alpha, volt.beta), volt.residual_scale (default 1) and
 // volt.residual_zero_point (default 0).
 //
-// Where oneDNN has no int8 kernel (no VNNI on this CPU: its older kernels add pairs of u8·s8
-// products in saturating 16-bit arithmetic, which is not exact; more than 3 spatial axes), a
-// reference loop computes the same formula exactly.
+// Where oneDNN has no exact int8 kernel (no VNNI on this CPU, whose older kernels add pairs of
+// u8·s8 products in saturating 16-bit arithmetic, unless the weights fit in 7 bits; more than 3
+// spatial axes), a reference loop computes the same formula exactly.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -130,6 +131,18 @@ std::vector<float> x_compensation(const InferContext& ctx, const Tensor& w, bool
 // attributes and the run-time arguments of its post-ops and zero points.
 class QuantizedLinear {
  public:
+  // Whether oneDNN's int8 kernels compute this node exactly here. Without VNNI they add pairs of
+  // u8·s8 products in saturating 16-bit arithmetic; with weights within [-64, 64] (what
+  // quantizers write for such CPUs: ONNX Runtime's reduce_range) a pair stays within
+  // 2 * 255 * 64 = 32640 and cannot saturate.
+  static bool int8_dot_is_exact(const InferContext& ctx) {
+    if (cpu_has_exact_int8_dot()) return true;
+    const Tensor* w = ctx.input_tensor(kW);
+    if (!w || w->dtype() != DType::Int8) return false;
+    const int8_t* v = w->data<int8_t>();
+    return std::all_of(v, v + w->numel(), [](int8_t x) { return x >= -64 && x <= 64; });
+  }
+
   explicit QuantizedLinear(const Node& n)
       : scales_(n.attr_floats("volt.scales", {1.0f})),
         out_type_(
@@ -439,7 +452,8 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
     ctx.set_output(0, out_type_,
                    layout_ != StoredLayout::ChannelsFirst ? to_channels_last(s.out) : s.out);
     if (numel_of(s.out) == 0) return;
-    if (!cpu_has_exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
+    if (!int8_dot_is_exact(ctx))
+      return ctx.runs_reference_loop("no VNNI on this CPU, and weights beyond 7 bits");
     if (s.win.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
     if (!ctx.input_tensor(kW)) return ctx.runs_reference_loop("weights computed at run time");
     if (broadcast_residual) return ctx.runs_reference_loop("a broadcast residual");
@@ -643,7 +657,8 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
     check(ctx, s.n);
     ctx.set_output(0, out_type_, s.result);
     if (numel_of(s.result) == 0) return;
-    if (!cpu_has_exact_int8_dot()) return ctx.runs_reference_loop("no VNNI on this CPU");
+    if (!int8_dot_is_exact(ctx))
+      return ctx.runs_reference_loop("no VNNI on this CPU, and weights beyond 7 bits");
     if (!ctx.input_tensor(kW)) return ctx.runs_reference_loop("weights computed at run time");
     try {
       ctx.set_state(prepare(ctx, numel_of(x) / s.k, s.k, s.n));

@@ -104,7 +104,8 @@ void expect_convolutions_on_onednn(const std::string& bytes, const NamedValues& 
   Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
   RunProfile profile;
   s.run(feeds, {}, {.profile = &profile});
-  const std::string expected = cpu_has_exact_int8_dot() ? "" : "no VNNI on this CPU";
+  const std::string expected =
+      cpu_has_exact_int8_dot() ? "" : "no VNNI on this CPU, and weights beyond 7 bits";
   for (const ProfileEvent& e : profile.events) {
     if (e.op == "QuantizedConv") {
       EXPECT_EQ(e.reference, expected) << e.node;
@@ -135,6 +136,64 @@ TEST(QuantizedLowering, ConvIntegerAccumulatesExactlyOnOneDnn) {
   EXPECT_EQ(count(g, "ConvInteger"), 0);
   auto [want, got] = unoptimized_and_optimized(bytes, {{"x", u8_tensor({2, 6, 9, 11}, rng)}});
   expect_equal_integers(want, got);
+}
+
+// Weights within [-64, 64] (7 bits, as quantizers write them for CPUs without VNNI) run on
+// oneDNN's int8 primitives on every CPU: its older kernels' 16-bit pair sums stay below
+// 2 * 255 * 64. Inputs of 255 next to weights of +-64 reach that bound; the integers must be
+// the ONNX kernels' exactly.
+TEST(QuantizedLowering, SevenBitWeightsRunOnOneDnnEverywhere) {
+  std::mt19937 rng(7);
+  auto saturating = [&](const Shape& shape) {
+    Tensor t = u8_tensor(shape, rng);
+    for (int64_t i = 0; i < t.numel(); i += 2) t.data<uint8_t>()[i] = 255;
+    return t;
+  };
+  auto seven_bits = [&](size_t n) {
+    std::vector<int> v = ints(n, -64, 64, rng);
+    for (size_t i = 0; i < n; i += 3) v[i] = i % 2 ? -64 : 64;
+    return v;
+  };
+  {
+    ModelBuilder mb(13);
+    mb.input("x", kUInt8, {1, 16, 7, 7}).output_any("y", kInt32);
+    mb.initializer_int("w", kInt8, {8, 16, 3, 3}, seven_bits(8 * 16 * 9));
+    mb.node("ConvInteger", {"x", "w"}, {"y"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    const std::string bytes = mb.bytes();
+    const NamedValues feeds = {{"x", saturating({1, 16, 7, 7})}};
+    auto [want, got] = unoptimized_and_optimized(bytes, feeds);
+    expect_equal_integers(want, got);
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+    RunProfile profile;
+    s.run(feeds, {}, {.profile = &profile});
+    int quantized = 0;
+    for (const ProfileEvent& e : profile.events)
+      if (e.op == "QuantizedConv") {
+        ++quantized;
+        EXPECT_EQ(e.reference, "") << e.node;
+      }
+    EXPECT_EQ(quantized, 1);
+  }
+  {
+    ModelBuilder mb(13);
+    mb.input("a", kUInt8, {5, 32}).output_any("y", kInt32);
+    mb.initializer_int("b", kInt8, {32, 6}, seven_bits(32 * 6));
+    mb.node("MatMulInteger", {"a", "b"}, {"y"});
+    const std::string bytes = mb.bytes();
+    const NamedValues feeds = {{"a", saturating({5, 32})}};
+    auto [want, got] = unoptimized_and_optimized(bytes, feeds);
+    expect_equal_integers(want, got);
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+    RunProfile profile;
+    s.run(feeds, {}, {.profile = &profile});
+    for (const ProfileEvent& e : profile.events) {
+      if (e.op == "QuantizedMatMul") {
+        EXPECT_EQ(e.reference, "") << e.node;
+      }
+    }
+  }
 }
 
 // uint8 weights with zero point 128 shift into int8 exactly; with zero point 3 they cannot

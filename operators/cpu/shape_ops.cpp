@@ -339,20 +339,26 @@ class Concat final : public Kernel {
       // there are many (channels-last: a row per pixel), else over rows and inputs (a blocked
       // or channels-first Concat of one image: one row, a long part per input).
       const int64_t k = static_cast<int64_t>(ctx.input_count());
-      std::vector<int64_t> start(static_cast<size_t>(k) + 1, 0);  // of each part in a row
-      for (int64_t i = 0; i < k; ++i) start[i + 1] = start[i] + ctx.input(i).numel() / outer;
-      auto part = [&](int64_t o, int64_t i) {
-        const int64_t row = start[i + 1] - start[i];
-        const T* src = static_cast<const T*>(ctx.input(i).raw()) + o * row;
-        std::copy(src, src + row, dst + o * out_row + start[i]);
-      };
+      auto row_of = [&](int64_t i) { return ctx.input(i).numel() / outer; };
       const bool parallel = out.numel() > 65536;
-      if (outer >= 64)
+      if (outer >= 64) {
         parallel_for(outer, parallel, [&](int64_t o) {
-          for (int64_t i = 0; i < k; ++i) part(o, i);
+          T* row_out = dst + o * out_row;
+          for (int64_t i = 0; i < k; ++i) {
+            const int64_t row = row_of(i);
+            const T* src = static_cast<const T*>(ctx.input(i).raw()) + o * row;
+            row_out = std::copy(src, src + row, row_out);
+          }
         });
-      else
-        parallel_for(outer * k, parallel, [&](int64_t t) { part(t / k, t % k); });
+      } else {
+        parallel_for(outer * k, parallel, [&](int64_t t) {
+          const int64_t o = t / k, i = t % k, row = row_of(i);
+          int64_t start = 0;  // of this input's part in the row
+          for (int64_t j = 0; j < i; ++j) start += row_of(j);
+          const T* src = static_cast<const T*>(ctx.input(i).raw()) + o * row;
+          std::copy(src, src + row, dst + o * out_row + start);
+        });
+      }
     });
   }
 

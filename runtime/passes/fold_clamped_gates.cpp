@@ -118,6 +118,7 @@ Graph fold_clamped_gates(const Graph& graph) {
     take_scalars();
     const std::string gate_end = end;
     const size_t gate_nodes = after.size();
+    const float gate_scale = scale;  // s * hi: what multiplies the HardSigmoid
     std::optional<size_t> mul;
     if (auto r = chain_link(end); r && is_onnx_op(g.nodes[*r], "Mul") &&
                                   g.nodes[*r].inputs.size() == 2 &&
@@ -141,11 +142,6 @@ Graph fold_clamped_gates(const Graph& graph) {
       }
     } else {
       // The gate alone, where its scale is 1 (what multiplies it stays as it is).
-      float gate_scale = *hi;
-      for (size_t i = 0; i < gate_nodes; ++i) {
-        const auto step = *scalar_step(g, g.nodes[after[i]]);
-        gate_scale = step.op == '*' ? gate_scale * step.c : gate_scale / step.c;
-      }
       if (!near(gate_scale, 1.0f)) continue;
       after.resize(gate_nodes);
       gate.outputs = {gate_end};

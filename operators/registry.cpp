@@ -28,20 +28,26 @@ void KernelRegistry::add(KernelDef def) {
   // Kept ordered by priority (highest first), equal priorities in registration order.
   auto at = std::upper_bound(defs_.begin(), defs_.end(), def.priority,
                              [](int p, const auto& d) { return p > d->priority; });
-  defs_.insert(at, std::make_unique<KernelDef>(std::move(def)));
+  const KernelDef* added = defs_.insert(at, std::make_unique<KernelDef>(std::move(def)))->get();
+  auto& named = by_op_[added->op];
+  named.insert(std::upper_bound(named.begin(), named.end(), added->priority,
+                                [](int p, const KernelDef* d) { return p > d->priority; }),
+               added);
 }
 
 std::vector<const KernelDef*> KernelRegistry::candidates(const Node& node,
                                                          const std::string& device,
                                                          DType type) const {
   std::vector<const KernelDef*> out;
-  for (const auto& d : defs_) {
-    if (d->op != node.op_type || d->domain != node.domain || d->device != device) continue;
+  const auto named = by_op_.find(node.op_type);
+  if (named == by_op_.end()) return out;
+  for (const KernelDef* d : named->second) {
+    if (d->domain != node.domain || d->device != device) continue;
     if (node.opset < d->since || node.opset > d->until) continue;
     if (type != DType::Undefined && !d->types.empty() &&
         std::find(d->types.begin(), d->types.end(), type) == d->types.end())
       continue;
-    out.push_back(d.get());
+    out.push_back(d);
   }
   return out;
 }

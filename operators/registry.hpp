@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "operators/kernel.hpp"
@@ -65,7 +66,10 @@ class KernelRegistry {
   std::vector<std::pair<std::string, std::string>> ops() const;
 
  private:
-  std::vector<std::unique_ptr<KernelDef>> defs_;
+  std::vector<std::unique_ptr<KernelDef>> defs_;  // by priority, highest first
+  // The same definitions by op name, in the same order: every plan asks for each node's
+  // candidates, and a scan of all definitions was a tenth of the cost of planning a new shape.
+  std::unordered_map<std::string, std::vector<const KernelDef*>> by_op_;
 };
 
 struct KernelRegistrar {

@@ -5,6 +5,7 @@
 #include <any>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,29 @@ struct KernelUnsupported {
   std::string reason;
 };
 
+// What a kernel keeps for one node across the plans of a session: state that serves every
+// input shape (InferContext::shapes_vary), such as a oneDNN primitive with run-time dimensions
+// and its packed weights, found again by a key the kernel makes of what the state depends on.
+class NodeMemo {
+ public:
+  std::shared_ptr<void> find(const std::string& key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [k, state] : entries_)
+      if (k == key) return state;
+    return nullptr;
+  }
+  void keep(const std::string& key, std::shared_ptr<void> state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
+    entries_.emplace_back(key, std::move(state));
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 8;  // (a node has one entry per operand layout seen)
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::string, std::shared_ptr<void>>> entries_;
+};
+
 class InferContext {
  public:
   virtual ~InferContext() = default;
@@ -58,6 +82,13 @@ class InferContext {
   // The kernel will run its reference loop for this configuration (no fast primitive took it):
   // profiles then name the node, so that a slow path on a real model shows at once.
   virtual void runs_reference_loop(const std::string& why) { (void)why; }
+  // The model is being fed more than one input shape (this is not the first plan of its
+  // session): kernels then prefer state that serves every shape (oneDNN primitives with run-time
+  // dimensions) over state specialized for this one, so that a new shape costs a run, not the
+  // code generation of a specialized primitive for each node.
+  virtual bool shapes_vary() const { return false; }
+  // This node's memo (see NodeMemo); null where plans are not kept for a session.
+  virtual NodeMemo* memo() const { return nullptr; }
 
   // Helpers.
   const Tensor* input_tensor(size_t i) const {

@@ -47,6 +47,7 @@ CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::strin
                             const std::vector<std::string>& outer_scope) {
   CompiledGraph cg;
   cg.graph = graph;
+  cg.memos = std::shared_ptr<NodeMemo[]>(new NodeMemo[graph->nodes.size()]);
   cg.source = source;
   cg.accelerator = Device::parse(device);
   cg.device = "cpu";

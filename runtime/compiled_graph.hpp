@@ -3,13 +3,36 @@
 // values, values defined twice, ops with no kernel.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "operators/kernel.hpp"
 #include "runtime/graph.hpp"
 
 namespace volt {
+
+// The outputs of nodes that fold to constants whatever the caller feeds (Constant nodes, and
+// what computes from initializers alone): computed by the first plan, taken as they are by every
+// later one, so that a new input shape does not rebuild them.
+class FoldedConstants {
+ public:
+  // The outputs of node `node`, or null when they were not stored.
+  const std::vector<Value>* find(int node) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = outputs_.find(node);
+    return it == outputs_.end() ? nullptr : &it->second;
+  }
+  void store(int node, std::vector<Value> outputs) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    outputs_.emplace(node, std::move(outputs));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<int, std::vector<Value>> outputs_;  // (entries are never erased)
+};
 
 struct CompiledGraph {
   std::shared_ptr<const Graph> graph;
@@ -29,6 +52,8 @@ struct CompiledGraph {
       node_inputs;  // per node: explicit inputs, then values its subgraphs capture (-1 = omitted)
   std::vector<std::vector<int>> node_outputs;  // per node (-1 = omitted)
   std::vector<char> is_graph_output;           // by value id
+  std::shared_ptr<FoldedConstants> folded = std::make_shared<FoldedConstants>();
+  std::shared_ptr<NodeMemo[]> memos;  // by node index
 
   int id(const std::string& name) const;
   // The registry device of a node's kernels.

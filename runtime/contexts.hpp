@@ -10,8 +10,14 @@ namespace volt {
 class NodeInferContext final : public InferContext {
  public:
   NodeInferContext(const Node& node, std::vector<const TypeShape*> inputs,
-                   std::vector<const Value*> values, int threads)
-      : node_(node), inputs_(std::move(inputs)), values_(std::move(values)), threads_(threads) {
+                   std::vector<const Value*> values, int threads, bool shapes_vary = false,
+                   NodeMemo* memo = nullptr)
+      : node_(node),
+        inputs_(std::move(inputs)),
+        values_(std::move(values)),
+        threads_(threads),
+        shapes_vary_(shapes_vary),
+        memo_(memo) {
     outputs.resize(node.outputs.size());
     output_values.resize(node.outputs.size());
     output_set.assign(node.outputs.size(), 0);
@@ -45,6 +51,8 @@ class NodeInferContext final : public InferContext {
   void set_state(std::shared_ptr<void> s) override { state = std::move(s); }
   void request_scratch(size_t bytes) override { scratch_bytes = std::max(scratch_bytes, bytes); }
   int threads() const override { return threads_; }
+  bool shapes_vary() const override { return shapes_vary_; }
+  NodeMemo* memo() const override { return memo_; }
   void keeps_copy_of_input(size_t i, std::function<Tensor()> restore) override {
     if (i >= restorers.size()) restorers.resize(i + 1);
     restorers[i] = std::move(restore);
@@ -68,6 +76,8 @@ class NodeInferContext final : public InferContext {
   std::vector<const TypeShape*> inputs_;
   std::vector<const Value*> values_;
   int threads_;
+  bool shapes_vary_;
+  NodeMemo* memo_;
 };
 
 class NodeRunContext final : public RunContext {

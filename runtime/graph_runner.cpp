@@ -133,6 +133,7 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
       released_[name] = restore;
       owned_graph_->initializers.erase(name);
     };
+  in.shapes_vary = built_a_plan_;
   const RunControlSuspended not_this_runs_memory;
   auto plan = plans_.insert(own_key, build_plan(cg, in, threads_));
   built_a_plan_ = true;

@@ -75,6 +75,8 @@ struct PlanInputs {
   // Called as soon as the plan drops an initializer's data (Plan::released), with what rebuilds
   // it: the caller, when it owns the graph, may then drop the graph's copy at once.
   std::function<void(int id, const std::function<Tensor()>& restore)> release;
+  // Plans for other input shapes were built before this one (InferContext::shapes_vary).
+  bool shapes_vary = false;
 };
 
 // Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an

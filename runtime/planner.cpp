@@ -74,7 +74,8 @@ struct Choice {
 
 Choice choose_kernel(const CompiledGraph& cg, const Node& node,
                      const std::vector<const TypeShape*>& in_types,
-                     const std::vector<const Value*>& in_values, int threads) {
+                     const std::vector<const Value*>& in_values, int threads, bool shapes_vary,
+                     NodeMemo* memo) {
   check_input_type_groups(node, in_types);
   Choice c;
   // An input known only at run time (its shape, and maybe its dtype): choose then.
@@ -99,7 +100,8 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
     for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
       if (!def->accepts(in_types)) continue;
       auto kernel = def->create(node);
-      auto ctx = std::make_unique<NodeInferContext>(node, in_types, c.values, threads);
+      auto ctx =
+          std::make_unique<NodeInferContext>(node, in_types, c.values, threads, shapes_vary, memo);
       try {
         kernel->infer(*ctx);
       } catch (const KernelUnsupported& u) {
@@ -264,11 +266,33 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     known[id] = 1;
   }
 
+  // By value id: the value does not depend on what the caller feeds (an initializer it does
+  // not override, or what folds from such values alone): see FoldedConstants.
+  std::vector<char> fixed(n, 0);
+  for (size_t id = 0; id < n; ++id) fixed[id] = plan->placement[id] == Placement::Constant;
+
   CopiedInitializers copied(cg, in, *plan);
   std::vector<std::function<Tensor()>> no_restorers;
   for (int node_index : cg.order) {
     const Node& node = g.nodes[node_index];
     const auto& ids = cg.node_inputs[node_index];
+    bool from_fixed = true;
+    for (const int id : ids)
+      if (id >= 0 && !fixed[id]) from_fixed = false;
+    if (from_fixed)
+      if (const std::vector<Value>* outs = cg.folded->find(node_index)) {
+        const auto& out_ids = cg.node_outputs[node_index];
+        for (size_t i = 0; i < out_ids.size(); ++i) {
+          const int id = out_ids[i];
+          if (id < 0) continue;
+          plan->constants[id] = (*outs)[i];
+          plan->types[id] = TypeShape::of((*outs)[i]);
+          plan->placement[id] = Placement::Constant;
+          fixed[id] = 1;
+        }
+        copied.planned(node_index, false, no_restorers);
+        continue;
+      }
     std::vector<const TypeShape*> in_types(node.inputs.size(), nullptr);
     std::vector<const Value*> in_values(node.inputs.size(), nullptr);
     bool inputs_constant = true;
@@ -284,7 +308,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     for (size_t i = node.inputs.size(); i < ids.size(); ++i)
       if (plan->placement[ids[i]] != Placement::Constant) inputs_constant = false;
 
-    Choice c = choose_kernel(cg, node, in_types, in_values, threads);
+    Choice c = choose_kernel(cg, node, in_types, in_values, threads, in.shapes_vary,
+                             cg.memos ? &cg.memos[node_index] : nullptr);
     PlanStep step;
     step.node = node_index;
     step.def = c.def;
@@ -307,12 +332,14 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         std::vector<Value> outs = values_given ? ictx.output_values
                                                : evaluate_now(cg, node, c.on_accelerator, *c.kernel,
                                                               ictx, c.values, threads);
+        if (from_fixed) cg.folded->store(node_index, outs);
         for (size_t i = 0; i < step.outputs.size(); ++i) {
           const int id = step.outputs[i];
           if (id < 0) continue;
           plan->constants[id] = std::move(outs[i]);
           plan->types[id] = TypeShape::of(plan->constants[id]);
           plan->placement[id] = Placement::Constant;
+          fixed[id] = from_fixed;
         }
         copied.planned(node_index, false, no_restorers);
         continue;

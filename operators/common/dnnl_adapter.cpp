@@ -54,6 +54,33 @@ dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& st
                             dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
+dnnl::memory::desc with_runtime_dims(const dnnl::memory::desc& md,
+                                     const std::vector<bool>& runtime) {
+  dnnl::memory::dims dims = md.dims();
+  bool any = false;
+  for (size_t i = 0; i < dims.size() && i < runtime.size(); ++i)
+    if (runtime[i]) {
+      dims[i] = DNNL_RUNTIME_DIM_VAL;
+      any = true;
+    }
+  if (!any) return md;
+  const auto& strides = md.data.format_desc.blocking.strides;
+  dnnl::memory::dims kept(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) kept[i] = strides[i] == 1 ? 1 : DNNL_RUNTIME_DIM_VAL;
+  return dnnl::memory::desc(dims, md.data_type(), kept);
+}
+
+void append_md_key(std::string& key, const dnnl::memory::desc& md) {
+  auto word = [&](int64_t w) { key.append(reinterpret_cast<const char*>(&w), sizeof w); };
+  word(static_cast<int64_t>(md.data_type()));
+  word(md.data.ndims);
+  word(static_cast<int64_t>(md.data.format_kind));
+  for (int i = 0; i < md.data.ndims; ++i) {
+    word(md.data.dims[i]);
+    if (md.data.format_kind == dnnl_blocked) word(md.data.format_desc.blocking.strides[i]);
+  }
+}
+
 dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
   return dnnl::memory(md, engine(), const_cast<void*>(data));
 }

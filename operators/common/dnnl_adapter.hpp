@@ -14,7 +14,16 @@ dnnl::stream& stream();  // one per thread
 dnnl::memory::desc plain_md(const Shape& shape, dnnl::memory::data_type dt);
 dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& strides,
                               dnnl::memory::data_type dt);
-dnnl::memory::data_type to_dnnl(DType t);  // f32, bf16, f16, s8, u8, s32; undef otherwise
+// `md` (plain or strided) with the dimensions marked in `runtime` left to execution time
+// (DNNL_RUNTIME_DIM_VAL), and with them every stride but the unit ones, which depend on the
+// dimensions: a primitive made on it serves every shape that agrees on the rest, executed on
+// the shape's own descriptor. Unchanged when nothing is marked.
+dnnl::memory::desc with_runtime_dims(const dnnl::memory::desc& md,
+                                     const std::vector<bool>& runtime);
+dnnl::memory::data_type to_dnnl(DType t);
+// A plain or strided descriptor as bytes (data type, dimensions, strides): for keys.
+void append_md_key(std::string& key,
+                   const dnnl::memory::desc& md);  // f32, bf16, f16, s8, u8, s32; undef otherwise
 bool supported(DType t);
 
 // dnnl::memory over existing data (no copy).

@@ -1,4 +1,7 @@
 #include "operators/common/layout.hpp"
+
+#include <algorithm>
+
 #include "operators/common/parallel.hpp"
 
 #include "operators/common/dispatch.hpp"
@@ -128,7 +131,10 @@ void permute_into(const Tensor& in, const std::vector<int64_t>& perm, Tensor& ou
         rem /= os[d];
       }
       T* o = dst + row * inner;
-      for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * inner_stride];
+      if (inner_stride == 1)  // the last axis stays last (attention's head split): row copies
+        std::copy_n(src + off, inner, o);
+      else
+        for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * inner_stride];
     });
   });
 }

@@ -48,6 +48,13 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
     });
     return;
   }
+  if (b.shape() == out.shape() && a.numel() == 1) {  // (1 - x, 0.5 * x)
+    const TA s = pa[0];
+    parallel_chunks(n, 32768, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) po[i] = f(s, pb[i]);
+    });
+    return;
+  }
   // One operand whole, the other repeating along the trailing axes (a bias, a per-channel
   // scale of channels-last data): no index arithmetic, no stride vectors.
   const Shape& os = out.shape();
@@ -78,7 +85,17 @@ void broadcast_apply(const Tensor& a, const Tensor& b, Tensor& out, F f) {
       ob += i * sb[d];
     }
     TO* o = po + row * inner;
-    for (int64_t i = 0; i < inner; ++i) o[i] = f(pa[oa + i * ia], pb[ob + i * ib]);
+    const TA* ra = pa + oa;
+    const TB* rb = pb + ob;
+    // The innermost strides are 0 or 1: one loop for each pair, so that each vectorizes.
+    if (ia == 1 && ib == 1)
+      for (int64_t i = 0; i < inner; ++i) o[i] = f(ra[i], rb[i]);
+    else if (ia == 1)
+      for (int64_t i = 0; i < inner; ++i) o[i] = f(ra[i], rb[0]);
+    else if (ib == 1)
+      for (int64_t i = 0; i < inner; ++i) o[i] = f(ra[0], rb[i]);
+    else
+      for (int64_t i = 0; i < inner; ++i) o[i] = f(ra[0], rb[0]);
   });
 }
 

@@ -3,6 +3,7 @@
 // may carry a fused epilogue (fuse_matmul_epilogue): bias (input 2), activation, residual
 // (input 3), run as oneDNN bias and post-ops; and folded Transposes (fold_transpose_into_matmul:
 // volt.perm_a, volt.perm_b, volt.perm_y), read and written through strided descriptors.
+#include <bit>
 #include <cstring>
 #include <optional>
 
@@ -148,33 +149,98 @@ struct MatMulState {
   } stage_a, stage_b, stage_y;
 };
 
+// The primitive's descriptor for operands `a`, `b`, `out` (`b` constant when `b_const`). Shape
+// generic: the rows of A, and every dimension of a non-constant B that it shares with A (not
+// broadcast), left to run time, so that the primitive oneDNN caches for the first shape serves
+// every later one and a new shape costs no code generation. (On AVX2 both forms run oneDNN's
+// gemm; with AVX-512 the fixed form may get its brgemm kernels, which is why a session's first
+// shape keeps it.)
+struct ProductDescs {
+  dnnl::memory::desc a, b, out;
+};
+ProductDescs product_descs(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                           const dnnl::memory::desc& out, bool b_const,
+                           dnnl::memory::data_type weights_dt, bool shape_generic) {
+  ProductDescs p{
+      a, b_const ? dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any) : b,
+      out};
+  if (shape_generic) {
+    const auto ad = a.dims(), bd = b.dims();
+    const size_t r = ad.size();
+    std::vector<bool> ra(r), rb(r), ro(r);
+    for (size_t i = 0; i + 2 < r; ++i) ra[i] = rb[i] = ro[i] = !b_const && ad[i] == bd[i];
+    ra[r - 2] = ro[r - 2] = true;
+    if (!b_const) ra[r - 1] = rb[r - 2] = rb[r - 1] = ro[r - 1] = true;
+    p.a = dnnl_adapter::with_runtime_dims(a, ra);
+    p.out = dnnl_adapter::with_runtime_dims(out, ro);
+    if (!b_const) p.b = dnnl_adapter::with_runtime_dims(b, rb);
+  }
+  return p;
+}
+dnnl::matmul::primitive_desc matmul_pd(const ProductDescs& p, const dnnl::memory::desc* bias,
+                                       const dnnl::primitive_attr& attr) {
+  const auto d =
+      bias ? dnnl::matmul::desc(p.a, p.b, *bias, p.out) : dnnl::matmul::desc(p.a, p.b, p.out);
+  return dnnl::matmul::primitive_desc(d, attr, dnnl_adapter::engine());
+}
+
 // Builds the primitive; `b_const` (may be null; input 1 of the node) is reordered into the
-// primitive's layout.
+// primitive's layout. `shape_generic`: see matmul_pd; the state keeps this shape's descriptors,
+// which the run executes on.
 std::shared_ptr<MatMulState> make_matmul(
     const Node& node, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
     const dnnl::memory::desc& out, const dnnl::memory::desc* bias, const Tensor* b_const,
     float alpha, InferContext& ctx, const dnnl::post_ops* ops = nullptr,
-    dnnl::memory::data_type weights_dt = dnnl::memory::data_type::undef,
-    bool* reference = nullptr) {
+    dnnl::memory::data_type weights_dt = dnnl::memory::data_type::undef, bool* reference = nullptr,
+    bool shape_generic = false) {
   return dnnl_adapter::guarded(node, [&] {
+    if (weights_dt == dnnl::memory::data_type::undef) weights_dt = b.data_type();
+    // The generic form where the bias is one row of fixed width, and where oneDNN's gemm takes
+    // the operands' strides for any shape (only its reference kernel accepts some).
+    if (bias) {
+      const auto bd = bias->dims();
+      for (size_t i = 0; i + 1 < bd.size(); ++i) shape_generic = shape_generic && bd[i] == 1;
+      shape_generic = shape_generic && b_const;
+    }
+    const ProductDescs descs = product_descs(a, b, out, b_const, weights_dt, shape_generic);
+    // The node's generic primitive, made for an earlier shape, is taken as it is: only the
+    // descriptors of this shape, which the run executes on, are this plan's.
+    std::string key;
+    if (shape_generic && ctx.memo()) {
+      for (const auto* md : {&descs.a, &descs.b, &descs.out, bias})
+        if (md) dnnl_adapter::append_md_key(key, *md);
+      const int64_t words[] = {
+          static_cast<int64_t>(weights_dt), ops ? ops->len() : 0,
+          static_cast<int64_t>(std::bit_cast<uint32_t>(alpha)),
+          static_cast<int64_t>(reinterpret_cast<uintptr_t>(b_const ? b_const->raw() : nullptr))};
+      key.append(reinterpret_cast<const char*>(words), sizeof words);
+      if (auto kept = std::static_pointer_cast<MatMulState>(ctx.memo()->find(key))) {
+        auto shaped = std::make_shared<MatMulState>(*kept);
+        shaped->a = a;
+        shaped->out = out;
+        if (!b_const) shaped->b = b;
+        ctx.request_scratch(shaped->scratch.get_size());
+        return shaped;
+      }
+    }
     auto st = std::make_shared<MatMulState>();
     st->a = a;
     st->out = out;
-    dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
-    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-    if (ops) attr.set_post_ops(*ops);
-    if (weights_dt == dnnl::memory::data_type::undef) weights_dt = b.data_type();
-    const dnnl::memory::desc b_any =
-        b_const ? dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any) : b;
-    std::unique_ptr<dnnl::matmul::desc> d;
     if (bias) {
       st->bias = *bias;
       st->has_bias = true;
-      d = std::make_unique<dnnl::matmul::desc>(a, b_any, *bias, out);
-    } else {
-      d = std::make_unique<dnnl::matmul::desc>(a, b_any, out);
     }
-    dnnl::matmul::primitive_desc pd(*d, attr, dnnl_adapter::engine());
+    dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
+    if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+    if (ops) attr.set_post_ops(*ops);
+    std::optional<dnnl::matmul::primitive_desc> generic;
+    if (shape_generic) try {
+        generic = matmul_pd(descs, bias, attr);
+        if (dnnl_adapter::is_reference(*generic)) generic.reset();
+      } catch (const dnnl::error&) {
+      }
+    auto pd = generic ? *generic
+                      : matmul_pd(product_descs(a, b, out, b_const, weights_dt, false), bias, attr);
     if (dnnl_adapter::is_reference(pd)) {
       if (reference) {
         *reference = true;
@@ -191,6 +257,7 @@ std::shared_ptr<MatMulState> make_matmul(
       st->b = b;
     }
     ctx.request_scratch(st->scratch.get_size());
+    if (generic && ctx.memo()) ctx.memo()->keep(key, std::make_shared<MatMulState>(*st));
     return st;
   });
 }
@@ -255,7 +322,7 @@ class DnnlMatMul final : public Kernel {
                          strided || b_const ? b_md : dnnl_adapter::plain_md(b, dt),
                          strided ? y_md : dnnl_adapter::plain_md(out, dt),
                          ctx.has_input(2) ? &bias_md : nullptr, b_const, scale_, ctx, &ops, cdt,
-                         reference);
+                         reference, ctx.shapes_vary() && !bf16);
     };
     bool reference = false;
     auto st = build(true, p.perms.any() ? &reference : nullptr);
@@ -362,7 +429,8 @@ class Gemm final : public Kernel {
     if (bias || !ctx.has_input(2)) act_.append_to(ops);
     try {
       ctx.set_state(make_matmul(ctx.node(), a_md, b_md, dnnl_adapter::plain_md(out, dt), bias,
-                                ctx.input_tensor(1), alpha_, ctx, &ops));
+                                ctx.input_tensor(1), alpha_, ctx, &ops,
+                                dnnl::memory::data_type::undef, nullptr, ctx.shapes_vary()));
     } catch (const KernelUnsupported&) {
       // the reference loop in run() takes over
     }

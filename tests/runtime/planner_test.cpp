@@ -287,5 +287,68 @@ TEST(GraphRunner, PlansForNewShapesShareThePackedWeights) {
       << "the weights were packed again for a new input shape";
 }
 
+// From a session's second input shape on, MatMul and Gemm run oneDNN primitives with run-time
+// dimensions (one primitive for every length, InferContext::shapes_vary): attention products
+// with a folded Transpose, a batch of heads and a scale, a linear layer with bias and ReLU, a
+// Gemm with transB. Each length computes what a fresh session's fixed-shape primitives compute,
+// and none runs a reference loop.
+TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto values = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& e : v) e = u(rng);
+    return v;
+  };
+  ModelBuilder b;
+  b.input("q", 1, {1, 4, -1, 16}).input("k", 1, {1, 4, -1, 16}).input("v", 1, {1, 4, -1, 16});
+  b.input("x", 1, {-1, 32});
+  b.initializer("W", {32, 8}, values(32 * 8)).initializer("bias", {8}, values(8));
+  b.initializer("W2", {8, 32}, values(8 * 32)).initializer("bias2", {8}, values(8));
+  b.initializer("scale", {}, {0.25f});
+  b.node("Transpose", {"k"}, {"kt"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {0, 1, 3, 2});
+  });
+  b.node("MatMul", {"q", "kt"}, {"scores"});
+  b.node("Mul", {"scores", "scale"}, {"scaled"});
+  b.node("Softmax", {"scaled"}, {"p"});
+  b.node("MatMul", {"p", "v"}, {"attended"});
+  b.node("MatMul", {"x", "W"}, {"xw"});
+  b.node("Add", {"xw", "bias"}, {"xb"});
+  b.node("Relu", {"xb"}, {"linear"});
+  b.node("Gemm", {"x", "W2", "bias2"}, {"gemm"},
+         [](auto& n) { ModelBuilder::set_int(n, "transB", 1); });
+  b.output_any("attended", 1).output_any("linear", 1).output_any("gemm", 1);
+  const std::string bytes = b.bytes();
+  Session varying = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+  for (int64_t length : {5, 17, 64, 1, 33, 17}) {
+    NamedValues feeds;
+    for (const char* name : {"q", "k", "v"}) {
+      Tensor t = Tensor::empty(DType::Float, {1, 4, length, 16});
+      for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+      feeds.emplace_back(name, t);
+    }
+    Tensor x = Tensor::empty(DType::Float, {length, 32});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+    feeds.emplace_back("x", x);
+    Session fresh = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+    const auto wanted = fresh.run(feeds);
+    RunProfile profile;
+    const auto got = varying.run(feeds, {}, {.profile = &profile});
+    for (const ProfileEvent& e : profile.events)
+      EXPECT_EQ(e.reference, "") << e.node << " at length " << length;
+    ASSERT_EQ(got.size(), wanted.size());
+    for (size_t o = 0; o < got.size(); ++o) {
+      const Tensor& g = got[o].tensor();
+      const Tensor& w = wanted[o].tensor();
+      ASSERT_EQ(g.shape(), w.shape()) << "output " << o << " at length " << length;
+      for (int64_t i = 0; i < g.numel(); ++i)
+        ASSERT_NEAR(g.data<float>()[i], w.data<float>()[i], 1e-5f)
+            << "output " << o << " at length " << length;
+    }
+  }
+  EXPECT_EQ(varying.cached_plans(), 5u);
+}
+
 }  // namespace
 }  // namespace volt

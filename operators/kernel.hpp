@@ -52,7 +52,9 @@ class NodeMemo {
   }
 
  private:
-  static constexpr size_t kMaxEntries = 8;  // (a node has one entry per operand layout seen)
+  // (A MatMul has one entry per operand layout seen; a LayerNormalization one per power of
+  // two of the row counts.)
+  static constexpr size_t kMaxEntries = 32;
   mutable std::mutex mutex_;
   std::vector<std::pair<std::string, std::shared_ptr<void>>> entries_;
 };

@@ -10,11 +10,19 @@ bool KernelDef::accepts(const std::vector<const TypeShape*>& in_types) const {
   if (!types.empty() && ti < in_types.size() && in_types[ti] &&
       std::find(types.begin(), types.end(), in_types[ti]->dtype) == types.end())
     return false;
+  bool all_known = true;
+  int64_t largest = 0;
   for (size_t i = 0; i < in_types.size(); ++i) {
     const bool sparse = in_types[i] && in_types[i]->kind == ValueInfo::Kind::SparseTensor;
     if (i == 0 && csr_input0 != sparse) return false;
     if (i > 0 && sparse) return false;
+    if (!in_types[i]) continue;
+    if (in_types[i]->shape_known)
+      largest = std::max(largest, numel_of(in_types[i]->shape));
+    else
+      all_known = false;
   }
+  if (min_elements > 0 && all_known && largest < min_elements) return false;
   return !(csr_input0 && in_types.empty());
 }
 

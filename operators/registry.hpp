@@ -43,6 +43,10 @@ struct KernelDef {
   // Input 0 is a CSR matrix (sparse × dense kernels, Densify): chosen only then. Kernels
   // without it never see a sparse input.
   bool csr_input0 = false;
+  // Taken only when an input holds at least this many elements (oneDNN's elementwise
+  // primitives, whose fixed cost dominates below): checked before infer(), where declining
+  // costs an exception, for each small node of each plan.
+  int64_t min_elements = 0;
   std::function<std::unique_ptr<Kernel>(const Node&)> create;
 
   // Whether this kernel takes inputs of these types (dtype of `type_input`, sparse or dense);

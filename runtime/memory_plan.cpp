@@ -27,11 +27,13 @@ ArenaLayout layout_arena(const std::vector<BufferLifetime>& buffers) {
     int first, last;
   };
   std::vector<Placed> placed;
+  placed.reserve(buffers.size());
+  std::vector<std::pair<size_t, size_t>> busy;  // (one allocation for every buffer's search)
   for (size_t idx : order) {
     const BufferLifetime& b = buffers[idx];
     const size_t size = align_up(std::max<size_t>(b.bytes, 1));
     // Intervals of the arena taken by buffers alive at the same time, sorted by start.
-    std::vector<std::pair<size_t, size_t>> busy;
+    busy.clear();
     for (const Placed& p : placed)
       if (p.first <= b.last && b.first <= p.last) busy.push_back({p.begin, p.end});
     std::sort(busy.begin(), busy.end());

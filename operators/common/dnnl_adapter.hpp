@@ -63,6 +63,10 @@ inline bool is_reference(const dnnl::primitive_desc_base& pd) {
   return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
 }
 
+// Below this many elements, an elementwise primitive's fixed cost dominates: volt's loops run
+// such tensors (KernelDef::min_elements).
+constexpr int64_t kDnnlMinElements = 4096;
+
 // Byte offsets of buffers in a kernel's scratch: 64-byte (cache line, AVX-512) aligned.
 inline size_t align64(size_t bytes) {
   return (bytes + 63) / 64 * 64;

@@ -388,8 +388,6 @@ class Variadic final : public Kernel {
 
 // --- oneDNN
 // ----------------------------------------------------------------------------------------
-constexpr int64_t kDnnlMinElements = 4096;
-
 struct BinaryState {
   dnnl::binary prim;
   dnnl::memory::desc a, b, out, scratch;
@@ -403,7 +401,7 @@ class DnnlBinary final : public Kernel {
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
     const Shape out = broadcast_shapes({ctx.shape(0), ctx.shape(1)}, ctx.node());
-    if (numel_of(out) < kDnnlMinElements || out.size() > 6)
+    if (numel_of(out) < dnnl_adapter::kDnnlMinElements || out.size() > 6)
       throw KernelUnsupported{"small or high-rank tensor"};
     auto st = std::make_shared<BinaryState>();
     // oneDNN broadcasts only the second source.
@@ -475,6 +473,7 @@ KernelDef dnnl_binary(const char* op, dnnl::algorithm alg, bool commutative) {
       .types = {DType::Float, DType::BFloat16},
       .priority = 10,
       .inplace_input = 0,
+      .min_elements = dnnl_adapter::kDnnlMinElements,
       .create = [=](const Node& n) { return std::make_unique<DnnlBinary>(n, alg, commutative); }};
 }
 

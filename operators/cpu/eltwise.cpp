@@ -141,7 +141,6 @@ class Unary final : public Kernel {
 
 // --- oneDNN
 // ----------------------------------------------------------------------------------------
-constexpr int64_t kDnnlMinElements = 4096;  // below this the primitive's fixed cost dominates
 
 struct EltwiseState {
   dnnl::eltwise_forward prim;
@@ -154,7 +153,7 @@ class DnnlEltwise final : public Kernel {
       : alg_(alg), alpha_(alpha), beta_(beta) {}
   void infer(InferContext& ctx) const override {
     const Shape& s = ctx.shape(0);
-    if (numel_of(s) < kDnnlMinElements) throw KernelUnsupported{"small tensor"};
+    if (numel_of(s) < dnnl_adapter::kDnnlMinElements) throw KernelUnsupported{"small tensor"};
     ctx.set_output(0, ctx.dtype(0), s);
     dnnl_adapter::guarded(ctx.node(), [&] {
       auto st = std::make_shared<EltwiseState>();
@@ -207,6 +206,7 @@ KernelDef dnnl_unary(const char* op, int since, dnnl::algorithm alg, float alpha
           .types = kDnnlFloat,
           .priority = 10,
           .inplace_input = 0,
+          .min_elements = dnnl_adapter::kDnnlMinElements,
           .create = [=](const Node& n) {
             return std::make_unique<DnnlEltwise>(n, alg, n.attr_float("alpha", alpha_default),
                                                  n.attr_float("beta", beta_default));

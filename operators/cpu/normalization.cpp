@@ -1,5 +1,6 @@
 // LayerNormalization (oneDNN for f32 when only Y is asked for), InstanceNormalization,
 // MeanVarianceNormalization and LRN.
+#include <algorithm>
 #include <cmath>
 
 #include "operators/common/dispatch.hpp"
@@ -17,9 +18,20 @@ void write(Tensor& t, int64_t i, double v) {
   static_cast<T*>(t.raw())[i] = static_cast<T>(static_cast<typename Compute<T>::type>(v));
 }
 
-struct LayerNormState {
+// One primitive over `rows` rows of the normalized width.
+struct LayerNormRows {
+  int64_t rows = 0;
   dnnl::layer_normalization_forward prim;
-  dnnl::memory::desc data, scale, scratch;
+  dnnl::memory::desc data, scratch;
+};
+// The rows in runs, one primitive each: one run of all rows for a session's first shape; where
+// input shapes vary, runs of power-of-two lengths (130 = 128 + 2) whose primitives the node
+// keeps (NodeMemo), so that a new length is served by primitives made for earlier ones.
+struct LayerNormState {
+  std::vector<std::shared_ptr<const LayerNormRows>> runs;
+  dnnl::memory::desc scale;
+  int64_t inner = 0;  // the normalized width
+  size_t scratch_bytes = 0;
 };
 
 class LayerNorm final : public Kernel {
@@ -45,17 +57,39 @@ class LayerNorm final : public Kernel {
     if (ctx.dtype(1) != DType::Float || (ctx.has_input(2) && ctx.dtype(2) != DType::Float)) return;
     dnnl_adapter::prepare_or_fall_back(ctx, [&] {
       auto st = std::make_shared<LayerNormState>();
-      st->data = dnnl_adapter::plain_md({outer, inner}, dnnl::memory::data_type::f32);
       st->scale = dnnl_adapter::plain_md({inner}, dnnl::memory::data_type::f32);
-      auto flags = dnnl::normalization_flags::use_scale;
-      if (ctx.has_input(2)) flags |= dnnl::normalization_flags::use_shift;
-      dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, st->data,
-                                                epsilon_, flags);
-      dnnl::layer_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                           dnnl_adapter::engine());
-      st->prim = dnnl::layer_normalization_forward(pd);
-      st->scratch = pd.scratchpad_desc();
-      ctx.request_scratch(st->scratch.get_size());
+      st->inner = inner;
+      auto make = [&](int64_t rows) {
+        auto run = std::make_shared<LayerNormRows>();
+        run->rows = rows;
+        run->data = dnnl_adapter::plain_md({rows, inner}, dnnl::memory::data_type::f32);
+        auto flags = dnnl::normalization_flags::use_scale;
+        if (ctx.has_input(2)) flags |= dnnl::normalization_flags::use_shift;
+        dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, run->data,
+                                                  epsilon_, flags);
+        dnnl::layer_normalization_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
+                                                             dnnl_adapter::engine());
+        run->prim = dnnl::layer_normalization_forward(pd);
+        run->scratch = pd.scratchpad_desc();
+        return run;
+      };
+      if (!ctx.shapes_vary() || !ctx.memo()) {
+        st->runs.push_back(make(outer));
+      } else {
+        for (int64_t bit = int64_t{1} << 62; bit > 0; bit >>= 1) {
+          if (!(outer & bit)) continue;
+          const std::string key = "rows " + std::to_string(bit) + " of " + std::to_string(inner);
+          auto run = std::static_pointer_cast<const LayerNormRows>(ctx.memo()->find(key));
+          if (!run) {
+            run = make(bit);
+            ctx.memo()->keep(key, std::const_pointer_cast<LayerNormRows>(run));
+          }
+          st->runs.push_back(std::move(run));
+        }
+      }
+      for (const auto& run : st->runs)
+        st->scratch_bytes = std::max(st->scratch_bytes, run->scratch.get_size());
+      ctx.request_scratch(st->scratch_bytes);
       ctx.set_state(st);
     });
   }
@@ -63,13 +97,19 @@ class LayerNorm final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     if (const auto* st = static_cast<const LayerNormState*>(ctx.state_ptr())) {
-      std::unordered_map<int, dnnl::memory> args = {
-          {DNNL_ARG_SRC, dnnl_adapter::wrap(st->data, x.raw())},
-          {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
-          {DNNL_ARG_DST, dnnl_adapter::wrap(st->data, ctx.output(0).raw())}};
-      if (ctx.has_input(2))
-        args.emplace(DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->scale, ctx.input(2).raw()));
-      dnnl_adapter::execute(st->prim, std::move(args), st->scratch, ctx.scratch());
+      const float* src = static_cast<const float*>(x.raw());
+      float* dst = static_cast<float*>(ctx.output(0).raw());
+      for (const auto& run : st->runs) {
+        std::unordered_map<int, dnnl::memory> args = {
+            {DNNL_ARG_SRC, dnnl_adapter::wrap(run->data, src)},
+            {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
+            {DNNL_ARG_DST, dnnl_adapter::wrap(run->data, dst)}};
+        if (ctx.has_input(2))
+          args.emplace(DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->scale, ctx.input(2).raw()));
+        dnnl_adapter::execute(run->prim, std::move(args), run->scratch, ctx.scratch());
+        src += run->rows * st->inner;
+        dst += run->rows * st->inner;
+      }
       return;
     }
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node());

@@ -16,6 +16,14 @@
 namespace volt {
 namespace {
 
+// n values drawn uniformly from [-1, 1).
+std::vector<float> uniform_values(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
 using testing::ModelBuilder;
 
 std::unique_ptr<Plan> plan_of(const CompiledGraph& cg,
@@ -139,11 +147,7 @@ TEST(Passes, ConvAddReluFuseIntoOneConvWithTheSameResult) {
 TEST(Planner, WeightsThatKernelsKeepCopiesOfAreReleased) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n) {
-    std::vector<float> v(n);
-    for (auto& e : v) e = u(rng);
-    return v;
-  };
+  auto random = [&](size_t n) { return uniform_values(rng, n); };
   ModelBuilder b;
   b.input("x", 1, {-1, 16})
       .input("img", 1, {-1, 2, 5, 5})
@@ -295,11 +299,7 @@ TEST(GraphRunner, PlansForNewShapesShareThePackedWeights) {
 TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
   std::mt19937 rng(6);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto values = [&](size_t n) {
-    std::vector<float> v(n);
-    for (auto& e : v) e = u(rng);
-    return v;
-  };
+  auto values = [&](size_t n) { return uniform_values(rng, n); };
   ModelBuilder b(17);
   b.input("q", 1, {1, 4, -1, 16}).input("k", 1, {1, 4, -1, 16}).input("v", 1, {1, 4, -1, 16});
   b.input("x", 1, {-1, 32});

@@ -24,11 +24,14 @@ struct LayerNormRows {
   dnnl::layer_normalization_forward prim;
   dnnl::memory::desc data, scratch;
 };
-// The rows in runs, one primitive each: one run of all rows for a session's first shape; where
-// input shapes vary, runs of power-of-two lengths (130 = 128 + 2) whose primitives the node
-// keeps (NodeMemo), so that a new length is served by primitives made for earlier ones.
+// The rows in runs, one primitive each: one run of all rows for a session's first shape. Where
+// input shapes vary, the largest power of two P <= rows, run twice when rows is not one: over
+// the first P rows and over the last P (the rows between are computed twice, to the same values:
+// Y never aliases X). The node keeps its primitive per P (NodeMemo), so a new length is served
+// by a primitive made for an earlier one, at the price of one more call and at most P - 1 rows
+// normalized twice; runs of each power of two in rows (130 = 128 + 2) took up to eight calls.
 struct LayerNormState {
-  std::vector<std::shared_ptr<const LayerNormRows>> runs;
+  std::vector<std::pair<std::shared_ptr<const LayerNormRows>, int64_t>> runs;  // (, first row)
   dnnl::memory::desc scale;
   int64_t inner = 0;  // the normalized width
   size_t scratch_bytes = 0;
@@ -74,20 +77,20 @@ class LayerNorm final : public Kernel {
         return run;
       };
       if (!ctx.shapes_vary() || !ctx.memo()) {
-        st->runs.push_back(make(outer));
+        st->runs.emplace_back(make(outer), 0);
       } else {
-        for (int64_t bit = int64_t{1} << 62; bit > 0; bit >>= 1) {
-          if (!(outer & bit)) continue;
-          const std::string key = "rows " + std::to_string(bit) + " of " + std::to_string(inner);
-          auto run = std::static_pointer_cast<const LayerNormRows>(ctx.memo()->find(key));
-          if (!run) {
-            run = make(bit);
-            ctx.memo()->keep(key, std::const_pointer_cast<LayerNormRows>(run));
-          }
-          st->runs.push_back(std::move(run));
+        int64_t p = 1;
+        while (p <= outer / 2) p *= 2;
+        const std::string key = "rows " + std::to_string(p) + " of " + std::to_string(inner);
+        auto run = std::static_pointer_cast<const LayerNormRows>(ctx.memo()->find(key));
+        if (!run) {
+          run = make(p);
+          ctx.memo()->keep(key, std::const_pointer_cast<LayerNormRows>(run));
         }
+        st->runs.emplace_back(run, 0);
+        if (p != outer) st->runs.emplace_back(run, outer - p);
       }
-      for (const auto& run : st->runs)
+      for (const auto& [run, first] : st->runs)
         st->scratch_bytes = std::max(st->scratch_bytes, run->scratch.get_size());
       ctx.request_scratch(st->scratch_bytes);
       ctx.set_state(st);
@@ -99,16 +102,14 @@ class LayerNorm final : public Kernel {
     if (const auto* st = static_cast<const LayerNormState*>(ctx.state_ptr())) {
       const float* src = static_cast<const float*>(x.raw());
       float* dst = static_cast<float*>(ctx.output(0).raw());
-      for (const auto& run : st->runs) {
+      for (const auto& [run, first] : st->runs) {
         std::unordered_map<int, dnnl::memory> args = {
-            {DNNL_ARG_SRC, dnnl_adapter::wrap(run->data, src)},
+            {DNNL_ARG_SRC, dnnl_adapter::wrap(run->data, src + first * st->inner)},
             {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
-            {DNNL_ARG_DST, dnnl_adapter::wrap(run->data, dst)}};
+            {DNNL_ARG_DST, dnnl_adapter::wrap(run->data, dst + first * st->inner)}};
         if (ctx.has_input(2))
           args.emplace(DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->scale, ctx.input(2).raw()));
         dnnl_adapter::execute(run->prim, std::move(args), run->scratch, ctx.scratch());
-        src += run->rows * st->inner;
-        dst += run->rows * st->inner;
       }
       return;
     }

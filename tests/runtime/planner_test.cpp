@@ -294,7 +294,8 @@ TEST(GraphRunner, PlansForNewShapesShareThePackedWeights) {
 // From a session's second input shape on, MatMul and Gemm run oneDNN primitives with run-time
 // dimensions (one primitive for every length, InferContext::shapes_vary): attention products
 // with a folded Transpose, a batch of heads and a scale, a linear layer with bias and ReLU, a
-// Gemm with transB; LayerNormalization runs its rows in power-of-two runs. Each length computes
+// Gemm with transB; LayerNormalization runs a power-of-two count of rows over the first and the
+// last rows; oneDNN's binary ops (same shapes, a scalar, a bias) alongside. Each length computes
 // what a fresh session's fixed-shape primitives compute, and none runs a reference loop.
 TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
   std::mt19937 rng(6);
@@ -302,11 +303,12 @@ TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
   auto values = [&](size_t n) { return uniform_values(rng, n); };
   ModelBuilder b(17);
   b.input("q", 1, {1, 4, -1, 16}).input("k", 1, {1, 4, -1, 16}).input("v", 1, {1, 4, -1, 16});
-  b.input("x", 1, {-1, 32});
+  b.input("x", 1, {-1, 32}).input("wide", 1, {-1, 128});
   b.initializer("W", {32, 8}, values(32 * 8)).initializer("bias", {8}, values(8));
   b.initializer("W2", {8, 32}, values(8 * 32)).initializer("bias2", {8}, values(8));
   b.initializer("scale", {}, {0.25f});
   b.initializer("ln_scale", {32}, values(32)).initializer("ln_bias", {32}, values(32));
+  b.initializer("wide_bias", {128}, values(128));
   b.node("Transpose", {"k"}, {"kt"}, [](auto& n) {
     ModelBuilder::set_ints(n, "perm", {0, 1, 3, 2});
   });
@@ -320,8 +322,11 @@ TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
   b.node("Gemm", {"x", "W2", "bias2"}, {"gemm"},
          [](auto& n) { ModelBuilder::set_int(n, "transB", 1); });
   b.node("LayerNormalization", {"x", "ln_scale", "ln_bias"}, {"normalized"});
+  b.node("Add", {"wide", "wide_bias"}, {"biased"});
+  b.node("Mul", {"biased", "wide"}, {"product"});
+  b.node("Mul", {"product", "scale"}, {"squared"});
   b.output_any("attended", 1).output_any("linear", 1).output_any("gemm", 1);
-  b.output_any("normalized", 1);
+  b.output_any("normalized", 1).output_any("scaled", 1).output_any("squared", 1);
   const std::string bytes = b.bytes();
   Session varying = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
   for (int64_t length : {5, 17, 64, 1, 33, 17}) {
@@ -334,6 +339,9 @@ TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
     Tensor x = Tensor::empty(DType::Float, {length, 32});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
     feeds.emplace_back("x", x);
+    Tensor wide = Tensor::empty(DType::Float, {length, 128});
+    for (int64_t i = 0; i < wide.numel(); ++i) wide.data<float>()[i] = u(rng);
+    feeds.emplace_back("wide", wide);
     Session fresh = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
     const auto wanted = fresh.run(feeds);
     RunProfile profile;

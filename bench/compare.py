@@ -177,8 +177,9 @@ def print_gflops(rows, peak):
             line = (f"resnet50 batch {r['batch']}, {r['threads']} threads: {g:.1f} GFLOP a run; "
                     f"volt {g / r['volt'] * 1e3:.0f} GFLOP/s, ORT {g / r['ort'] * 1e3:.0f} GFLOP/s")
             if peak.get("sgemm_gflops"):
+                bf16 = peak.get("bf16_gemm_gflops")
                 line += (f"; oneDNN 2048^3 sgemm peak here {peak['sgemm_gflops']:.0f} GFLOP/s "
-                         f"(bf16 {peak['bf16_gemm_gflops']:.0f})")
+                         f"(bf16 {f'{bf16:.0f}' if bf16 else 'none on this CPU'})")
             print(line)
 
 

@@ -1,6 +1,7 @@
 // The machine's fp32 matrix-multiply peak as oneDNN reaches it: a 2048³ sgemm (and bf16, with
 // fp32 accumulation) on the given threads, best of several runs. compare.py prints it beside
-// ResNet-50's achieved GFLOP/s, so "how close to the machine" is measured, not assumed.
+// ResNet-50's achieved GFLOP/s, so "how close to the machine" is measured, not assumed. A type
+// oneDNN has no matmul for on this CPU (bf16 before AVX-512) is reported as null.
 //   volt_sgemm_peak [--threads T]
 #include <omp.h>
 
@@ -12,7 +13,8 @@
 
 namespace {
 
-double best_gflops(dnnl::memory::data_type dt) {
+// GFLOP/s, or a negative number where oneDNN has no matmul for `dt` on this CPU.
+double best_gflops(dnnl::memory::data_type dt) try {
   using tag = dnnl::memory::format_tag;
   const int64_t n = 2048;
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -33,6 +35,12 @@ double best_gflops(dnnl::memory::data_type dt) {
     if (run > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);  // the first run warms up
   }
   return best;
+} catch (const dnnl::error&) {
+  return -1;
+}
+
+std::string json_number(double v) {
+  return v < 0 ? "null" : std::to_string(v);
 }
 
 }  // namespace
@@ -40,8 +48,9 @@ double best_gflops(dnnl::memory::data_type dt) {
 int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--threads") omp_set_num_threads(std::stoi(argv[i + 1]));
-  std::printf("{\"sgemm_gflops\": %.1f, \"bf16_gemm_gflops\": %.1f, \"threads\": %d}\n",
-              best_gflops(dnnl::memory::data_type::f32), best_gflops(dnnl::memory::data_type::bf16),
+  std::printf("{\"sgemm_gflops\": %s, \"bf16_gemm_gflops\": %s, \"threads\": %d}\n",
+              json_number(best_gflops(dnnl::memory::data_type::f32)).c_str(),
+              json_number(best_gflops(dnnl::memory::data_type::bf16)).c_str(),
               omp_get_max_threads());
   return 0;
 }

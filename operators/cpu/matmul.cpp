@@ -149,12 +149,12 @@ struct MatMulState {
   } stage_a, stage_b, stage_y;
 };
 
-// The primitive's descriptor for operands `a`, `b`, `out` (`b` constant when `b_const`). Shape
-// generic: the rows of A, and every dimension of a non-constant B that it shares with A (not
-// broadcast), left to run time, so that the primitive oneDNN caches for the first shape serves
-// every later one and a new shape costs no code generation. (On AVX2 both forms run oneDNN's
-// gemm; with AVX-512 the fixed form may get its brgemm kernels, which is why a session's first
-// shape keeps it.)
+// The descriptors a matmul primitive is made on, for operands `a`, `b`, `out` (`b` constant
+// when `b_const`: its layout left to the primitive). Shape generic: the rows of A, and every
+// dimension of a non-constant B that it shares with A (not broadcast), left to run time, so that
+// the primitive oneDNN caches for the first shape serves every later one and a new shape costs no
+// code generation. (On AVX2 both forms run oneDNN's gemm; with AVX-512 the fixed form may get its
+// brgemm kernels, which is why a session's first shape keeps it.)
 struct ProductDescs {
   dnnl::memory::desc a, b, out;
 };
@@ -185,8 +185,8 @@ dnnl::matmul::primitive_desc matmul_pd(const ProductDescs& p, const dnnl::memory
 }
 
 // Builds the primitive; `b_const` (may be null; input 1 of the node) is reordered into the
-// primitive's layout. `shape_generic`: see matmul_pd; the state keeps this shape's descriptors,
-// which the run executes on.
+// primitive's layout. `shape_generic`: see product_descs; the state keeps this shape's
+// descriptors, which the run executes on.
 std::shared_ptr<MatMulState> make_matmul(
     const Node& node, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
     const dnnl::memory::desc& out, const dnnl::memory::desc* bias, const Tensor* b_const,
@@ -239,8 +239,11 @@ std::shared_ptr<MatMulState> make_matmul(
         if (dnnl_adapter::is_reference(*generic)) generic.reset();
       } catch (const dnnl::error&) {
       }
-    auto pd = generic ? *generic
-                      : matmul_pd(product_descs(a, b, out, b_const, weights_dt, false), bias, attr);
+    auto pd = generic
+                  ? *generic
+                  : matmul_pd(shape_generic ? product_descs(a, b, out, b_const, weights_dt, false)
+                                            : descs,
+                              bias, attr);
     if (dnnl_adapter::is_reference(pd)) {
       if (reference) {
         *reference = true;

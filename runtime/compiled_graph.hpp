@@ -3,7 +3,6 @@
 // values, values defined twice, ops with no kernel.
 #pragma once
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,27 +11,6 @@
 #include "runtime/graph.hpp"
 
 namespace volt {
-
-// The outputs of nodes that fold to constants whatever the caller feeds (Constant nodes, and
-// what computes from initializers alone): computed by the first plan, taken as they are by every
-// later one, so that a new input shape does not rebuild them.
-class FoldedConstants {
- public:
-  // The outputs of node `node`, or null when they were not stored.
-  const std::vector<Value>* find(int node) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = outputs_.find(node);
-    return it == outputs_.end() ? nullptr : &it->second;
-  }
-  void store(int node, std::vector<Value> outputs) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    outputs_.emplace(node, std::move(outputs));
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<int, std::vector<Value>> outputs_;  // (entries are never erased)
-};
 
 struct CompiledGraph {
   std::shared_ptr<const Graph> graph;
@@ -52,8 +30,9 @@ struct CompiledGraph {
       node_inputs;  // per node: explicit inputs, then values its subgraphs capture (-1 = omitted)
   std::vector<std::vector<int>> node_outputs;  // per node (-1 = omitted)
   std::vector<char> is_graph_output;           // by value id
-  std::shared_ptr<FoldedConstants> folded = std::make_shared<FoldedConstants>();
-  std::shared_ptr<NodeMemo[]> memos;  // by node index
+  // By node index: what a node keeps across the plans of a session (NodeMemo): its kernel's
+  // shape-generic state, and the planner's outputs of a node that folds from weights alone.
+  std::shared_ptr<NodeMemo[]> memos;
 
   int id(const std::string& name) const;
   // The registry device of a node's kernels.

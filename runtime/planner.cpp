@@ -60,6 +60,8 @@ namespace {
 // Plan-time evaluation is for small shape arithmetic; large constant subgraphs are folded once
 // per session by the constant-folding pass instead of once per plan.
 constexpr int64_t kFoldMaxElements = 1 << 16;
+// The planner's key in a node's memo: the node's folded outputs.
+const std::string kFolded = "planner: folded outputs";
 
 struct Choice {
   const KernelDef* def = nullptr;
@@ -267,7 +269,9 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   }
 
   // By value id: the value does not depend on what the caller feeds (an initializer it does
-  // not override, or what folds from such values alone): see FoldedConstants.
+  // not override, or what folds from such values alone). The first plan keeps the outputs of
+  // nodes that fold from such values in the node's memo; later plans take them as they are, so
+  // that a new input shape does not rebuild them (Constant nodes, weight arithmetic).
   std::vector<char> fixed(n, 0);
   for (size_t id = 0; id < n; ++id) fixed[id] = plan->placement[id] == Placement::Constant;
 
@@ -279,8 +283,9 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     bool from_fixed = true;
     for (const int id : ids)
       if (id >= 0 && !fixed[id]) from_fixed = false;
-    if (from_fixed)
-      if (const std::vector<Value>* outs = cg.folded->find(node_index)) {
+    NodeMemo* memo = cg.memos ? &cg.memos[node_index] : nullptr;
+    if (from_fixed && memo)
+      if (auto outs = std::static_pointer_cast<const std::vector<Value>>(memo->find(kFolded))) {
         const auto& out_ids = cg.node_outputs[node_index];
         for (size_t i = 0; i < out_ids.size(); ++i) {
           const int id = out_ids[i];
@@ -308,8 +313,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     for (size_t i = node.inputs.size(); i < ids.size(); ++i)
       if (plan->placement[ids[i]] != Placement::Constant) inputs_constant = false;
 
-    Choice c = choose_kernel(cg, node, in_types, in_values, threads, in.shapes_vary,
-                             cg.memos ? &cg.memos[node_index] : nullptr);
+    Choice c = choose_kernel(cg, node, in_types, in_values, threads, in.shapes_vary, memo);
     PlanStep step;
     step.node = node_index;
     step.def = c.def;
@@ -332,7 +336,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         std::vector<Value> outs = values_given ? ictx.output_values
                                                : evaluate_now(cg, node, c.on_accelerator, *c.kernel,
                                                               ictx, c.values, threads);
-        if (from_fixed) cg.folded->store(node_index, outs);
+        if (from_fixed && memo) memo->keep(kFolded, std::make_shared<std::vector<Value>>(outs));
         for (size_t i = 0; i < step.outputs.size(); ++i) {
           const int id = step.outputs[i];
           if (id < 0) continue;

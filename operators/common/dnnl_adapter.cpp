@@ -85,6 +85,15 @@ dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
   return dnnl::memory(md, engine(), const_cast<void*>(data));
 }
 
+bool reorder_exists(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  try {
+    return static_cast<bool>(
+        dnnl::reorder::primitive_desc(engine(), from, engine(), to, dnnl::primitive_attr(), true));
+  } catch (const dnnl::error&) {
+    return false;
+  }
+}
+
 void reorder_now(const dnnl::memory::desc& from_md, const void* from,
                  const dnnl::memory::desc& to_md, void* to) {
   dnnl::memory src = wrap(from_md, from), dst = wrap(to_md, to);
@@ -115,12 +124,15 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
     packed_weights().count_pack();
     packed_weights().remember(data, value.owner(), plain, packed, copy);
   }
-  // The reverse reorder must rebuild every byte of the original: same element type, and `plain`
-  // covering the whole tensor (a strided view of part of it would leave the rest unset). The
-  // rebuilt tensor is remembered as this copy's source, so the plan built next (the reason for
-  // rebuilding it) finds the copy instead of packing it again.
+  // The reverse reorder must rebuild every byte of the original: same element type, `plain`
+  // covering the whole tensor (a strided view of part of it would leave the rest unset), and a
+  // reorder oneDNN has from the packed format back (it has none out of some, such as the
+  // recurrent layers' packed gemm weights on AMX machines). The rebuilt tensor is remembered as
+  // this copy's source, so the plan built next (the reason for rebuilding it) finds the copy
+  // instead of packing it again. (Only the first plan may release weights: later ones skip the
+  // check.)
   if (byte_offset == 0 && plain.data_type() == packed.data_type() &&
-      plain.get_size() == value.nbytes())
+      plain.get_size() == value.nbytes() && !ctx.shapes_vary() && reorder_exists(packed, plain))
     ctx.keeps_copy_of_input(
         input, [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
           Tensor original = allocate_tensor(dtype, shape);

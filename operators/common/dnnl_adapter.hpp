@@ -72,6 +72,9 @@ inline size_t align64(size_t bytes) {
   return (bytes + 63) / 64 * 64;
 }
 
+// Whether oneDNN can reorder data laid out as `from` into `to` (it cannot out of every format).
+bool reorder_exists(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
+
 // Reorders `from` (laid out as `from_md`) into `to` (`to_md`) now, on this thread's stream: for
 // one-off conversions (weights at plan time, reference fallbacks), not per-run hot paths.
 void reorder_now(const dnnl::memory::desc& from_md, const void* from,

@@ -291,6 +291,39 @@ TEST(GraphRunner, PlansForNewShapesShareThePackedWeights) {
       << "the weights were packed again for a new input shape";
 }
 
+// Weights packed in a layout oneDNN cannot reorder out of (Winograd's, on AVX-512) are not
+// released by the first plan: it could not rebuild them for a second shape, which failed with
+// "could not create a primitive descriptor for a reorder primitive". A 3x3 convolution over 64
+// channels (Winograd where the CPU has it) fed three sizes computes what an unoptimized session
+// computes at each.
+TEST(GraphRunner, WinogradWeightsServeNewShapes) {
+  std::mt19937 rng(8);
+  ModelBuilder b;
+  b.input("x", 1, {1, 64, -1, -1}).output("y", 1, {1, 64, -1, -1});
+  b.initializer("W", {64, 64, 3, 3}, uniform_values(rng, 64 * 64 * 9));
+  b.node("Conv", {"x", "W"}, {"y"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  const std::string bytes = b.bytes();
+  Session fast = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 1});
+  Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  for (int64_t size : {12, 20, 7}) {
+    Tensor x = Tensor::empty(DType::Float, {1, 64, size, size});
+    const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
+    std::copy(values.begin(), values.end(), x.data<float>());
+    const Tensor want = reference.run({{"x", x}})[0].tensor();
+    const Tensor got = fast.run({{"x", x}})[0].tensor();
+    ASSERT_EQ(got.shape(), want.shape());
+    // Sums of 576 products of values in [-1, 1]; Winograd's transforms round at about 1e-5 of
+    // the output's scale.
+    float scale = 0;
+    for (int64_t i = 0; i < want.numel(); ++i)
+      scale = std::max(scale, std::abs(want.data<float>()[i]));
+    for (int64_t i = 0; i < got.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4f * scale) << "size " << size;
+  }
+}
+
 // From a session's second input shape on, MatMul and Gemm run oneDNN primitives with run-time
 // dimensions (one primitive for every length, InferContext::shapes_vary): attention products
 // with a folded Transpose, a batch of heads and a scale, a linear layer with bias and ReLU, a

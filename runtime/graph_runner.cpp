@@ -28,6 +28,21 @@ std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
   return lru_.front().second;
 }
 
+void PlanCache::replace(const std::string& key, std::shared_ptr<const Plan> plan) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    it->second->second = std::move(plan);
+    return;
+  }
+  lru_.emplace_front(key, std::move(plan));
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
 size_t PlanCache::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return lru_.size();
@@ -101,17 +116,48 @@ const CompiledGraph& GraphRunner::compiled_for(const std::vector<const Value*>& 
   return *variant;
 }
 
+// A shape-generic plan (one built after the session's first shape) is replaced by one
+// specialized to its shape when it starts its run number kRunsBeforeSpecializing: by then the
+// shape recurs, and what a specialized plan saves per run (Winograd convolutions, fixed-size
+// primitives) outweighs building it once more. A stream of shapes that rarely repeat keeps
+// paying only for generic plans.
+constexpr uint32_t kRunsBeforeSpecializing = 4;
+
 std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*>& fed) const {
   // (Built in a buffer this thread keeps, so that a lookup does not allocate.)
   thread_local std::string key;
   key.clear();
   for (size_t id = 0; id < fed.size(); ++id)
     if (fed[id]) append_signature(key, id, *fed[id]);
-  if (auto p = plans_.find(key)) return p;
+  if (auto p = plans_.find(key)) {
+    if (!p->shape_generic ||
+        p->runs.fetch_add(1, std::memory_order_relaxed) + 2 != kRunsBeforeSpecializing)
+      return p;
+    return specialize(std::string(key), fed, std::move(p));
+  }
   // A copy from here on: building a plan may run subgraphs, whose lookups reuse the buffer.
   const std::string own_key = key;
   std::lock_guard<std::mutex> building(build_mutex_);
   if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
+  return plans_.insert(own_key, build_locked(fed, built_a_plan_));
+}
+
+std::shared_ptr<const Plan> GraphRunner::specialize(const std::string& key,
+                                                    const std::vector<const Value*>& fed,
+                                                    std::shared_ptr<const Plan> generic) const {
+  std::lock_guard<std::mutex> building(build_mutex_);
+  std::shared_ptr<const Plan> specialized;
+  try {
+    specialized = build_locked(fed, false);
+  } catch (const std::exception&) {
+    return generic;  // (the generic plan ran this shape; it goes on doing so)
+  }
+  plans_.replace(key, specialized);
+  return specialized;
+}
+
+std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>& fed,
+                                                bool shape_generic) const {
   restore_released();
   const CompiledGraph& cg = compiled_for(fed);
   PlanInputs in;
@@ -133,9 +179,9 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
       released_[name] = restore;
       owned_graph_->initializers.erase(name);
     };
-  in.shapes_vary = built_a_plan_;
+  in.shapes_vary = shape_generic;
   const RunControlSuspended not_this_runs_memory;
-  auto plan = plans_.insert(own_key, build_plan(cg, in, threads_));
+  auto plan = build_plan(cg, in, threads_);
   built_a_plan_ = true;
   return plan;
 }

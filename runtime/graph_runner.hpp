@@ -22,6 +22,8 @@ class PlanCache {
   explicit PlanCache(size_t capacity) : capacity_(capacity) {}
   std::shared_ptr<const Plan> find(const std::string& key);
   std::shared_ptr<const Plan> insert(const std::string& key, std::shared_ptr<const Plan> plan);
+  // Puts `plan` in the place of the key's entry (or adds it).
+  void replace(const std::string& key, std::shared_ptr<const Plan> plan);
   size_t size() const;
 
  private:
@@ -63,6 +65,14 @@ class GraphRunner {
 
   // Puts the released weights back into the graph (before a plan is built).
   void restore_released() const;
+  // Builds the plan for `fed` (under build_mutex_); `shape_generic`: see Plan::shape_generic.
+  std::unique_ptr<Plan> build_locked(const std::vector<const Value*>& fed,
+                                     bool shape_generic) const;
+  // The plan specialized to a shape whose shape-generic plan `generic` has run often enough;
+  // `generic` itself if building it fails.
+  std::shared_ptr<const Plan> specialize(const std::string& key,
+                                         const std::vector<const Value*>& fed,
+                                         std::shared_ptr<const Plan> generic) const;
 
   CompiledGraph compiled_;
   int threads_;

@@ -2,6 +2,7 @@
 // with its kernel, prepared state and output types; constants computed at plan time; every
 // intermediate's offset in one arena. Immutable once built, so runs may share it.
 #pragma once
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,11 @@ struct Plan {
   // copy (InferContext::keeps_copy_of_input): their constants carry dtype and shape only. Each
   // comes with what rebuilds it, so that the graph's owner can drop its copy too.
   std::vector<std::pair<int, std::function<Tensor()>>> released;
+  // Built for one of several input shapes (PlanInputs::shapes_vary): its kernels chose what is
+  // cheap to set up for a new shape over what runs fastest at this one. GraphRunner counts its
+  // runs and, once the shape proves to recur, builds the specialized plan in its place.
+  bool shape_generic = false;
+  mutable std::atomic<uint32_t> runs{0};
 
   // One line per step and per value: where it lives and what is freed. For debugging.
   std::string describe() const;

@@ -237,6 +237,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   auto plan = std::make_unique<Plan>();
   plan->graph = &cg;
   plan->threads = threads;
+  plan->shape_generic = in.shapes_vary;
   const size_t n = cg.names.size();
   const Graph& g = *cg.graph;
   plan->types.assign(n, TypeShape{});

@@ -325,9 +325,13 @@ class Conv final : public Kernel {
 
   // Winograd F(4x4, 3x3) (F(2x2, 3x3) at batch 1) does a 3×3 stride-1 f32 convolution in
   // about half the multiplications, trading the last bits. Asked for by the prefer_winograd
-  // pass; checked again here on the resolved geometry.
+  // pass; checked again here on the resolved geometry. Not for a shape-generic plan
+  // (InferContext::shapes_vary): oneDNN's Winograd weights are laid out for one problem shape
+  // (1.4-6.8 ms to transform each of CRNN's 128-192 channel ones, at every new width), where the
+  // direct convolution's blocked weights serve every shape from one packed copy.
   bool winograd_suits(const InferContext& ctx, const ConvShapes& s) const {
-    if (!winograd_ || bf16_ || ctx.dtype(0) != DType::Float || s.group != 1 || !ctx.input_tensor(1))
+    if (!winograd_ || bf16_ || ctx.shapes_vary() || ctx.dtype(0) != DType::Float || s.group != 1 ||
+        !ctx.input_tensor(1))
       return false;
     if (s.win.kernel != std::vector<int64_t>{3, 3}) return false;
     for (size_t i = 0; i < 2; ++i)

@@ -324,6 +324,52 @@ TEST(GraphRunner, WinogradWeightsServeNewShapes) {
   }
 }
 
+// Plans for a session's later shapes are shape-generic (cheap to build: no Winograd, MatMuls
+// with run-time dimensions); a shape that comes back gets, at its fourth run, a plan specialized
+// to it in the generic one's place. The first shape's plan is specialized from the start. Every
+// run, whichever plan it took, computes what an unoptimized session computes.
+TEST(GraphRunner, RecurringShapesGetSpecializedPlans) {
+  std::mt19937 rng(12);
+  ModelBuilder b;
+  b.input("x", 1, {1, 64, -1, -1}).output("y", 1, {1, 16});
+  b.initializer("W", {64, 64, 3, 3}, uniform_values(rng, 64 * 64 * 9))
+      .initializer("M", {64, 16}, uniform_values(rng, 64 * 16));
+  b.node("Conv", {"x", "W"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("GlobalAveragePool", {"c"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  b.node("MatMul", {"f", "M"}, {"y"});
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  auto graph = std::make_shared<Graph>(run_passes(m.graph, SessionOptions{}));
+  auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 8);
+  Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  auto run = [&](int64_t size, bool want_generic) {
+    Tensor x = Tensor::empty(DType::Float, {1, 64, size, size});
+    const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
+    std::copy(values.begin(), values.end(), x.data<float>());
+    Value xv = x;
+    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
+    fed[runner->compiled().id("x")] = &xv;
+    EXPECT_EQ(runner->plan_for(fed)->shape_generic, want_generic) << "size " << size;
+    const Tensor got = runner->run(fed)[0].tensor();
+    const Tensor want = reference.run({{"x", x}})[0].tensor();
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i],
+                  1e-4f * (1.0f + std::abs(want.data<float>()[i])))
+          << "size " << size;
+  };
+  // (plan_for counts as a run of the plan it returns, as run() does: each call below is two.)
+  run(12, false);
+  run(12, false);
+  run(20, true);  // built generic (its first run), then its second run
+  run(20, true);  // its third run; the fourth is the specialized plan's
+  run(20, false);
+  run(16, true);
+  EXPECT_EQ(runner->cached_plans(), 3u);
+}
+
 // From a session's second input shape on, MatMul and Gemm run oneDNN primitives with run-time
 // dimensions (one primitive for every length, InferContext::shapes_vary): attention products
 // with a folded Transpose, a batch of heads and a scale, a linear layer with bias and ReLU, a

@@ -25,6 +25,20 @@ VOLT_SIMD_CLONES void sum_rows_f32(const float* x, int64_t rows, int64_t n, doub
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(acc[i] / divisor);
 }
 
+// Σ x[0, n) in double, as eight interleaved partial sums (x[i] goes to sum i % 8) added
+// pairwise at the end: a reduction over trailing axes (ReduceMean over H and W written for a
+// global average pool) sums each output's contiguous run in vector lanes, where a single
+// accumulator waits on each add in turn (1280 runs of 49: 0.33 ms against a few us).
+VOLT_SIMD_CLONES double sum_contiguous_f32(const float* x, int64_t n) {
+  double part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+#pragma omp simd
+    for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]);
+  for (int k = 0; i < n; ++i, ++k) part[k] += static_cast<double>(x[i]);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 // Offsets of every output element's first input element, and of every reduced position
 // relative to it.
 void reduce_offsets(const Shape& in, const std::vector<char>& reduced, std::vector<int64_t>& base,
@@ -91,9 +105,11 @@ class Reduce final : public Kernel {
   }
 
  private:
-  // The common case of training graphs and pooled embeddings: a float Sum or Mean over one block
-  // of adjacent axes, x seen as [outer, R, inner]. Rows are added as vectors; the sums are the
-  // generic path's (double, in the same order). False where it does not apply.
+  // The common case of training graphs, pooled embeddings and global pools: a float Sum or Mean
+  // over one block of adjacent axes, x seen as [outer, R, inner]. Rows are added as vectors (the
+  // generic path's sums: double, in the same order); where the block is the last axes
+  // (inner = 1), each output's run is summed in vector lanes (sum_contiguous_f32). False where it
+  // does not apply.
   bool sum_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
     if (x.dtype() != DType::Float || (r_ != Reduction::Sum && r_ != Reduction::Mean) ||
         x.numel() == 0)
@@ -113,6 +129,13 @@ class Reduce final : public Kernel {
     const double divisor = r_ == Reduction::Mean ? static_cast<double>(count) : 1.0;
     const float* px = x.data<float>();
     float* py = y.data<float>();
+    if (inner == 1) {
+      parallel_chunks(outer, std::max<int64_t>(1, 65536 / count), [&](int64_t lo, int64_t hi) {
+        for (int64_t o = lo; o < hi; ++o)
+          py[o] = static_cast<float>(sum_contiguous_f32(px + o * count, count) / divisor);
+      });
+      return true;
+    }
     // Rows of `outer` in blocks, one accumulator per block.
     parallel_chunks(outer, std::max<int64_t>(1, 65536 / std::max<int64_t>(count * inner, 1)),
                     [&](int64_t lo, int64_t hi) {

@@ -324,8 +324,8 @@ TEST(GraphRunner, WinogradWeightsServeNewShapes) {
   }
 }
 
-// Plans for a session's later shapes are shape-generic (cheap to build: no Winograd, MatMuls
-// with run-time dimensions); a shape that comes back gets, at its fourth run, a plan specialized
+// Plans for a session's later shapes are shape-generic (cheaper to build: MatMuls with run-time
+// dimensions); a shape that comes back gets, at its fourth run, a plan specialized
 // to it in the generic one's place. The first shape's plan is specialized from the start. Every
 // run, whichever plan it took, computes what an unoptimized session computes.
 TEST(GraphRunner, RecurringShapesGetSpecializedPlans) {

@@ -9,6 +9,9 @@ Two measurements per model, each in a fresh process per side, sides alternating 
 - stream: 200 inputs of sizes drawn uniformly from the range (fixed seed; repeats happen, as in
   real traffic), each run once, after one warm-up run at the recipe's shape; the total time of
   the 200 runs. Floor: volt's total <= ORT's.
+- recurring: three of the new sizes in turn, 100 times each (300 runs), after the warm-up at
+  the recipe's shape; the total time. What a service fed a few shapes again and again sees
+  (volt specializes a shape's plan at its fourth run). Reported, no floor.
 Batch 1, the recipe's value ranges, 2 threads. The node binding adds 20-30 us to each ORT call,
 which favours volt by at most 200 x 30 us = 6 ms on a stream total.
 
@@ -35,7 +38,7 @@ import run_corpus  # noqa: E402  (write_section)
 
 CORPUS = os.path.join(ROOT, "build", "corpus")
 PYTHON_PACKAGE = os.path.join(ROOT, "build", "python")
-NEW_SIZES, STEADY_RUNS, STREAM = 8, 10, 200
+NEW_SIZES, STEADY_RUNS, STREAM, RECURRING_ROUNDS = 8, 10, 200, 100
 FIRST_FLOOR, STREAM_FLOOR = 1.3, 1.0
 
 
@@ -111,13 +114,16 @@ def measure(name, r, args, module, tmp):
     warm = [feed_for(name, r, base, tmp, files)] * 3
     shape_steps = warm + [feed_for(name, r, s, tmp, files) for s in new for _ in range(1 + STEADY_RUNS)]
     stream_steps = warm[:1] + [feed_for(name, r, s, tmp, files) for s in stream]
+    recurring = [feed_for(name, r, s, tmp, files) for s in new[1::3]]
+    recurring_steps = warm[:1] + recurring * RECURRING_ROUNDS
     manifests = {}
-    for kind, steps in (("shape", shape_steps), ("stream", stream_steps)):
+    for kind, steps in (("shape", shape_steps), ("stream", stream_steps), ("recurring", recurring_steps)):
         manifests[kind] = os.path.join(tmp, f"{name}_{kind}.json")
         with open(manifests[kind], "w") as f:
             json.dump(steps, f)
     firsts = {"volt": [], "ort": []}
     totals = {"volt": [], "ort": []}
+    recurring_totals = {"volt": [], "ort": []}
     for _ in range(args.rounds):
         for side in ("volt", "ort"):
             t = run_side(side, model, manifests["shape"], args.threads, module)[3:]
@@ -127,24 +133,30 @@ def measure(name, r, args, module, tmp):
                 ratios.append(run[0] / statistics.median(run[1:]))
             firsts[side].append(ratios)
             totals[side].append(sum(run_side(side, model, manifests["stream"], args.threads, module)[1:]))
+            recurring_totals[side].append(
+                sum(run_side(side, model, manifests["recurring"], args.threads, module)[1:]))
     row = {"model": name, "range": f"{r['dynamic']['range'][0]}-{r['dynamic']['range'][1]}"}
     for side in ("volt", "ort"):
         per_size = [statistics.median(col) for col in zip(*firsts[side])]  # median over rounds
         row[side + "_first_median"] = statistics.median(per_size)
         row[side + "_first_worst"] = max(per_size)
         row[side + "_stream_ms"] = statistics.median(totals[side])
+        row[side + "_recurring_ms"] = statistics.median(recurring_totals[side])
     row["stream_ratio"] = row["volt_stream_ms"] / row["ort_stream_ms"]
+    row["recurring_ratio"] = row["volt_recurring_ms"] / row["ort_recurring_ms"]
     return row
 
 
 def table(rows, failures, args):
     out = [f"dynamic shapes: {args.threads} threads, batch 1, median of {args.rounds} alternating rounds",
            f"{'model':24} {'sizes':>8} {'first/steady volt':>18} {'(worst)':>8} {'ort':>6} "
-           f"{'stream volt ms':>15} {'ort ms':>9} {'volt/ort':>9}"]
+           f"{'stream volt ms':>15} {'ort ms':>9} {'volt/ort':>9} "
+           f"{'recurring volt ms':>18} {'ort ms':>9} {'volt/ort':>9}"]
     for r in rows:
         out.append(f"{r['model']:24} {r['range']:>8} {r['volt_first_median']:18.2f} {r['volt_first_worst']:8.2f} "
                    f"{r['ort_first_median']:6.2f} {r['volt_stream_ms']:15.1f} {r['ort_stream_ms']:9.1f} "
-                   f"{r['stream_ratio']:9.2f}")
+                   f"{r['stream_ratio']:9.2f} {r['volt_recurring_ms']:18.1f} {r['ort_recurring_ms']:9.1f} "
+                   f"{r['recurring_ratio']:9.2f}")
     for name, why in failures:
         out.append(f"{name:24} failed: {why}")
     ok_first = sum(r["volt_first_median"] <= FIRST_FLOOR for r in rows)

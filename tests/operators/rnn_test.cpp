@@ -154,8 +154,12 @@ Outputs run_rnn(const RnnCase& c, bool f64) {
   return out;
 }
 
+// (Sessions of two threads: bidirectional nodes over time-major data with constant weights run
+// their two directions side by side, the others as one oneDNN primitive.)
 TEST(Recurrent, OneDnnAgreesWithTheReference) {
   const std::vector<RnnCase> cases = {
+      {"GRU", "bidirectional", 0, true, true, false, true},
+      {"LSTM", "bidirectional", 0, false, false},
       {"LSTM", "forward"},
       {"LSTM", "reverse", 0, true},
       {"LSTM", "bidirectional", 0, true, true, true},

@@ -130,6 +130,7 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   for (size_t id = 0; id < fed.size(); ++id)
     if (fed[id]) append_signature(key, id, *fed[id]);
   if (auto p = plans_.find(key)) {
+    // (Building the plan was its first run: this lookup is run number runs + 2.)
     if (!p->shape_generic ||
         p->runs.fetch_add(1, std::memory_order_relaxed) + 2 != kRunsBeforeSpecializing)
       return p;

@@ -126,8 +126,8 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
   }
   // The reverse reorder must rebuild every byte of the original: same element type, `plain`
   // covering the whole tensor (a strided view of part of it would leave the rest unset), and a
-  // reorder oneDNN has from the packed format back (it has none out of some, such as the
-  // recurrent layers' packed gemm weights on AMX machines). The rebuilt tensor is remembered as
+  // reorder oneDNN has from the packed format back (it has none out of some, such as Winograd's
+  // weight layout on AVX-512). The rebuilt tensor is remembered as
   // this copy's source, so the plan built next (the reason for rebuilding it) finds the copy
   // instead of packing it again. (Only the first plan may release weights: later ones skip the
   // check.)

@@ -129,8 +129,8 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
   // reorder oneDNN has from the packed format back (it has none out of some, such as Winograd's
   // weight layout on AVX-512). The rebuilt tensor is remembered as
   // this copy's source, so the plan built next (the reason for rebuilding it) finds the copy
-  // instead of packing it again. (Only the first plan may release weights: later ones skip the
-  // check.)
+  // instead of packing it again. (Only a session's first plan releases weights; generic plans,
+  // which are never first, skip the check.)
   if (byte_offset == 0 && plain.data_type() == packed.data_type() &&
       plain.get_size() == value.nbytes() && !ctx.shapes_vary() && reorder_exists(packed, plain))
     ctx.keeps_copy_of_input(

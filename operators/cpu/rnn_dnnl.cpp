@@ -314,31 +314,55 @@ RecurrentState::Weights constant_weights(InferContext& ctx, const Geometry& g,
                        g.peepholes ? ctx.input_tensor(7) : nullptr);
 }
 
+// Direction d's block of a [1, D, ...] tensor, as [1, 1, ...].
+Tensor direction_block(const Tensor& t, int64_t d) {
+  Shape shape = t.shape();
+  const int64_t dirs = shape[1];
+  shape[1] = 1;
+  Tensor out = allocate_tensor(t.dtype(), shape);
+  const size_t bytes = t.nbytes() / static_cast<size_t>(dirs);
+  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + static_cast<size_t>(d) * bytes, bytes);
+  return out;
+}
+
 // Constant weights in the primitive's layouts, shared by every plan that wants the same layouts
 // (a new sequence length builds a plan, and the weights do not depend on it): W and R are
 // brought into oneDNN's gate order and layout once per session (dnnl_adapter::packed_weights).
+// `direction` >= 0: that direction's weights alone, for a unidirectional primitive running one
+// direction of a bidirectional node (runs_directions_apart), keyed by where its rows start in W
+// and R.
 RecurrentState::Weights shared_constant_weights(InferContext& ctx, const Geometry& g,
-                                                const RecurrentSpec& spec, const Primitives& p) {
-  const int64_t dirs = spec.dirs, gates = gate_count(spec.cell), h = g.hidden;
+                                                const RecurrentSpec& spec, const Primitives& p,
+                                                int64_t direction = -1) {
+  const bool one = direction >= 0;
+  const int64_t dirs = one ? 1 : spec.dirs, gates = gate_count(spec.cell), h = g.hidden;
   const dnnl::memory::desc layer_ldigo({1, dirs, g.in, gates, h}, f32, tag::ldigo),
       iter_ldigo({1, dirs, h, gates, h}, f32, tag::ldigo);
   const Tensor &w = *ctx.input_tensor(1), &r = *ctx.input_tensor(2);
+  const int64_t d = one ? direction : 0;
+  const void* w_rows = w.data<float>() + d * gates * h * g.in;
+  const void* r_rows = r.data<float>() + d * gates * h * h;
   auto& cache = dnnl_adapter::packed_weights();
-  std::optional<Tensor> layer = cache.find(w.raw(), w.owner(), layer_ldigo, p.weights_layer),
-                        iter = cache.find(r.raw(), r.owner(), iter_ldigo, p.weights_iter);
+  std::optional<Tensor> layer = cache.find(w_rows, w.owner(), layer_ldigo, p.weights_layer),
+                        iter = cache.find(r_rows, r.owner(), iter_ldigo, p.weights_iter);
+  auto mine = [&](const Tensor& all) { return one ? direction_block(all, d) : all; };
   RecurrentState::Weights out;
   if (layer && iter) {
     out.layer = std::move(*layer);
     out.iter = std::move(*iter);
-    out.bias = bias_ldgo(ctx.has_input(3) ? ctx.input_tensor(3) : nullptr, spec.cell, g.lbr,
-                         spec.dirs, g.hidden);
-    if (g.peepholes) out.peephole = peephole_ldgo(*ctx.input_tensor(7), spec.dirs, g.hidden);
+    out.bias = mine(bias_ldgo(ctx.has_input(3) ? ctx.input_tensor(3) : nullptr, spec.cell, g.lbr,
+                              spec.dirs, g.hidden));
+    if (g.peepholes) out.peephole = mine(peephole_ldgo(*ctx.input_tensor(7), spec.dirs, g.hidden));
     return out;
   }
-  out = packed_for(constant_weights(ctx, g, spec), g, spec, p.weights_layer, p.weights_iter);
+  const RecurrentState::Weights plain = constant_weights(ctx, g, spec);
+  out.layer = packed(mine(plain.layer), layer_ldigo, p.weights_layer);
+  out.iter = packed(mine(plain.iter), iter_ldigo, p.weights_iter);
+  out.bias = mine(plain.bias);
+  if (g.peepholes) out.peephole = mine(plain.peephole);
   cache.count_pack();
-  cache.remember(w.raw(), w.owner(), layer_ldigo, p.weights_layer, out.layer);
-  cache.remember(r.raw(), r.owner(), iter_ldigo, p.weights_iter, out.iter);
+  cache.remember(w_rows, w.owner(), layer_ldigo, p.weights_layer, out.layer);
+  cache.remember(r_rows, r.owner(), iter_ldigo, p.weights_iter, out.iter);
   return out;
 }
 
@@ -352,19 +376,7 @@ bool runs_directions_apart(const InferContext& ctx, const RecurrentSpec& spec, c
   return spec.dirs == 2 && spec.layout == 0 && ctx.threads() == 2 && g.constant_weights;
 }
 
-// Direction d's block of a [1, D, ...] tensor, as [1, 1, ...].
-Tensor direction_block(const Tensor& t, int64_t d) {
-  Shape shape = t.shape();
-  const int64_t dirs = shape[1];
-  shape[1] = 1;
-  Tensor out = allocate_tensor(t.dtype(), shape);
-  const size_t bytes = t.nbytes() / static_cast<size_t>(dirs);
-  std::memcpy(out.raw(), static_cast<const char*>(t.raw()) + static_cast<size_t>(d) * bytes, bytes);
-  return out;
-}
-
-// Direction d of a bidirectional node as a unidirectional primitive: its weights shared across
-// plans like shared_constant_weights, keyed by where the direction's rows start in W and R.
+// Direction d of a bidirectional node as a unidirectional primitive.
 std::shared_ptr<RecurrentState> prepare_direction(InferContext& ctx, const RecurrentSpec& spec,
                                                   const Geometry& both, int64_t d) {
   auto st = std::make_shared<RecurrentState>();
@@ -383,30 +395,7 @@ std::shared_ptr<RecurrentState> prepare_direction(InferContext& ctx, const Recur
   g.direction = d == 0 ? dnnl::rnn_direction::unidirectional_left2right
                        : dnnl::rnn_direction::unidirectional_right2left;
   st->p = make_primitives(g, one, false);
-
-  const dnnl::memory::desc layer_ldigo({1, 1, g.in, gates, h}, f32, tag::ldigo),
-      iter_ldigo({1, 1, h, gates, h}, f32, tag::ldigo);
-  const Tensor &w = *ctx.input_tensor(1), &r = *ctx.input_tensor(2);
-  const void* w_rows = static_cast<const float*>(w.raw()) + d * gates * h * g.in;
-  const void* r_rows = static_cast<const float*>(r.raw()) + d * gates * h * h;
-  auto& cache = dnnl_adapter::packed_weights();
-  std::optional<Tensor> layer = cache.find(w_rows, w.owner(), layer_ldigo, st->p.weights_layer),
-                        iter = cache.find(r_rows, r.owner(), iter_ldigo, st->p.weights_iter);
-  const Tensor* b = ctx.has_input(3) ? ctx.input_tensor(3) : nullptr;
-  RecurrentState::Weights& out = st->weights;
-  out.bias = direction_block(bias_ldgo(b, spec.cell, g.lbr, 2, h), d);
-  if (g.peepholes) out.peephole = direction_block(peephole_ldgo(*ctx.input_tensor(7), 2, h), d);
-  if (layer && iter) {
-    out.layer = std::move(*layer);
-    out.iter = std::move(*iter);
-  } else {
-    RecurrentState::Weights plain = constant_weights(ctx, both, spec);
-    out.layer = packed(direction_block(plain.layer, d), layer_ldigo, st->p.weights_layer);
-    out.iter = packed(direction_block(plain.iter, d), iter_ldigo, st->p.weights_iter);
-    cache.count_pack();
-    cache.remember(w_rows, w.owner(), layer_ldigo, st->p.weights_layer, out.layer);
-    cache.remember(r_rows, r.owner(), iter_ldigo, st->p.weights_iter, out.iter);
-  }
+  st->weights = shared_constant_weights(ctx, both, spec, st->p, d);
   return st;
 }
 

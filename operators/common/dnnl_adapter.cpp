@@ -1,5 +1,8 @@
 #include "operators/common/dnnl_adapter.hpp"
 
+#include <cstring>
+#include <unordered_map>
+
 #include "operators/common/packed_weights.hpp"
 #include "operators/common/shape_util.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -105,9 +108,7 @@ PreparedReorder::PreparedReorder(const dnnl::memory::desc& from, const dnnl::mem
     : prim(dnnl::reorder::primitive_desc(engine(), from, engine(), to)), from_md(from), to_md(to) {}
 
 void PreparedReorder::operator()(const void* from, void* to) const {
-  dnnl::memory src = wrap(from_md, from), dst = wrap(to_md, to);
-  prim.execute(stream(), src, dst);
-  stream().wait();
+  execute(prim, {{DNNL_ARG_FROM, from_md, from}, {DNNL_ARG_TO, to_md, to}});
 }
 
 Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
@@ -149,39 +150,108 @@ dnnl::primitive_attr scratch_attr() {
   return a;
 }
 
-void execute(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
-             const dnnl::memory::desc& scratch_md, void* scratch) {
-  if (scratch_md.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, wrap(scratch_md, scratch));
-  p.execute(stream(), args);
-  stream().wait();
+void Args::add(int arg, const dnnl::memory::desc& md, const void* data) {
+  const Item item{arg, &md, const_cast<void*>(data)};
+  for (size_t i = 0; i < count_; ++i)
+    if (items_[i].arg == arg) {
+      items_[i] = item;
+      return;
+    }
+  VOLT_CHECK(count_ < kMax, Runtime, "more than 32 oneDNN execution arguments");
+  items_[count_++] = item;
+}
+
+namespace {
+
+// This thread's memory objects, one per (descriptor address, argument). The address alone could
+// name another descriptor later (a plan's state freed, another allocated there): the entry keeps
+// the bytes it was made for and is made again when they differ. Bounded: past kLimit entries
+// (plans for many shapes) it starts over, between executions only (an execution's earlier
+// arguments hold raw pointers to their objects).
+class MemoryCache {
+ public:
+  void make_room() {
+    if (entries_.size() > kLimit) entries_.clear();
+  }
+  dnnl_memory_t take(const dnnl::memory::desc& md, int arg, void* data) {
+    Entry& e = entries_[Key{&md, arg}];
+    if (!e.memory || std::memcmp(&e.md, &md.data, sizeof e.md) != 0) {
+      e.md = md.data;
+      e.memory = dnnl::memory(md, engine(), data);
+      return e.memory.get();
+    }
+    dnnl::error::wrap_c_api(dnnl_memory_set_data_handle_v2(e.memory.get(), data, stream().get()),
+                            "could not set a memory object's data handle");
+    return e.memory.get();
+  }
+
+ private:
+  static constexpr size_t kLimit = 4096;
+  struct Key {
+    const void* md;
+    int arg;
+    bool operator==(const Key& o) const { return md == o.md && arg == o.arg; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<const void*>()(k.md) ^ (static_cast<size_t>(k.arg) * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  struct Entry {
+    dnnl_memory_desc_t md;
+    dnnl::memory memory;
+  };
+  std::unordered_map<Key, Entry, KeyHash> entries_;
+};
+
+MemoryCache& memory_cache() {
+  thread_local MemoryCache cache;
+  return cache;
+}
+
+}  // namespace
+
+void execute(const dnnl::primitive& p, const Args& args, const dnnl::memory::desc& scratch_md,
+             void* scratch) {
+  dnnl_exec_arg_t c_args[Args::kMax + 1];
+  int n = 0;
+  MemoryCache& cache = memory_cache();
+  cache.make_room();
+  for (const Args::Item& a : args) c_args[n++] = {a.arg, cache.take(*a.md, a.arg, a.data)};
+  if (scratch_md.get_size() > 0)
+    c_args[n++] = {DNNL_ARG_SCRATCHPAD, cache.take(scratch_md, DNNL_ARG_SCRATCHPAD, scratch)};
+  dnnl::stream& s = stream();
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.get(), s.get(), n, c_args),
+                          "could not execute a primitive");
+  s.wait();
+}
+
+void execute(const dnnl::primitive& p, const Args& args) {
+  execute(p, args, dnnl::memory::desc(), nullptr);
 }
 
 Staged::Staged(const dnnl::memory::desc& plain_md, const dnnl::memory::desc& wanted_md, bool input,
                size_t& scratch_bytes)
     : plain(plain_md), wanted(wanted_md), needed(plain_md != wanted_md) {
   if (!needed) return;
-  convert = input ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), plain, engine(), wanted))
-                  : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), wanted, engine(), plain));
+  convert = input ? PreparedReorder(plain, wanted) : PreparedReorder(wanted, plain);
   offset = align64(scratch_bytes);
   scratch_bytes = offset + wanted.get_size();
 }
 
-dnnl::memory Staged::in(const void* data, void* scratch) const {
-  if (!needed) return wrap(wanted, data);
-  dnnl::memory from = wrap(plain, data), to = wrap(wanted, static_cast<char*>(scratch) + offset);
-  convert.execute(stream(), from, to);
-  return to;
+const void* Staged::in(const void* data, void* scratch) const {
+  if (!needed) return data;
+  void* copy = static_cast<char*>(scratch) + offset;
+  convert(data, copy);
+  return copy;
 }
 
-dnnl::memory Staged::out(void* data, void* scratch) const {
-  return wrap(wanted, needed ? static_cast<char*>(scratch) + offset : data);
+void* Staged::out(void* data, void* scratch) const {
+  return needed ? static_cast<char*>(scratch) + offset : data;
 }
 
 void Staged::finish(void* data, void* scratch) const {
-  if (!needed) return;
-  dnnl::memory from = wrap(wanted, static_cast<char*>(scratch) + offset), to = wrap(plain, data);
-  convert.execute(stream(), from, to);
-  stream().wait();
+  if (needed) convert(static_cast<char*>(scratch) + offset, data);
 }
 
 }  // namespace volt::dnnl_adapter

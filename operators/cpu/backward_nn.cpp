@@ -75,17 +75,18 @@ class ConvGrad final : public Kernel {
       const void* dy = ctx.input(0).raw();
       void* out = ctx.output(0).raw();
       if (wrt_ == 0) {
-        dnnl_adapter::execute(st->prim,
-                              {{DNNL_ARG_DIFF_DST, st->dy.in(dy, scratch)},
-                               {DNNL_ARG_WEIGHTS, st->w.in(ctx.input(2).raw(), scratch)},
-                               {DNNL_ARG_DIFF_SRC, st->x.out(out, scratch)}},
-                              st->scratch, scratch);
+        dnnl_adapter::execute(
+            st->prim,
+            {{DNNL_ARG_DIFF_DST, st->dy.wanted, st->dy.in(dy, scratch)},
+             {DNNL_ARG_WEIGHTS, st->w.wanted, st->w.in(ctx.input(2).raw(), scratch)},
+             {DNNL_ARG_DIFF_SRC, st->x.wanted, st->x.out(out, scratch)}},
+            st->scratch, scratch);
         st->x.finish(out, scratch);
       } else {
         dnnl_adapter::execute(st->prim,
-                              {{DNNL_ARG_DIFF_DST, st->dy.in(dy, scratch)},
-                               {DNNL_ARG_SRC, st->x.in(ctx.input(1).raw(), scratch)},
-                               {DNNL_ARG_DIFF_WEIGHTS, st->w.out(out, scratch)}},
+                              {{DNNL_ARG_DIFF_DST, st->dy.wanted, st->dy.in(dy, scratch)},
+                               {DNNL_ARG_SRC, st->x.wanted, st->x.in(ctx.input(1).raw(), scratch)},
+                               {DNNL_ARG_DIFF_WEIGHTS, st->w.wanted, st->w.out(out, scratch)}},
                               st->scratch, scratch);
         st->w.finish(out, scratch);
       }

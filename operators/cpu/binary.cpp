@@ -436,9 +436,9 @@ class DnnlBinary final : public Kernel {
     const void* a = ctx.input(st.swapped ? 1 : 0).raw();
     const void* b = ctx.input(st.swapped ? 0 : 1).raw();
     dnnl_adapter::execute(st.prim,
-                          {{DNNL_ARG_SRC_0, dnnl_adapter::wrap(st.a, a)},
-                           {DNNL_ARG_SRC_1, dnnl_adapter::wrap(st.b, b)},
-                           {DNNL_ARG_DST, dnnl_adapter::wrap(st.out, ctx.output(0).raw())}},
+                          {{DNNL_ARG_SRC_0, st.a, a},
+                           {DNNL_ARG_SRC_1, st.b, b},
+                           {DNNL_ARG_DST, st.out, ctx.output(0).raw()}},
                           st.scratch, ctx.scratch());
   }
 

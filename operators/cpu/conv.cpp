@@ -150,39 +150,35 @@ class Conv final : public Kernel {
     char* scratch = static_cast<char*>(ctx.scratch());
     const void* x = ctx.input(0).raw();
     void* y = ctx.output(0).raw();
-    dnnl::stream& stream = dnnl_adapter::stream();
-    dnnl::memory src = dnnl_adapter::wrap(st.plain_src, x);
+    const void* src = x;
     if (st.blocked_src) {
-      dnnl::memory blocked = dnnl_adapter::wrap(st.src, scratch + st.src_offset);
-      st.src_in.execute(stream, src, blocked);
-      src = blocked;
+      src = scratch + st.src_offset;
+      dnnl_adapter::execute(st.src_in,
+                            {{DNNL_ARG_FROM, st.plain_src, x}, {DNNL_ARG_TO, st.src, src}});
     }
-    dnnl::memory dst = st.blocked_dst ? dnnl_adapter::wrap(st.dst, scratch + st.dst_offset)
-                                      : dnnl_adapter::wrap(st.plain_dst, y);
+    void* dst = st.blocked_dst ? scratch + st.dst_offset : y;
     if (residual_) {  // the sum post-op adds the convolution to what dst already holds
       const void* r = ctx.input(3).raw();
-      if (st.convert_residual) {
-        dnnl::memory plain = dnnl_adapter::wrap(st.plain_residual, r);
-        st.residual_in.execute(stream, plain, dst);
-      } else if (r != y)
+      if (st.convert_residual)
+        dnnl_adapter::execute(st.residual_in,
+                              {{DNNL_ARG_FROM, st.plain_residual, r}, {DNNL_ARG_TO, st.dst, dst}});
+      else if (r != y)
         std::memcpy(y, r, ctx.output(0).nbytes());
     }
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
+    dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src, src}, {DNNL_ARG_DST, st.dst, dst}};
     Tensor packed;
     if (st.packed_weights.defined()) {
-      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw()));
+      args.add(DNNL_ARG_WEIGHTS, st.weights, st.packed_weights.raw());
     } else {  // weights computed at run time (training): reorder them now
       packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st.weights.get_size())});
       dnnl_adapter::reorder_now(st.user_weights, ctx.input(1).raw(), st.weights, packed.raw());
-      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, packed.raw()));
+      args.add(DNNL_ARG_WEIGHTS, st.weights, packed.raw());
     }
-    if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, ctx.input(2).raw()));
-    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
-    if (st.blocked_dst) {
-      dnnl::memory plain = dnnl_adapter::wrap(st.plain_dst, y);
-      st.dst_out.execute(stream, dst, plain);
-      stream.wait();
-    }
+    if (st.has_bias) args.add(DNNL_ARG_BIAS, st.bias, ctx.input(2).raw());
+    dnnl_adapter::execute(st.prim, args, st.scratch, scratch);
+    if (st.blocked_dst)
+      dnnl_adapter::execute(st.dst_out,
+                            {{DNNL_ARG_FROM, st.dst, dst}, {DNNL_ARG_TO, st.plain_dst, y}});
   }
 
   std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& s, const Shape& x) const {

@@ -141,19 +141,19 @@ class ConvTranspose final : public Kernel {
   void run_dnnl(const DeconvState& st, RunContext& ctx) const {
     void* scratch = ctx.scratch();
     void* y = ctx.output(0).raw();
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, st.src.in(ctx.input(0).raw(), scratch)},
-        {DNNL_ARG_DST, st.dst.out(y, scratch)}};
+    dnnl_adapter::Args args = {
+        {DNNL_ARG_SRC, st.src.wanted, st.src.in(ctx.input(0).raw(), scratch)},
+        {DNNL_ARG_DST, st.dst.wanted, st.dst.out(y, scratch)}};
     Tensor packed;  // weights computed at run time (training): reordered now
     if (st.packed_weights.defined()) {
-      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw()));
+      args.add(DNNL_ARG_WEIGHTS, st.weights, st.packed_weights.raw());
     } else {
       packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st.weights.get_size())});
       dnnl_adapter::reorder_now(st.user_weights, ctx.input(1).raw(), st.weights, packed.raw());
-      args.emplace(DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, packed.raw()));
+      args.add(DNNL_ARG_WEIGHTS, st.weights, packed.raw());
     }
-    if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, ctx.input(2).raw()));
-    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
+    if (st.has_bias) args.add(DNNL_ARG_BIAS, st.bias, ctx.input(2).raw());
+    dnnl_adapter::execute(st.prim, args, st.scratch, scratch);
     st.dst.finish(y, scratch);
   }
 

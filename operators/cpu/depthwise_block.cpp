@@ -241,12 +241,11 @@ class DepthwiseBlock final : public Kernel {
                       const Tensor& bias, const dnnl::memory::desc& bias_md, void* dst,
                       void* prim_scratch) {
     const auto& w = st.packed[p.weights];
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl_adapter::wrap(p.src, src)},
-        {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(w.md, w.data.raw())},
-        {DNNL_ARG_DST, dnnl_adapter::wrap(p.dst, dst)}};
-    if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(bias_md, bias.raw()));
-    dnnl_adapter::execute(p.prim, std::move(args), p.scratch, prim_scratch);
+    dnnl_adapter::Args args = {{DNNL_ARG_SRC, p.src, src},
+                               {DNNL_ARG_WEIGHTS, w.md, w.data.raw()},
+                               {DNNL_ARG_DST, p.dst, dst}};
+    if (bias.defined()) args.add(DNNL_ARG_BIAS, bias_md, bias.raw());
+    dnnl_adapter::execute(p.prim, args, p.scratch, prim_scratch);
   }
 
   std::shared_ptr<DepthwiseBlockState> prepare(InferContext& ctx, const WindowGeometry& g,

@@ -171,10 +171,10 @@ class DnnlEltwise final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<EltwiseState>();
-    dnnl_adapter::execute(st.prim,
-                          {{DNNL_ARG_SRC, dnnl_adapter::wrap(st.md, ctx.input(0).raw())},
-                           {DNNL_ARG_DST, dnnl_adapter::wrap(st.md, ctx.output(0).raw())}},
-                          st.scratch, ctx.scratch());
+    dnnl_adapter::execute(
+        st.prim,
+        {{DNNL_ARG_SRC, st.md, ctx.input(0).raw()}, {DNNL_ARG_DST, st.md, ctx.output(0).raw()}},
+        st.scratch, ctx.scratch());
   }
 
  private:

@@ -267,12 +267,12 @@ std::shared_ptr<MatMulState> make_matmul(
 
 void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const void* b,
                 const void* bias, void* out) {
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, dnnl_adapter::wrap(st.a, a)},
-      {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.b, st.packed_b.defined() ? st.packed_b.raw() : b)},
-      {DNNL_ARG_DST, dnnl_adapter::wrap(st.out, out)}};
-  if (st.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(st.bias, bias));
-  dnnl_adapter::execute(st.prim, std::move(args), st.scratch, ctx.scratch());
+  dnnl_adapter::Args args = {
+      {DNNL_ARG_SRC, st.a, a},
+      {DNNL_ARG_WEIGHTS, st.b, st.packed_b.defined() ? st.packed_b.raw() : b},
+      {DNNL_ARG_DST, st.out, out}};
+  if (st.has_bias) args.add(DNNL_ARG_BIAS, st.bias, bias);
+  dnnl_adapter::execute(st.prim, args, st.scratch, ctx.scratch());
 }
 
 class DnnlMatMul final : public Kernel {

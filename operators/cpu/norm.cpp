@@ -132,12 +132,12 @@ class BatchNorm final : public Kernel {
     }
     if (st) {
       dnnl_adapter::execute(st->prim,
-                            {{DNNL_ARG_SRC, dnnl_adapter::wrap(st->data, x.raw())},
-                             {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
-                             {DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->shift, ctx.input(2).raw())},
-                             {DNNL_ARG_MEAN, dnnl_adapter::wrap(st->stat, ctx.input(3).raw())},
-                             {DNNL_ARG_VARIANCE, dnnl_adapter::wrap(st->stat, ctx.input(4).raw())},
-                             {DNNL_ARG_DST, dnnl_adapter::wrap(st->data, ctx.output(0).raw())}},
+                            {{DNNL_ARG_SRC, st->data, x.raw()},
+                             {DNNL_ARG_SCALE, st->scale, ctx.input(1).raw()},
+                             {DNNL_ARG_SHIFT, st->shift, ctx.input(2).raw()},
+                             {DNNL_ARG_MEAN, st->stat, ctx.input(3).raw()},
+                             {DNNL_ARG_VARIANCE, st->stat, ctx.input(4).raw()},
+                             {DNNL_ARG_DST, st->data, ctx.output(0).raw()}},
                             st->scratch, ctx.scratch());
       return;
     }

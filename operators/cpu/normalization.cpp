@@ -103,13 +103,11 @@ class LayerNorm final : public Kernel {
       const float* src = static_cast<const float*>(x.raw());
       float* dst = static_cast<float*>(ctx.output(0).raw());
       for (const auto& [run, first] : st->runs) {
-        std::unordered_map<int, dnnl::memory> args = {
-            {DNNL_ARG_SRC, dnnl_adapter::wrap(run->data, src + first * st->inner)},
-            {DNNL_ARG_SCALE, dnnl_adapter::wrap(st->scale, ctx.input(1).raw())},
-            {DNNL_ARG_DST, dnnl_adapter::wrap(run->data, dst + first * st->inner)}};
-        if (ctx.has_input(2))
-          args.emplace(DNNL_ARG_SHIFT, dnnl_adapter::wrap(st->scale, ctx.input(2).raw()));
-        dnnl_adapter::execute(run->prim, std::move(args), run->scratch, ctx.scratch());
+        dnnl_adapter::Args args = {{DNNL_ARG_SRC, run->data, src + first * st->inner},
+                                   {DNNL_ARG_SCALE, st->scale, ctx.input(1).raw()},
+                                   {DNNL_ARG_DST, run->data, dst + first * st->inner}};
+        if (ctx.has_input(2)) args.add(DNNL_ARG_SHIFT, st->scale, ctx.input(2).raw());
+        dnnl_adapter::execute(run->prim, args, run->scratch, ctx.scratch());
       }
       return;
     }

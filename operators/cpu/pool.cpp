@@ -65,8 +65,8 @@ class Pool final : public Kernel {
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const DnnlPool*>(ctx.state_ptr())) {
       dnnl_adapter::execute(st->prim,
-                            {{DNNL_ARG_SRC, dnnl_adapter::wrap(st->src, ctx.input(0).raw())},
-                             {DNNL_ARG_DST, dnnl_adapter::wrap(st->dst, ctx.output(0).raw())}},
+                            {{DNNL_ARG_SRC, st->src, ctx.input(0).raw()},
+                             {DNNL_ARG_DST, st->dst, ctx.output(0).raw()}},
                             st->scratch, ctx.scratch());
       return;
     }

@@ -321,7 +321,7 @@ class QuantizedLinear {
 
   // The run-time arguments: zero points (as s32, in `zps`, which must outlive the call),
   // multiplier, bias (`bias`: M floats of scratch).
-  void add_runtime_args(const RunContext& ctx, std::unordered_map<int, dnnl::memory>& args,
+  void add_runtime_args(const RunContext& ctx, dnnl_adapter::Args& args,
                         const dnnl::memory::desc& scalar, const dnnl::memory::desc& bias_md,
                         float* bias, int32_t (&zps)[2], const PrimitiveArgs& post,
                         const dnnl::memory::desc* residual_md = nullptr,
@@ -330,24 +330,23 @@ class QuantizedLinear {
                                             dnnl::memory::format_tag::x);
     if (post.src_zero_point) {
       zps[0] = static_cast<int32_t>(value_at(ctx.input(kXZeroPoint), 0));
-      args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, dnnl_adapter::wrap(one_s32, &zps[0]));
+      args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, one_s32, &zps[0]);
     }
     if (post.dst_zero_point) {
       zps[1] = static_cast<int32_t>(value_at(ctx.input(kYZeroPoint), 0));
-      args.emplace(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, dnnl_adapter::wrap(one_s32, &zps[1]));
+      args.add(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST, one_s32, &zps[1]);
     }
     if (ctx.has_input(kMultiplier))
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                   dnnl_adapter::wrap(scalar, ctx.input(kMultiplier).raw()));
+      args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scalar,
+               ctx.input(kMultiplier).raw());
     if (residual_md && post.residual >= 0)
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post.residual) | DNNL_ARG_SRC_1,
-                   dnnl_adapter::wrap(*residual_md, residual));
+      args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(post.residual) | DNNL_ARG_SRC_1, *residual_md,
+               residual);
     for (const auto& [index, value] : post.constants)
-      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1,
-                   dnnl_adapter::wrap(scalar, &value));
+      args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1, scalar, &value);
     if (ctx.has_input(kBias) || !post.x_compensation.empty()) {
       bias_for_run(ctx, post, bias);
-      args.emplace(DNNL_ARG_BIAS, dnnl_adapter::wrap(bias_md, bias));
+      args.add(DNNL_ARG_BIAS, bias_md, bias);
     }
   }
 
@@ -608,10 +607,9 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
       std::memcpy(scratch + st.x_offset, x, ctx.input(kX).nbytes());
       x = scratch + st.x_offset;
     }
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, st.src.in(x, scratch)},
-        {DNNL_ARG_DST, st.dst.out(y, scratch)},
-        {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.weights, st.packed_weights.raw())}};
+    dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src.wanted, st.src.in(x, scratch)},
+                               {DNNL_ARG_DST, st.dst.wanted, st.dst.out(y, scratch)},
+                               {DNNL_ARG_WEIGHTS, st.weights, st.packed_weights.raw()}};
     // The residual: in Y for the sum post-op (already there when Y took its buffer); for the
     // binary post-op, read from a copy when Y took its buffer, which the primitive overwrites.
     const void* residual = st.has_residual ? ctx.input(kResidual).raw() : nullptr;
@@ -625,7 +623,7 @@ class QuantizedConv final : public Kernel, QuantizedLinear {
     add_runtime_args(ctx, args, st.scalar, st.bias,
                      reinterpret_cast<float*>(scratch + st.bias_offset), zps, st.post,
                      st.has_residual ? &st.residual : nullptr, residual);
-    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
+    dnnl_adapter::execute(st.prim, args, st.scratch, scratch);
     st.dst.finish(y, scratch);
   }
 
@@ -712,15 +710,14 @@ class QuantizedMatMul final : public Kernel, QuantizedLinear {
   }
 
   void run_dnnl(const QMatMulState& st, RunContext& ctx) const {
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl_adapter::wrap(st.a, ctx.input(kX).raw())},
-        {DNNL_ARG_WEIGHTS, dnnl_adapter::wrap(st.b, st.packed_b.raw())},
-        {DNNL_ARG_DST, dnnl_adapter::wrap(st.out, ctx.output(0).raw())}};
+    dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.a, ctx.input(kX).raw()},
+                               {DNNL_ARG_WEIGHTS, st.b, st.packed_b.raw()},
+                               {DNNL_ARG_DST, st.out, ctx.output(0).raw()}};
     int32_t zps[2] = {0, 0};
     char* scratch = static_cast<char*>(ctx.scratch());
     add_runtime_args(ctx, args, st.scalar, st.bias,
                      reinterpret_cast<float*>(scratch + st.bias_offset), zps, st.post);
-    dnnl_adapter::execute(st.prim, std::move(args), st.scratch, scratch);
+    dnnl_adapter::execute(st.prim, args, st.scratch, scratch);
   }
 };
 

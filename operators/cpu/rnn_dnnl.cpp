@@ -453,25 +453,21 @@ struct Sources {
 };
 
 // The arguments of the forward primitive for this run.
-std::unordered_map<int, dnnl::memory> forward_args(const RecurrentState& st,
-                                                   const RecurrentSpec& spec, const Sources& src,
-                                                   const RecurrentState::Weights& weights,
-                                                   char* scratch) {
-  using dnnl_adapter::wrap;
+dnnl_adapter::Args forward_args(const RecurrentState& st, const RecurrentSpec& spec,
+                                const Sources& src, const RecurrentState::Weights& weights,
+                                char* scratch) {
   const Geometry& g = st.g;
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC_LAYER, wrap(g.src_layer, src.layer)},
-      {DNNL_ARG_WEIGHTS_LAYER, wrap(st.p.weights_layer, weights.layer.raw())},
-      {DNNL_ARG_WEIGHTS_ITER, wrap(st.p.weights_iter, weights.iter.raw())},
-      {DNNL_ARG_BIAS, wrap(g.bias, weights.bias.raw())},
-      {DNNL_ARG_DST_LAYER, wrap(g.dst_layer, scratch + st.dst_layer_offset)},
-      {DNNL_ARG_DST_ITER, wrap(g.dst_iter, scratch + st.dst_iter_offset)}};
-  if (src.iter) args.emplace(DNNL_ARG_SRC_ITER, wrap(g.src_iter, src.iter));
+  dnnl_adapter::Args args = {{DNNL_ARG_SRC_LAYER, g.src_layer, src.layer},
+                             {DNNL_ARG_WEIGHTS_LAYER, st.p.weights_layer, weights.layer.raw()},
+                             {DNNL_ARG_WEIGHTS_ITER, st.p.weights_iter, weights.iter.raw()},
+                             {DNNL_ARG_BIAS, g.bias, weights.bias.raw()},
+                             {DNNL_ARG_DST_LAYER, g.dst_layer, scratch + st.dst_layer_offset},
+                             {DNNL_ARG_DST_ITER, g.dst_iter, scratch + st.dst_iter_offset}};
+  if (src.iter) args.add(DNNL_ARG_SRC_ITER, g.src_iter, src.iter);
   if (spec.cell == Cell::Lstm) {
-    if (src.iter_c) args.emplace(DNNL_ARG_SRC_ITER_C, wrap(g.src_iter_c, src.iter_c));
-    if (g.peepholes)
-      args.emplace(DNNL_ARG_WEIGHTS_PEEPHOLE, wrap(g.peephole, weights.peephole.raw()));
-    args.emplace(DNNL_ARG_DST_ITER_C, wrap(g.dst_iter_c, scratch + st.dst_iter_c_offset));
+    if (src.iter_c) args.add(DNNL_ARG_SRC_ITER_C, g.src_iter_c, src.iter_c);
+    if (g.peepholes) args.add(DNNL_ARG_WEIGHTS_PEEPHOLE, g.peephole, weights.peephole.raw());
+    args.add(DNNL_ARG_DST_ITER_C, g.dst_iter_c, scratch + st.dst_iter_c_offset);
   }
   return args;
 }
@@ -679,7 +675,6 @@ std::shared_ptr<void> prepare_dnnl_recurrent_grad(InferContext& ctx, const Recur
 }
 
 void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const RecurrentSpec& spec) {
-  using dnnl_adapter::wrap;
   const auto& st = *static_cast<const RecurrentGradState*>(state);
   const RecurrentState& f = st.fwd;
   const Geometry& g = f.g;
@@ -715,7 +710,7 @@ void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const Recurrent
   };
   const Sources src{x, initial(5, st.src_iter), lstm ? initial(6, st.src_iter_c) : nullptr};
   auto args = forward_args(f, spec, src, weights, scratch);
-  args.emplace(DNNL_ARG_WORKSPACE, wrap(f.p.workspace, scratch + st.workspace));
+  args.add(DNNL_ARG_WORKSPACE, f.p.workspace, scratch + st.workspace);
   dnnl_adapter::guarded(ctx.node(), [&] {
     dnnl_adapter::execute(f.p.forward, args, f.p.scratch, scratch);
     return 0;
@@ -734,27 +729,26 @@ void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const Recurrent
   // dX straight into its output where the layouts agree.
   float* dx =
       ctx.has_output(kDX) && !spec.layout ? ctx.output(kDX).data<float>() : at(st.diff_src_layer);
-  args[DNNL_ARG_WEIGHTS_LAYER] = wrap(f.p.bwd_weights_layer, bwd_weights.layer.raw());
-  args[DNNL_ARG_WEIGHTS_ITER] = wrap(f.p.bwd_weights_iter, bwd_weights.iter.raw());
-  args.emplace(DNNL_ARG_DIFF_DST_LAYER, wrap(g.dst_layer, at(st.diff_dst_layer)));
-  args.emplace(DNNL_ARG_DIFF_DST_ITER, wrap(g.dst_iter, at(st.diff_dst_iter)));
-  args.emplace(DNNL_ARG_DIFF_SRC_LAYER, wrap(g.src_layer, dx));
-  args.emplace(DNNL_ARG_DIFF_SRC_ITER, wrap(g.src_iter, at(st.diff_src_iter)));
-  args.emplace(DNNL_ARG_DIFF_WEIGHTS_LAYER,
-               wrap(f.p.diff_weights_layer, at(st.diff_weights_layer)));
-  args.emplace(DNNL_ARG_DIFF_WEIGHTS_ITER, wrap(f.p.diff_weights_iter, at(st.diff_weights_iter)));
-  args.emplace(DNNL_ARG_DIFF_BIAS, wrap(g.bias, at(st.diff_bias)));
+  args.add(DNNL_ARG_WEIGHTS_LAYER, f.p.bwd_weights_layer, bwd_weights.layer.raw());
+  args.add(DNNL_ARG_WEIGHTS_ITER, f.p.bwd_weights_iter, bwd_weights.iter.raw());
+  args.add(DNNL_ARG_DIFF_DST_LAYER, g.dst_layer, at(st.diff_dst_layer));
+  args.add(DNNL_ARG_DIFF_DST_ITER, g.dst_iter, at(st.diff_dst_iter));
+  args.add(DNNL_ARG_DIFF_SRC_LAYER, g.src_layer, dx);
+  args.add(DNNL_ARG_DIFF_SRC_ITER, g.src_iter, at(st.diff_src_iter));
+  args.add(DNNL_ARG_DIFF_WEIGHTS_LAYER, f.p.diff_weights_layer, at(st.diff_weights_layer));
+  args.add(DNNL_ARG_DIFF_WEIGHTS_ITER, f.p.diff_weights_iter, at(st.diff_weights_iter));
+  args.add(DNNL_ARG_DIFF_BIAS, g.bias, at(st.diff_bias));
   if (lstm) {
-    args.emplace(DNNL_ARG_DIFF_DST_ITER_C, wrap(g.dst_iter_c, at(st.diff_dst_iter_c)));
-    args.emplace(DNNL_ARG_DIFF_SRC_ITER_C, wrap(g.src_iter_c, at(st.diff_src_iter_c)));
+    args.add(DNNL_ARG_DIFF_DST_ITER_C, g.dst_iter_c, at(st.diff_dst_iter_c));
+    args.add(DNNL_ARG_DIFF_SRC_ITER_C, g.src_iter_c, at(st.diff_src_iter_c));
     if (g.peepholes) {
-      args[DNNL_ARG_WEIGHTS_PEEPHOLE] = wrap(g.peephole, bwd_weights.peephole.raw());
-      args.emplace(DNNL_ARG_DIFF_WEIGHTS_PEEPHOLE, wrap(g.peephole, at(st.diff_peephole)));
+      args.add(DNNL_ARG_WEIGHTS_PEEPHOLE, g.peephole, bwd_weights.peephole.raw());
+      args.add(DNNL_ARG_DIFF_WEIGHTS_PEEPHOLE, g.peephole, at(st.diff_peephole));
     }
   }
-  args[DNNL_ARG_BIAS] = wrap(g.bias, bwd_weights.bias.raw());
+  args.add(DNNL_ARG_BIAS, g.bias, bwd_weights.bias.raw());
   dnnl_adapter::guarded(ctx.node(), [&] {
-    dnnl_adapter::execute(f.p.backward, std::move(args), f.p.scratch, scratch);
+    dnnl_adapter::execute(f.p.backward, args, f.p.scratch, scratch);
     return 0;
   });
 

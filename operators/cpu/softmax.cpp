@@ -62,10 +62,9 @@ class Softmax final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     if (const auto* st = static_cast<const SoftmaxState*>(ctx.state_ptr())) {
-      dnnl_adapter::execute(st->prim,
-                            {{DNNL_ARG_SRC, dnnl_adapter::wrap(st->md, x.raw())},
-                             {DNNL_ARG_DST, dnnl_adapter::wrap(st->md, ctx.output(0).raw())}},
-                            st->scratch, ctx.scratch());
+      dnnl_adapter::execute(
+          st->prim, {{DNNL_ARG_SRC, st->md, x.raw()}, {DNNL_ARG_DST, st->md, ctx.output(0).raw()}},
+          st->scratch, ctx.scratch());
       return;
     }
     const Extent e = extent(x.shape(), ctx.node());

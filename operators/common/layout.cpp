@@ -7,6 +7,7 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/strided_gather.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
@@ -113,29 +114,8 @@ void permute_into(const Tensor& in, const std::vector<int64_t>& perm, Tensor& ou
   for (int64_t p : perm) strides.push_back(in_strides[p]);
   dispatch_any(in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T* src = static_cast<const T*>(in.raw());
-    T* dst = static_cast<T*>(out.raw());
-    const Shape& os = out.shape();
-    const size_t r = os.size();
-    if (r == 0 || out.numel() == 0) {
-      if (out.numel()) dst[0] = src[0];
-      return;
-    }
-    // Parallel over the outer output rows; the innermost axis is a strided gather.
-    const int64_t inner = os[r - 1], inner_stride = strides[r - 1];
-    const int64_t rows = out.numel() / inner;
-    parallel_for(rows, out.numel() > 65536, [&](int64_t row) {
-      int64_t rem = row, off = 0;
-      for (size_t d = r - 1; d-- > 0;) {
-        off += (rem % os[d]) * strides[d];
-        rem /= os[d];
-      }
-      T* o = dst + row * inner;
-      if (inner_stride == 1)  // the last axis stays last (attention's head split): row copies
-        std::copy_n(src + off, inner, o);
-      else
-        for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * inner_stride];
-    });
+    strided_gather(static_cast<const T*>(in.raw()), static_cast<T*>(out.raw()), out.shape(),
+                   std::move(strides));
   });
 }
 

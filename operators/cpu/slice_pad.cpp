@@ -6,6 +6,7 @@
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/slice_window.hpp"
+#include "operators/common/strided_gather.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
@@ -28,32 +29,14 @@ void strided_copy(const Tensor& in, Tensor& out, const std::vector<int64_t>& sta
                   const std::vector<int64_t>& step) {
   const T* src = static_cast<const T*>(in.raw());
   T* dst = static_cast<T*>(out.raw());
-  const Shape& os = out.shape();
-  const size_t r = os.size();
+  if (out.numel() == 0) return;
   const auto is = strides_of(in.shape());
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  if (r == 0) {
-    dst[0] = src[0];
-    return;
+  std::vector<int64_t> strides(is.size());
+  for (size_t d = 0; d < is.size(); ++d) {
+    src += start[d] * is[d];
+    strides[d] = step[d] * is[d];
   }
-  const int64_t inner = os[r - 1], rows = n / inner;
-  // Rows in parallel once there is enough to copy; a row with step 1 is one block copy.
-  parallel_for(rows, n > 32768, [&](int64_t row) {
-    int64_t rem = row, off = 0;
-    for (size_t d = r - 1; d-- > 0;) {
-      off += (start[d] + (rem % os[d]) * step[d]) * is[d];
-      rem /= os[d];
-    }
-    off += start[r - 1] * is[r - 1];
-    T* o = dst + row * inner;
-    if (step[r - 1] == 1) {
-      std::copy(src + off, src + off + inner, o);
-      return;
-    }
-    const int64_t s = step[r - 1] * is[r - 1];
-    for (int64_t i = 0; i < inner; ++i) o[i] = src[off + i * s];
-  });
+  strided_gather(src, dst, out.shape(), std::move(strides));
 }
 
 class Slice final : public Kernel {

@@ -907,6 +907,35 @@ TEST(Passes, ALastConvolutionOfFewChannelsReadsBlocksAndWritesChannelsLast) {
     expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 10, 10}, rng)}});
 }
 
+// A stack of strided 3x3 convolutions (no 1x1, none Winograd's): on AVX-512, oneDNN's brgemm
+// convolutions on channels-last beat its blocked ones for them, and the region stays
+// channels-last; on AVX2 it takes blocks. Either way it computes what the unoptimized graph does.
+TEST(Passes, StridedThreeByThreeStacksStayChannelsLastOnAvx512) {
+  std::mt19937 rng(35);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 3, 20, 20}).output("y", 1, {});
+  b.initializer("W0", {16, 3, 3, 3}, random_values(16 * 3 * 9, rng))
+      .initializer("W1", {32, 16, 3, 3}, random_values(32 * 16 * 9, rng));
+  auto strided = [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+  };
+  b.node("Conv", {"x", "W0"}, {"c0"}, strided).node("Relu", {"c0"}, {"r0"});
+  b.node("Conv", {"r0", "W1"}, {"c1"}, strided).node("Relu", {"c1"}, {"r1"});
+  b.node("GlobalAveragePool", {"r1"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  int blocked = 0, channels_last = 0;
+  for (const Node& n : g.nodes) {
+    blocked += n.attr_string("volt.layout", "") == cpus_blocked_layout();
+    channels_last += n.attr_string("volt.layout", "") == "NHWC";
+  }
+  EXPECT_EQ(blocked, cpu_has_avx512() ? 0 : 3);  // two Convs and the pool
+  EXPECT_EQ(channels_last, cpu_has_avx512() ? 3 : 0);
+  for (int64_t batch : {1, 2})
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 3, 20, 20}, rng)}});
+}
+
 TEST(Passes, RegionWithChannelsNotInBlocksStaysChannelsLast) {
   std::mt19937 rng(32);
   const Graph g = run_passes(load(small_resnet(20, rng)), test_options());

@@ -1,0 +1,81 @@
+// strided_gather: a contiguous output from a strided view of an input, the one copy loop behind
+// Slice, Split and Transpose on the CPU. Output axes that the input also holds contiguously are
+// merged first, so that a channel Slice of an N x C x H x W tensor (ShuffleNet's split) is one
+// block copy per image rather than a row of W elements per channel and row, each with its own
+// index arithmetic (28-element rows: 35 us for a 180 KB slice, against 6 us as one block).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "operators/common/parallel.hpp"
+
+namespace volt {
+
+// Output `shape` (row-major, contiguous in `dst`) and the input stride of each output axis:
+// dst[i0, i1, ...] = src[i0 * strides[0] + i1 * strides[1] + ...]. Merges axis d into d + 1
+// where stepping d is stepping d + 1 its whole length (strides[d] == strides[d+1] * shape[d+1])
+// and drops axes of length 1; at least one axis remains.
+inline void merge_contiguous_axes(std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
+  std::vector<int64_t> s, st;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!s.empty() && st.back() == strides[d] * shape[d]) {
+      s.back() *= shape[d];
+      st.back() = strides[d];
+      continue;
+    }
+    s.push_back(shape[d]);
+    st.push_back(strides[d]);
+  }
+  if (s.empty()) {
+    s.push_back(1);
+    st.push_back(1);
+  }
+  shape = std::move(s);
+  strides = std::move(st);
+}
+
+template <class T>
+void strided_gather(const T* src, T* dst, std::vector<int64_t> shape,
+                    std::vector<int64_t> strides) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n == 0) return;
+  merge_contiguous_axes(shape, strides);
+  const size_t r = shape.size();
+  const int64_t inner = shape[r - 1], inner_stride = strides[r - 1];
+  const int64_t rows = n / inner;
+  auto row_offset = [&](int64_t row) {
+    int64_t rem = row, off = 0;
+    for (size_t d = r - 1; d-- > 0;) {
+      off += (rem % shape[d]) * strides[d];
+      rem /= shape[d];
+    }
+    return off;
+  };
+  // Parallel once there is enough to copy: over rows where there are several per thread, else
+  // over pieces of the rows (a whole-image block).
+  constexpr int64_t kParallelElements = 32768, kPiece = 16384;
+  const bool parallel = n > kParallelElements;
+  if (inner_stride == 1 && rows < 8 && parallel) {
+    const int64_t pieces_per_row = (inner + kPiece - 1) / kPiece;
+    parallel_for(rows * pieces_per_row, true, [&](int64_t p) {
+      const int64_t row = p / pieces_per_row, lo = (p % pieces_per_row) * kPiece;
+      const int64_t len = std::min(kPiece, inner - lo);
+      std::copy_n(src + row_offset(row) + lo, len, dst + row * inner + lo);
+    });
+    return;
+  }
+  parallel_for(rows, parallel, [&](int64_t row) {
+    const T* s = src + row_offset(row);
+    T* o = dst + row * inner;
+    if (inner_stride == 1) {
+      std::copy_n(s, inner, o);
+      return;
+    }
+    for (int64_t i = 0; i < inner; ++i) o[i] = s[i * inner_stride];
+  });
+}
+
+}  // namespace volt

@@ -422,6 +422,39 @@ TEST(Passes, ZeroPadFoldsIntoTheConvolution) {
   EXPECT_EQ(count_op(fold_pad_into_conv(load(model({0, 1, 2, 1, 0, 0, 1, 3}, 0.0f))), "Pad"), 1);
 }
 
+// A zero Pad before a pool: into an AveragePool's own pads with the padding counted
+// (count_include_pad 1), the same averages; one that pads nothing disappears before a MaxPool too.
+// Where the pool would differ (a MaxPool over real padding, ceil_mode windows past the edge), it
+// stays.
+TEST(Passes, ZeroPadFoldsIntoThePool) {
+  auto model = [](const char* pool, std::vector<int64_t> pads, int64_t ceil_mode) {
+    ModelBuilder b(13);
+    b.input("x", 1, {2, 3, 6, 7}).output_any("y", 1);
+    b.initializer("v", {}, {0.0f}).initializer_i64("pads", {8}, pads);
+    b.node("Pad", {"x", "pads", "v"}, {"p"});
+    b.node(pool, {"p"}, {"y"}, [&](auto& n) {
+      ModelBuilder::set_ints(n, "kernel_shape", {3, 2});
+      ModelBuilder::set_ints(n, "strides", {2, 2});
+      ModelBuilder::set_int(n, "ceil_mode", ceil_mode);
+    });
+    return b.bytes();
+  };
+  std::mt19937 rng(10);
+  const std::vector<int64_t> some = {0, 0, 2, 1, 0, 0, 1, 3}, none(8, 0);
+  const std::string average = model("AveragePool", some, 0);
+  const Graph g = fold_pad_into_conv(load(average));
+  ASSERT_EQ(count_op(g, "Pad"), 0);
+  EXPECT_EQ(g.nodes[0].attr_ints("pads"), (std::vector<int64_t>{2, 1, 1, 3}));
+  EXPECT_EQ(g.nodes[0].attr_int("count_include_pad"), 1);
+  for (const std::string& bytes :
+       {average, model("MaxPool", none, 0), model("AveragePool", none, 1)}) {
+    EXPECT_EQ(count_op(fold_pad_into_conv(load(bytes)), "Pad"), 0);
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 6, 7}, rng)}});
+  }
+  EXPECT_EQ(count_op(fold_pad_into_conv(load(model("MaxPool", some, 0))), "Pad"), 1);
+  EXPECT_EQ(count_op(fold_pad_into_conv(load(model("AveragePool", some, 1))), "Pad"), 1);
+}
+
 // If branches go through the passes too: a Conv -> Relu inside a branch runs fused, with the
 // same values as level 0, on either branch.
 TEST(Passes, SubgraphBodiesAreOptimizedToo) {

@@ -176,8 +176,10 @@ class MemoryCache {
   dnnl_memory_t take(const dnnl::memory::desc& md, int arg, void* data) {
     Entry& e = entries_[Key{&md, arg}];
     if (!e.memory || std::memcmp(&e.md, &md.data, sizeof e.md) != 0) {
-      e.md = md.data;
+      // The object first: if making it throws, the entry keeps an old object and the bytes
+      // that object was made for.
       e.memory = dnnl::memory(md, engine(), data);
+      e.md = md.data;
       return e.memory.get();
     }
     dnnl::error::wrap_c_api(dnnl_memory_set_data_handle_v2(e.memory.get(), data, stream().get()),

@@ -19,6 +19,11 @@ std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;  // another thread built it first
+  return add_locked(key, std::move(plan));
+}
+
+std::shared_ptr<const Plan> PlanCache::add_locked(const std::string& key,
+                                                  std::shared_ptr<const Plan> plan) {
   lru_.emplace_front(key, std::move(plan));
   index_[key] = lru_.begin();
   while (lru_.size() > capacity_) {
@@ -31,16 +36,10 @@ std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
 void PlanCache::replace(const std::string& key, std::shared_ptr<const Plan> plan) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = index_.find(key);
-  if (it != index_.end()) {
+  if (it != index_.end())
     it->second->second = std::move(plan);
-    return;
-  }
-  lru_.emplace_front(key, std::move(plan));
-  index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
+  else
+    add_locked(key, std::move(plan));
 }
 
 size_t PlanCache::size() const {

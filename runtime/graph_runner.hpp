@@ -28,6 +28,8 @@ class PlanCache {
 
  private:
   using Entry = std::pair<std::string, std::shared_ptr<const Plan>>;
+  // Adds the entry as the most recent and evicts past the capacity (mutex_ held).
+  std::shared_ptr<const Plan> add_locked(const std::string& key, std::shared_ptr<const Plan> plan);
   mutable std::mutex mutex_;
   size_t capacity_;
   std::list<Entry> lru_;  // most recent first

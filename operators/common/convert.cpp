@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/parallel.hpp"
 #include "runtime/error.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -29,11 +30,6 @@ __attribute__((target("avx,f16c"))) void halves_to_floats(const uint16_t* from, 
     _mm256_storeu_ps(to + i,
                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
   for (; i < n; ++i) to[i] = static_cast<float>(Float16::from_bits(from[i]));
-}
-
-bool cpu_has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-  return yes;
 }
 
 // float -> half or half -> float on F16C; false for other pairs or without it.

@@ -16,4 +16,10 @@ bool cpu_has_exact_int8_dot();
 // avx512_core_bf16 on). Without them it has none, and bf16 layers compute in fp32.
 bool cpu_has_bf16_kernels();
 
+// The CPU's own features, for volt's loops written with intrinsics (the library is built for
+// baseline x86-64; these run only where the CPU has them):
+bool cpu_has_f16c();         // F16C: float <-> half, 8 at a time (with AVX)
+bool cpu_has_avx512f();      // AVX-512 F
+bool cpu_has_avx512_vbmi();  // AVX-512 F, BW and VBMI (byte permutes)
+
 }  // namespace volt

@@ -84,10 +84,6 @@ void append_md_key(std::string& key, const dnnl::memory::desc& md) {
   }
 }
 
-dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
-  return dnnl::memory(md, engine(), const_cast<void*>(data));
-}
-
 bool reorder_exists(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
   try {
     return static_cast<bool>(
@@ -96,6 +92,16 @@ bool reorder_exists(const dnnl::memory::desc& from, const dnnl::memory::desc& to
     return false;
   }
 }
+
+namespace {
+
+// dnnl::memory over existing data (no copy): for the one-off reorder below and for the
+// per-thread cache that executions take their memory objects from.
+dnnl::memory wrap(const dnnl::memory::desc& md, const void* data) {
+  return dnnl::memory(md, engine(), const_cast<void*>(data));
+}
+
+}  // namespace
 
 void reorder_now(const dnnl::memory::desc& from_md, const void* from,
                  const dnnl::memory::desc& to_md, void* to) {
@@ -178,7 +184,7 @@ class MemoryCache {
     if (!e.memory || std::memcmp(&e.md, &md.data, sizeof e.md) != 0) {
       // The object first: if making it throws, the entry keeps an old object and the bytes
       // that object was made for.
-      e.memory = dnnl::memory(md, engine(), data);
+      e.memory = wrap(md, data);
       e.md = md.data;
       return e.memory.get();
     }

@@ -26,10 +26,6 @@ void append_md_key(std::string& key,
                    const dnnl::memory::desc& md);  // f32, bf16, f16, s8, u8, s32; undef otherwise
 bool supported(DType t);
 
-// dnnl::memory over existing data (no copy). For one-off uses; per-run executions go through
-// Args, which reuses memory objects.
-dnnl::memory wrap(const dnnl::memory::desc& md, const void* data);
-
 // The arguments of one primitive execution, each a buffer as a descriptor describes it. The
 // descriptors must outlive the execution (kernels keep theirs in their prepared state). execute()
 // takes each argument's memory object from a per-thread cache, keyed by the descriptor's address

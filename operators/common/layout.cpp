@@ -109,9 +109,7 @@ dnnl::memory::desc activation_md(const Shape& logical, dnnl::memory::data_type d
 }
 
 void permute_into(const Tensor& in, const std::vector<int64_t>& perm, Tensor& out) {
-  const auto in_strides = strides_of(in.shape());
-  std::vector<int64_t> strides;  // input stride for each output axis
-  for (int64_t p : perm) strides.push_back(in_strides[p]);
+  std::vector<int64_t> strides = permuted_strides(in.shape(), perm);
   dispatch_any(in.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     strided_gather(static_cast<const T*>(in.raw()), static_cast<T*>(out.raw()), out.shape(),

@@ -17,23 +17,21 @@ namespace volt {
 // where stepping d is stepping d + 1 its whole length (strides[d] == strides[d+1] * shape[d+1])
 // and drops axes of length 1; at least one axis remains.
 inline void merge_contiguous_axes(std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
-  std::vector<int64_t> s, st;
+  size_t kept = 0;  // (in place: no allocation per run)
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
-    if (!s.empty() && st.back() == strides[d] * shape[d]) {
-      s.back() *= shape[d];
-      st.back() = strides[d];
+    if (kept > 0 && strides[kept - 1] == strides[d] * shape[d]) {
+      shape[kept - 1] *= shape[d];
+      strides[kept - 1] = strides[d];
       continue;
     }
-    s.push_back(shape[d]);
-    st.push_back(strides[d]);
+    shape[kept] = shape[d];
+    strides[kept] = strides[d];
+    ++kept;
   }
-  if (s.empty()) {
-    s.push_back(1);
-    st.push_back(1);
-  }
-  shape = std::move(s);
-  strides = std::move(st);
+  shape.resize(std::max<size_t>(kept, 1), 1);
+  strides.resize(std::max<size_t>(kept, 1), 1);
+  if (kept == 0) shape[0] = strides[0] = 1;
 }
 
 template <class T>

@@ -27,12 +27,11 @@ namespace {
 // layout (3.3x faster than a Transpose node did on a 224x224 image batch).
 struct ConvState {
   dnnl::convolution_forward prim;
-  dnnl::memory::desc src, weights, bias, dst, scratch, user_weights, plain_src, plain_dst,
-      plain_residual;
-  dnnl::reorder src_in, dst_out, residual_in;
-  size_t src_offset = 0, dst_offset = 0;  // of the blocked buffers in the scratch
+  dnnl::memory::desc weights, bias, scratch, user_weights, plain_residual;
+  dnnl_adapter::Staged src, dst;  // X and Y as stored <-> as the primitive chose
+  dnnl_adapter::PreparedReorder residual_in;
   Tensor packed_weights;
-  bool has_bias = false, blocked_src = false, blocked_dst = false;
+  bool has_bias = false;
   bool convert_residual = false;  // the residual needs a reorder into dst (layout or dtype)
 };
 
@@ -150,22 +149,17 @@ class Conv final : public Kernel {
     char* scratch = static_cast<char*>(ctx.scratch());
     const void* x = ctx.input(0).raw();
     void* y = ctx.output(0).raw();
-    const void* src = x;
-    if (st.blocked_src) {
-      src = scratch + st.src_offset;
-      dnnl_adapter::execute(st.src_in,
-                            {{DNNL_ARG_FROM, st.plain_src, x}, {DNNL_ARG_TO, st.src, src}});
-    }
-    void* dst = st.blocked_dst ? scratch + st.dst_offset : y;
+    const void* src = st.src.in(x, scratch);
+    void* dst = st.dst.out(y, scratch);
     if (residual_) {  // the sum post-op adds the convolution to what dst already holds
       const void* r = ctx.input(3).raw();
       if (st.convert_residual)
-        dnnl_adapter::execute(st.residual_in,
-                              {{DNNL_ARG_FROM, st.plain_residual, r}, {DNNL_ARG_TO, st.dst, dst}});
+        st.residual_in(r, dst);
       else if (r != y)
         std::memcpy(y, r, ctx.output(0).nbytes());
     }
-    dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src, src}, {DNNL_ARG_DST, st.dst, dst}};
+    dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src.wanted, src},
+                               {DNNL_ARG_DST, st.dst.wanted, dst}};
     Tensor packed;
     if (st.packed_weights.defined()) {
       args.add(DNNL_ARG_WEIGHTS, st.weights, st.packed_weights.raw());
@@ -176,9 +170,7 @@ class Conv final : public Kernel {
     }
     if (st.has_bias) args.add(DNNL_ARG_BIAS, st.bias, ctx.input(2).raw());
     dnnl_adapter::execute(st.prim, args, st.scratch, scratch);
-    if (st.blocked_dst)
-      dnnl_adapter::execute(st.dst_out,
-                            {{DNNL_ARG_FROM, st.dst, dst}, {DNNL_ARG_TO, st.plain_dst, y}});
+    st.dst.finish(y, scratch);
   }
 
   std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& s, const Shape& x) const {
@@ -198,8 +190,8 @@ class Conv final : public Kernel {
         wshape = {s.group, s.m / s.group};
         wshape.insert(wshape.end(), ws.begin() + 1, ws.end());
       }
-      st->plain_src = activation_md(x, x_dt, x_layout_);
-      st->plain_dst = activation_md(s.out, y_dt, layout_);
+      const dnnl::memory::desc plain_src = activation_md(x, x_dt, x_layout_),
+                               plain_dst = activation_md(s.out, y_dt, layout_);
       // Taps that read padding only, for every output, are left out (constant weights: they
       // are read in place, as a strided view that skips them, when packed).
       const std::optional<LiveWindow> live =
@@ -285,31 +277,16 @@ class Conv final : public Kernel {
       if (dnnl_adapter::is_reference(pd))
         ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
       st->prim = dnnl::convolution_forward(pd);
-      st->src = pd.src_desc();
-      st->dst = pd.dst_desc();
       st->weights = pd.weights_desc();
       st->scratch = pd.scratchpad_desc();
-      st->blocked_src = st->src != st->plain_src;
-      st->blocked_dst = st->dst != st->plain_dst;
-      size_t total = dnnl_adapter::align64(st->scratch.get_size());
-      if (st->blocked_src) {
-        st->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(
-            dnnl_adapter::engine(), st->plain_src, dnnl_adapter::engine(), st->src));
-        st->src_offset = total;
-        total += dnnl_adapter::align64(st->src.get_size());
-      }
+      size_t total = st->scratch.get_size();
+      st->src = dnnl_adapter::Staged(plain_src, pd.src_desc(), true, total);
+      st->dst = dnnl_adapter::Staged(plain_dst, pd.dst_desc(), false, total);
       if (residual_) {  // into dst's layout and dtype, unless it is already both
         st->plain_residual = activation_md(s.out, dnnl_adapter::to_dnnl(ctx.dtype(3)), layout_);
-        st->convert_residual = st->plain_residual != st->dst;
+        st->convert_residual = st->plain_residual != st->dst.wanted;
         if (st->convert_residual)
-          st->residual_in = dnnl::reorder(dnnl::reorder::primitive_desc(
-              dnnl_adapter::engine(), st->plain_residual, dnnl_adapter::engine(), st->dst));
-      }
-      if (st->blocked_dst) {
-        st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(
-            dnnl_adapter::engine(), st->dst, dnnl_adapter::engine(), st->plain_dst));
-        st->dst_offset = total;
-        total += dnnl_adapter::align64(st->dst.get_size());
+          st->residual_in = dnnl_adapter::PreparedReorder(st->plain_residual, st->dst.wanted);
       }
       if (const Tensor* w = ctx.input_tensor(1))
         st->packed_weights =

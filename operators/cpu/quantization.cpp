@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/common/tensor_values.hpp"
@@ -25,7 +26,7 @@ inline void quantize_loop(const float* x, int64_t n, float scale, int32_t zero_p
 
 // The intrinsics paths below run where the CPU has AVX-512 (the library is built for baseline
 // x86-64).
-const bool kAvx512 = avx512::has_avx512();
+const bool kAvx512 = cpu_has_avx512f();
 
 struct MinMax {
   float lo = 0, hi = 0;
@@ -266,17 +267,5 @@ void dynamic_quantize(const float* x, int64_t n, const DynamicRange& r, uint8_t*
     quantize_span(x + lo, hi - lo, r.scale, r.zero_point, y + lo);
   });
 }
-
-namespace avx512 {
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-bool has_avx512_vbmi() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vbmi");
-  return yes;
-}
-}  // namespace avx512
 
 }  // namespace volt

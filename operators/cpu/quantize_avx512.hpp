@@ -1,8 +1,8 @@
 // QuantizeLinear's arithmetic on 16 floats in AVX-512 registers, and a 256-entry byte table on 64
 // bytes in AVX-512 VBMI, for the int8 element-wise kernels (quantization.cpp,
 // quantized_elementwise.cpp). The library is built for baseline x86-64: callers check the CPU
-// at run time (has_avx512(), has_avx512_vbmi()) and call these only from functions compiled for
-// that target.
+// at run time (cpu_has_avx512f(), cpu_has_avx512_vbmi() in operators/common/cpu_isa.hpp) and
+// call these only from functions compiled for that target.
 #pragma once
 #include <immintrin.h>
 
@@ -10,9 +10,6 @@
 #include <cstdint>
 
 namespace volt::avx512 {
-
-bool has_avx512();       // AVX-512 F
-bool has_avx512_vbmi();  // AVX-512 F, BW and VBMI (byte permutes)
 
 struct QuantizeConstants {
   __m512 scale, zero_point, lo, hi, big, neg_big;

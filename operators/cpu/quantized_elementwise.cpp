@@ -10,6 +10,7 @@
 // point, saturated), so the answer is the same to the bit, in a quarter of the memory traffic.
 // Attributes: volt.scales and volt.zero_points (A's, B's, Y's; X's, Y's), volt.output_type, the
 // fused activation.
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
@@ -182,8 +183,7 @@ class Requantizer {
   DType out() const { return p_.out; }
   // y[0, n) (raw bytes of out()) from x[0, n) (raw bytes of the input type); n <= kBlock.
   void operator()(const uint8_t* x, int64_t n, void* y) const {
-    if (avx512::has_avx512_vbmi())
-      return look_up_vbmi(x, n, table_, flip(), static_cast<uint8_t*>(y));
+    if (cpu_has_avx512_vbmi()) return look_up_vbmi(x, n, table_, flip(), static_cast<uint8_t*>(y));
     if (p_.act.kind != FusedActivation::Kind::Relu && p_.act.any())
       return look_up(x, n, table_, flip(), static_cast<uint8_t*>(y));
     float v[kBlock];
@@ -228,8 +228,8 @@ class QuantizedAdd final : public Kernel {
     const Tensor &a = ctx.input(0), &b = ctx.input(1);
     Tensor& y = ctx.output(0);
     if (a.shape() == b.shape()) {
-      const bool fused = avx512::has_avx512_vbmi() &&
-                         (!p_.act.any() || p_.act.kind == FusedActivation::Kind::Relu);
+      const bool fused =
+          cpu_has_avx512_vbmi() && (!p_.act.any() || p_.act.kind == FusedActivation::Kind::Relu);
       parallel_chunks(y.numel(), kBlock, [&](int64_t lo, int64_t hi) {
         if (fused) lo += fused_add(a, b, lo, hi, y);
         if (lo == hi) return;

@@ -11,6 +11,7 @@
 // DenseNet's transitions): the padding would be -inf for a max. Besides the copy, the Pad kept
 // the pool and every value after it out of the channels-last region.
 #include <algorithm>
+#include <optional>
 
 #include "runtime/passes/passes.hpp"
 
@@ -41,36 +42,40 @@ std::vector<int64_t> zero_padding(const Graph& g, const Node& pad) {
   return pads;
 }
 
+// zero_padding's pads when they are of the spatial axes only (N, C, spatial...), as a Conv's or
+// pool's own `pads` attribute writes them: [begin per spatial axis..., end per spatial axis...].
+std::optional<std::vector<int64_t>> spatial_zero_padding(const Graph& g, const Node& pad) {
+  const std::vector<int64_t> pads = zero_padding(g, pad);
+  const size_t rank = pads.size() / 2;
+  if (pads.empty() || pads.size() % 2 || rank < 3) return std::nullopt;
+  if (pads[0] || pads[1] || pads[rank] || pads[rank + 1]) return std::nullopt;
+  std::vector<int64_t> spatial(pads.begin() + 2, pads.begin() + static_cast<int64_t>(rank));
+  spatial.insert(spatial.end(), pads.begin() + static_cast<int64_t>(rank) + 2, pads.end());
+  return spatial;
+}
+
+// Whether `n` pads by its attribute (auto_pad NOTSET or VALID), which a fold can add to.
+bool pads_explicitly(const Node& n) {
+  const std::string auto_pad = n.attr_string("auto_pad", "NOTSET");
+  return auto_pad == "NOTSET" || auto_pad == "VALID";
+}
+
 // Pad -> AveragePool / MaxPool (see above); false where it does not apply.
 bool fold_into_pool(const Graph& graph, PatternRewrite& rw, Node& pad) {
   Node* pool = rw.sole_reader(pad.outputs[0], "AveragePool");
   if (!pool) pool = rw.sole_reader(pad.outputs[0], "MaxPool");
   if (!pool || pool->inputs.empty() || pool->inputs[0] != pad.outputs[0] ||
-      pool->outputs.size() != 1)
+      pool->outputs.size() != 1 || !pads_explicitly(*pool))
     return false;
-  const std::string auto_pad = pool->attr_string("auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "VALID") return false;
   for (int64_t v : pool->attr_ints("pads", {}))
     if (v != 0) return false;
-  const std::vector<int64_t> pads = zero_padding(graph, pad);
-  const size_t rank = pads.size() / 2;
-  if (pads.empty() || pads.size() % 2 || rank < 3) return false;
-  if (pads[0] || pads[1] || pads[rank] || pads[rank + 1]) return false;
-  const bool adds_nothing = std::all_of(pads.begin(), pads.end(), [](int64_t v) { return v == 0; });
-  if (!adds_nothing) {
+  const auto pads = spatial_zero_padding(graph, pad);
+  if (!pads) return false;
+  if (std::any_of(pads->begin(), pads->end(), [](int64_t v) { return v != 0; })) {
     if (pool->op_type != "AveragePool" || pool->attr_int("ceil_mode", 0) != 0) return false;
-    std::vector<int64_t> own;
-    for (size_t i = 2; i < rank; ++i) own.push_back(pads[i]);
-    for (size_t i = 2; i < rank; ++i) own.push_back(pads[rank + i]);
-    Attribute a;
-    a.type = Attribute::Type::Ints;
-    a.ints = own;
-    pool->attributes["pads"] = a;
+    pool->attributes["pads"] = ints_attr(*pads);
     pool->attributes.erase("auto_pad");
-    Attribute include;
-    include.type = Attribute::Type::Int;
-    include.i = 1;
-    pool->attributes["count_include_pad"] = include;
+    pool->attributes["count_include_pad"] = int_attr(1);
   }
   pool->inputs[0] = pad.inputs[0];
   rw.remove(&pad);
@@ -86,27 +91,18 @@ Graph fold_pad_into_conv(const Graph& graph) {
     if (!is_onnx_op(pad, "Pad") || pad.outputs.size() != 1 || rw.removed(&pad)) continue;
     if (fold_into_pool(graph, rw, pad)) continue;
     Node* conv = rw.sole_reader(pad.outputs[0], "Conv");
-    if (!conv || conv->inputs.empty() || conv->inputs[0] != pad.outputs[0]) continue;
-    const std::string auto_pad = conv->attr_string("auto_pad", "NOTSET");
-    if (auto_pad != "NOTSET" && auto_pad != "VALID") continue;
-    const std::vector<int64_t> pads = zero_padding(graph, pad);
-    const size_t rank = pads.size() / 2;
-    if (pads.size() % 2 || rank < 3) continue;
-    // Nothing on the batch and channel axes.
-    if (pads[0] || pads[1] || pads[rank] || pads[rank + 1]) continue;
-    const size_t spatial = rank - 2;
-    std::vector<int64_t> own =
-        auto_pad == "VALID" ? std::vector<int64_t>{} : conv->attr_ints("pads");
-    if (own.empty()) own.assign(2 * spatial, 0);
-    if (own.size() != 2 * spatial) continue;  // the kernel reports the malformed attribute
-    for (size_t i = 0; i < spatial; ++i) {
-      own[i] += pads[2 + i];
-      own[spatial + i] += pads[rank + 2 + i];
-    }
-    Attribute a;
-    a.type = Attribute::Type::Ints;
-    a.ints = own;
-    conv->attributes["pads"] = a;
+    if (!conv || conv->inputs.empty() || conv->inputs[0] != pad.outputs[0] ||
+        !pads_explicitly(*conv))
+      continue;
+    const auto pads = spatial_zero_padding(graph, pad);
+    if (!pads) continue;
+    std::vector<int64_t> own = conv->attr_string("auto_pad", "NOTSET") == "VALID"
+                                   ? std::vector<int64_t>{}
+                                   : conv->attr_ints("pads");
+    if (own.empty()) own.assign(pads->size(), 0);
+    if (own.size() != pads->size()) continue;  // the kernel reports the malformed attribute
+    for (size_t i = 0; i < own.size(); ++i) own[i] += (*pads)[i];
+    conv->attributes["pads"] = ints_attr(own);
     conv->attributes.erase("auto_pad");
     conv->inputs[0] = pad.inputs[0];
     rw.remove(&pad);

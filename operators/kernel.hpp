@@ -34,11 +34,25 @@ struct KernelUnsupported {
   std::string reason;
 };
 
+class Kernel;
+
 // What a kernel keeps for one node across the plans of a session: state that serves every
 // input shape (InferContext::shapes_vary), such as a oneDNN primitive with run-time dimensions
 // and its packed weights, found again by a key the kernel makes of what the state depends on.
+// It also keeps the node's kernel objects, one per kernel definition: a kernel is made from the
+// node's attributes alone and is const, so every plan of the session shares it, and a new input
+// shape does not parse the node's attributes again (nor compile an If's branches again).
 class NodeMemo {
  public:
+  // The kernel `definition` (a KernelDef, by address) makes for this node, made on first use.
+  template <class Make>
+  std::shared_ptr<const Kernel> kernel(const void* definition, Make&& make) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [d, k] : kernels_)
+      if (d == definition) return k;
+    kernels_.emplace_back(definition, std::shared_ptr<const Kernel>(make()));
+    return kernels_.back().second;
+  }
   std::shared_ptr<void> find(const std::string& key) const {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [k, state] : entries_)
@@ -57,6 +71,7 @@ class NodeMemo {
   static constexpr size_t kMaxEntries = 32;
   mutable std::mutex mutex_;
   std::vector<std::pair<std::string, std::shared_ptr<void>>> entries_;
+  std::vector<std::pair<const void*, std::shared_ptr<const Kernel>>> kernels_;
 };
 
 class InferContext {

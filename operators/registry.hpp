@@ -47,6 +47,11 @@ struct KernelDef {
   // primitives, whose fixed cost dominates below): checked before infer(), where declining
   // costs an exception, for each small node of each plan.
   int64_t min_elements = 0;
+  // Generates code for the exact shapes it is planned for (oneDNN's binary primitives, about
+  // 20 us each), and another kernel of the op needs none: skipped in a plan built for one of
+  // several input shapes (InferContext::shapes_vary), so that a new shape costs no code
+  // generation for the node.
+  bool shape_specific = false;
   std::function<std::unique_ptr<Kernel>(const Node&)> create;
 
   // Whether this kernel takes inputs of these types (dtype of `type_input`, sparse or dense);

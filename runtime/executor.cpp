@@ -241,7 +241,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
           for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
             if (!def->accepts(in_type_ptrs)) continue;
-            const Kernel& k = st.dynamic->get(*def, node);
+            // (The node's memo keeps the kernel for the session.)
+            const Kernel& k = *cg.memos[st.node].kernel(def, [&] { return def->create(node); });
             auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
             try {
               k.infer(*ictx);

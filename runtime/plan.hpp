@@ -15,29 +15,17 @@
 
 namespace volt {
 
-// The kernels a step whose shapes are known only at run time has created, one per definition,
-// kept for later runs: creating one can be costly (If and Loop compile their bodies then). Kernels
-// are const and shared between concurrent runs, as a static step's is.
-class DynamicKernels {
- public:
-  const Kernel& get(const KernelDef& def, const Node& node);
-  void seed(const KernelDef& def, std::unique_ptr<Kernel> kernel);  // the plan-time kernel
-
- private:
-  std::mutex mutex_;
-  std::vector<std::pair<const KernelDef*, std::unique_ptr<Kernel>>> kernels_;
-};
-
 struct PlanStep {
   int node = -1;  // index into graph nodes
   const KernelDef* def = nullptr;
-  std::unique_ptr<Kernel> kernel;
+  // The node's kernel, shared with the session's other plans (NodeMemo::kernel); a step whose
+  // shapes are known only at run time finds its kernels there too.
+  std::shared_ptr<const Kernel> kernel;
   std::shared_ptr<void> state;
   std::vector<int> inputs;   // value ids of the node's explicit inputs (-1 = omitted)
   std::vector<int> outputs;  // value ids (-1 = omitted)
   std::vector<TypeShape> output_types;
   bool shapes_static = true;  // false: infer() runs again at run time with the real inputs
-  std::shared_ptr<DynamicKernels> dynamic;  // the kernels of a step that is not shapes_static
   // Runs on the compiled graph's accelerator: the node was placed there and a device kernel
   // took it (else its host kernel runs, inputs copied over by the executor).
   bool on_accelerator = false;

@@ -65,7 +65,7 @@ const std::string kFolded = "planner: folded outputs";
 
 struct Choice {
   const KernelDef* def = nullptr;
-  std::unique_ptr<Kernel> kernel;
+  std::shared_ptr<const Kernel> kernel;
   std::unique_ptr<NodeInferContext> ctx;
   bool deferred = false;  // an input shape is only known at run time
   bool on_accelerator = false;
@@ -100,8 +100,9 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
         }
     }
     for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
-      if (!def->accepts(in_types)) continue;
-      auto kernel = def->create(node);
+      if (!def->accepts(in_types) || (shapes_vary && def->shape_specific)) continue;
+      auto kernel = memo ? memo->kernel(def, [&] { return def->create(node); })
+                         : std::shared_ptr<const Kernel>(def->create(node));
       auto ctx =
           std::make_unique<NodeInferContext>(node, in_types, c.values, threads, shapes_vary, memo);
       try {
@@ -356,10 +357,6 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.shapes_static = all_known(ictx);
       step.output_types = std::move(ictx.outputs);
     }
-    if (!step.shapes_static) {
-      step.dynamic = std::make_shared<DynamicKernels>();
-      if (step.kernel) step.dynamic->seed(*step.def, std::move(step.kernel));
-    }
     for (size_t i = 0; i < step.outputs.size(); ++i)
       if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];
     copied.planned(node_index, true, c.deferred ? no_restorers : c.ctx->restorers);
@@ -477,19 +474,6 @@ std::string Plan::describe() const {
     for (int id : st.release) out << "      frees " << graph->names[id] << "\n";
   }
   return out.str();
-}
-
-const Kernel& DynamicKernels::get(const KernelDef& def, const Node& node) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [d, k] : kernels_)
-    if (d == &def) return *k;
-  kernels_.emplace_back(&def, def.create(node));
-  return *kernels_.back().second;
-}
-
-void DynamicKernels::seed(const KernelDef& def, std::unique_ptr<Kernel> kernel) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  kernels_.emplace_back(&def, std::move(kernel));
 }
 
 }  // namespace volt

@@ -474,6 +474,7 @@ KernelDef dnnl_binary(const char* op, dnnl::algorithm alg, bool commutative) {
       .priority = 10,
       .inplace_input = 0,
       .min_elements = dnnl_adapter::kDnnlMinElements,
+      .shape_specific = true,  // (volt's loop takes the node in a shape-generic plan)
       .create = [=](const Node& n) { return std::make_unique<DnnlBinary>(n, alg, commutative); }};
 }
 

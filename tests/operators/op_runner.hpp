@@ -1,6 +1,8 @@
 // Runs one op as a one-node model, in float32 (oneDNN where it applies) and float64 (the
 // reference loops), so each optimized kernel is checked against the plain one.
 #pragma once
+#include <cmath>
+#include <limits>
 #include <random>
 
 #include "model_builder.hpp"
@@ -60,9 +62,13 @@ inline Tensor run_op(const std::string& op, const std::vector<Tensor>& inputs, D
 // The largest |a - b| / (1 + |b|).
 inline double max_rel_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    m = std::max(m, std::abs(a.data<double>()[i] - b.data<double>()[i]) /
-                        (1 + std::abs(b.data<double>()[i])));
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.data<double>()[i], y = b.data<double>()[i];
+    // (A NaN on one side only is a difference; std::max would drop it.)
+    if (std::isnan(x) != std::isnan(y)) return std::numeric_limits<double>::infinity();
+    if (x == y) continue;  // (equal infinities)
+    m = std::max(m, std::abs(x - y) / (1 + std::abs(y)));
+  }
   return m;
 }
 

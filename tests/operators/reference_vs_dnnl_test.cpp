@@ -4,6 +4,8 @@
 // thousand terms of order 1.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "operators/op_runner.hpp"
 
 namespace volt {
@@ -257,6 +259,19 @@ TEST(ReferenceVsDnnl, SoftmaxFamilyOnEveryAxis) {
       for (int opset : {11, 13})
         expect_same(
             op, {x}, [&](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", axis); }, opset);
+}
+
+// f32 rows run on volt's vectorized loop (its own exp): long rows with a vector tail, rows of
+// one element, large logits, and masked positions (-inf, as attention masks write them).
+TEST(ReferenceVsDnnl, SoftmaxRowsLongShortMaskedAndLarge) {
+  std::mt19937 rng(19);
+  for (const Shape& shape : {Shape{3, 1000}, Shape{4, 17}, Shape{5, 1}}) {
+    Tensor x = random_double(shape, rng, -60, 60);
+    expect_same("LogSoftmax", {x});
+    for (int64_t i = 0; i < x.numel(); i += 7)
+      if (shape.back() > 1) x.data<double>()[i] = -std::numeric_limits<double>::infinity();
+    expect_same("Softmax", {x});
+  }
 }
 
 TEST(ReferenceVsDnnl, BatchNormalization) {

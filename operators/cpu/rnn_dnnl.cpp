@@ -1,6 +1,7 @@
 #include "operators/cpu/rnn_dnnl.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 
@@ -49,6 +50,22 @@ struct RecurrentState {
   // unidirectional state per direction, its buffers at direction_scratch[d] in the node's scratch.
   std::vector<std::shared_ptr<RecurrentState>> directions;
   std::vector<size_t> direction_scratch;
+  // A plan built for one of several sequence lengths (InferContext::shapes_vary) runs each
+  // direction as consecutive chunks of fixed lengths (chunk_lengths), the final state of one
+  // chunk the initial state of the next, on unidirectional primitives kept in the node's memo:
+  // they serve every length, where a primitive made for the exact length costs 0.5-1 ms of code
+  // generation at each new length (speech_lstm_gru: 2.2 ms of its 2.9 ms plan).
+  struct Chunk {
+    int64_t start = 0, steps = 0;
+    std::shared_ptr<const RecurrentState> primitive;
+  };
+  struct ChunkedDirection {
+    std::vector<Chunk> chunks;  // in the order they run (right to left: last chunk first)
+    // In the node's scratch: this direction's region; within it, the primitives' scratch at 0,
+    // the direction's outputs [T, N, H] and two state slots (h, then c) that the chunks pass on.
+    size_t region = 0, layer = 0, slots[2] = {0, 0};
+  };
+  std::vector<ChunkedDirection> chunked;
 };
 
 int64_t gate_count(Cell cell) {
@@ -376,15 +393,23 @@ bool runs_directions_apart(const InferContext& ctx, const RecurrentSpec& spec, c
   return spec.dirs == 2 && spec.layout == 0 && ctx.threads() == 2 && g.constant_weights;
 }
 
-// Direction d of a bidirectional node as a unidirectional primitive.
+// Direction d of a node as a unidirectional primitive (d = 1: right to left), over `steps` of
+// the sequence (0: all of it); a chunk (steps > 0) always takes and gives initial states.
 std::shared_ptr<RecurrentState> prepare_direction(InferContext& ctx, const RecurrentSpec& spec,
-                                                  const Geometry& both, int64_t d) {
+                                                  const Geometry& both, int64_t d,
+                                                  int64_t steps = 0) {
   auto st = std::make_shared<RecurrentState>();
   RecurrentSpec one = spec;
   one.dirs = 1;
   Geometry& g = st->g;
   g = both;
   const int64_t n = g.batch, h = g.hidden, gates = gate_count(spec.cell);
+  if (steps > 0) {
+    g.seq = steps;
+    g.src_layer = dnnl::memory::desc({steps, n, g.in}, f32, tag::tnc);
+    g.src_iter = state_md(1, n, h, 0);
+    if (spec.cell == Cell::Lstm) g.src_iter_c = g.src_iter;
+  }
   if (!g.src_iter.is_zero()) g.src_iter = state_md(1, n, h, 0);
   if (!g.src_iter_c.is_zero()) g.src_iter_c = state_md(1, n, h, 0);
   g.bias = dnnl::memory::desc({1, 1, g.lbr ? gates + 1 : gates, h}, f32, tag::ldgo);
@@ -395,13 +420,76 @@ std::shared_ptr<RecurrentState> prepare_direction(InferContext& ctx, const Recur
   g.direction = d == 0 ? dnnl::rnn_direction::unidirectional_left2right
                        : dnnl::rnn_direction::unidirectional_right2left;
   st->p = make_primitives(g, one, false);
-  st->weights = shared_constant_weights(ctx, both, spec, st->p, d);
+  st->weights = shared_constant_weights(ctx, both, spec, st->p, spec.dirs == 2 ? d : -1);
+  return st;
+}
+
+// The chunks a sequence of t steps runs as: of 64 steps while they last, then the binary digits
+// of the rest (200 = 64 + 64 + 64 + 8). Seven lengths serve every t, at most seven chunks past
+// the 64s.
+std::vector<int64_t> chunk_lengths(int64_t t) {
+  constexpr int64_t kLongest = 64;
+  std::vector<int64_t> out(static_cast<size_t>(t / kLongest), kLongest);
+  for (int64_t len = kLongest / 2; len >= 1; len /= 2)
+    if (t % kLongest & len) out.push_back(len);
+  return out;
+}
+
+// The unidirectional primitive for chunks of `steps` of direction d, from the node's memo (made
+// and kept there on first use): it depends on the batch and the weights, not on the length.
+std::shared_ptr<const RecurrentState> chunk_primitive(InferContext& ctx, const RecurrentSpec& spec,
+                                                      const Geometry& g, int64_t d, int64_t steps) {
+  std::string key = "rnn chunk";
+  const int64_t words[] = {
+      steps, d, g.batch,
+      static_cast<int64_t>(reinterpret_cast<uintptr_t>(ctx.input_tensor(1)->raw()))};
+  key.append(reinterpret_cast<const char*>(words), sizeof words);
+  if (auto kept = ctx.memo()->find(key))
+    return std::static_pointer_cast<const RecurrentState>(kept);
+  auto st = prepare_direction(ctx, spec, g, d, steps);
+  ctx.memo()->keep(key, st);
+  return st;
+}
+
+// Whether the node runs as chunks (RecurrentState::chunked): a plan for one of several lengths,
+// time-major data, constant weights.
+bool runs_in_chunks(const InferContext& ctx, const RecurrentSpec& spec, const Geometry& g) {
+  return ctx.shapes_vary() && ctx.memo() && spec.layout == 0 && g.constant_weights;
+}
+
+std::shared_ptr<RecurrentState> prepare_chunked(InferContext& ctx, const RecurrentSpec& spec,
+                                                const Geometry& g) {
+  auto st = std::make_shared<RecurrentState>();
+  st->g = g;
+  const size_t state_bytes = dnnl_adapter::align64(static_cast<size_t>(2 * g.batch * g.hidden) *
+                                                   sizeof(float));  // h and c
+  size_t bytes = 0;
+  for (int64_t d = 0; d < spec.dirs; ++d) {
+    const int64_t direction = spec.dirs == 2 ? d : (spec.reverse ? 1 : 0);
+    RecurrentState::ChunkedDirection& cd = st->chunked.emplace_back();
+    int64_t start = 0;
+    size_t own = 0;
+    for (const int64_t steps : chunk_lengths(g.seq)) {
+      cd.chunks.push_back({start, steps, chunk_primitive(ctx, spec, g, direction, steps)});
+      own = std::max(own, cd.chunks.back().primitive->p.scratch.get_size());
+      start += steps;
+    }
+    if (direction == 1) std::reverse(cd.chunks.begin(), cd.chunks.end());
+    cd.region = bytes;
+    cd.layer = dnnl_adapter::align64(own);
+    cd.slots[0] = cd.layer + dnnl_adapter::align64(static_cast<size_t>(g.seq * g.batch * g.hidden) *
+                                                   sizeof(float));
+    cd.slots[1] = cd.slots[0] + state_bytes;
+    bytes += cd.slots[1] + state_bytes;
+  }
+  ctx.request_scratch(bytes);
   return st;
 }
 
 std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& spec) {
   auto st = std::make_shared<RecurrentState>();
   st->g = describe(ctx, spec, false);
+  if (runs_in_chunks(ctx, spec, st->g)) return prepare_chunked(ctx, spec, st->g);
   if (runs_directions_apart(ctx, spec, st->g)) {
     size_t bytes = 0;
     for (int64_t d = 0; d < 2; ++d) {
@@ -447,27 +535,37 @@ void move_sequence(const float* src, float* dst, int64_t t, int64_t n, int64_t d
       }
 }
 
-// The data a forward primitive reads: X and the initial states (nullptr: none).
+// The data a forward primitive reads: X and the initial states (nullptr: none); and where it
+// writes: the sequence and the final states.
 struct Sources {
   const void *layer = nullptr, *iter = nullptr, *iter_c = nullptr;
 };
+struct Destinations {
+  void *layer = nullptr, *iter = nullptr, *iter_c = nullptr;
+};
+
+// Where the forward primitive writes in the node's scratch (place_outputs).
+Destinations scratch_outputs(const RecurrentState& st, char* scratch) {
+  return {scratch + st.dst_layer_offset, scratch + st.dst_iter_offset,
+          scratch + st.dst_iter_c_offset};
+}
 
 // The arguments of the forward primitive for this run.
 dnnl_adapter::Args forward_args(const RecurrentState& st, const RecurrentSpec& spec,
                                 const Sources& src, const RecurrentState::Weights& weights,
-                                char* scratch) {
+                                const Destinations& dst) {
   const Geometry& g = st.g;
   dnnl_adapter::Args args = {{DNNL_ARG_SRC_LAYER, g.src_layer, src.layer},
                              {DNNL_ARG_WEIGHTS_LAYER, st.p.weights_layer, weights.layer.raw()},
                              {DNNL_ARG_WEIGHTS_ITER, st.p.weights_iter, weights.iter.raw()},
                              {DNNL_ARG_BIAS, g.bias, weights.bias.raw()},
-                             {DNNL_ARG_DST_LAYER, g.dst_layer, scratch + st.dst_layer_offset},
-                             {DNNL_ARG_DST_ITER, g.dst_iter, scratch + st.dst_iter_offset}};
+                             {DNNL_ARG_DST_LAYER, g.dst_layer, dst.layer},
+                             {DNNL_ARG_DST_ITER, g.dst_iter, dst.iter}};
   if (src.iter) args.add(DNNL_ARG_SRC_ITER, g.src_iter, src.iter);
   if (spec.cell == Cell::Lstm) {
     if (src.iter_c) args.add(DNNL_ARG_SRC_ITER_C, g.src_iter_c, src.iter_c);
     if (g.peepholes) args.add(DNNL_ARG_WEIGHTS_PEEPHOLE, g.peephole, weights.peephole.raw());
-    args.add(DNNL_ARG_DST_ITER_C, g.dst_iter_c, scratch + st.dst_iter_c_offset);
+    args.add(DNNL_ARG_DST_ITER_C, g.dst_iter_c, dst.iter_c);
   }
   return args;
 }
@@ -613,7 +711,8 @@ void run_directions_apart(const RecurrentState& st, RunContext& ctx, const Recur
       const Sources src{ctx.input(0).raw(), h0 ? h0 + d * n * h : nullptr,
                         c0 ? c0 + d * n * h : nullptr};
       dnnl_adapter::guarded(ctx.node(), [&] {
-        dnnl_adapter::execute(one.p.forward, forward_args(one, spec, src, one.weights, own),
+        dnnl_adapter::execute(one.p.forward,
+                              forward_args(one, spec, src, one.weights, scratch_outputs(one, own)),
                               one.p.scratch, own);
         return 0;
       });
@@ -639,8 +738,77 @@ void run_directions_apart(const RecurrentState& st, RunContext& ctx, const Recur
   }
 }
 
+// RecurrentState::chunked's run: each direction's chunks in turn, passing the state on through
+// two slots; the two directions of a bidirectional node side by side on two threads (as
+// run_directions_apart), then the outputs into Y [T, D, N, H], Y_h and Y_c [D, N, H].
+void run_chunked(const RecurrentState& st, RunContext& ctx, const RecurrentSpec& spec) {
+  char* scratch = static_cast<char*>(ctx.scratch());
+  const int64_t t = st.g.seq, n = st.g.batch, h = st.g.hidden, in = st.g.in, dirs = spec.dirs;
+  const bool lstm = spec.cell == Cell::Lstm;
+  const float* x = ctx.input(0).data<float>();
+  const float* h0 = ctx.has_input(5) ? ctx.input(5).data<float>() : nullptr;
+  const float* c0 = ctx.has_input(6) ? ctx.input(6).data<float>() : nullptr;
+  auto slot = [&](const RecurrentState::ChunkedDirection& cd, int k) {
+    return reinterpret_cast<float*>(scratch + cd.region + cd.slots[k]);
+  };
+  // The slot that holds a direction's final state: chunks alternate between the two.
+  auto final_slot = [&](const RecurrentState::ChunkedDirection& cd) {
+    return static_cast<int>(cd.chunks.size() % 2);
+  };
+  std::exception_ptr failed[2];  // (nothing may leave an OpenMP region by an exception)
+  parallel_for(dirs, dirs == 2 && ctx.threads() >= 2, [&](int64_t d) {
+    try {
+      const auto& cd = st.chunked[static_cast<size_t>(d)];
+      char* own = scratch + cd.region;
+      float* state = slot(cd, 0);
+      if (h0)
+        std::copy_n(h0 + d * n * h, n * h, state);
+      else
+        std::fill_n(state, n * h, 0.0f);
+      if (lstm && c0)
+        std::copy_n(c0 + d * n * h, n * h, state + n * h);
+      else if (lstm)
+        std::fill_n(state + n * h, n * h, 0.0f);
+      float* layer = reinterpret_cast<float*>(own + cd.layer);
+      int from = 0;
+      for (const auto& chunk : cd.chunks) {
+        const RecurrentState& one = *chunk.primitive;
+        float *src = slot(cd, from), *dst = slot(cd, 1 - from);
+        const Sources in_chunk{x + chunk.start * n * in, src, lstm ? src + n * h : nullptr};
+        const Destinations out_chunk{layer + chunk.start * n * h, dst,
+                                     lstm ? dst + n * h : nullptr};
+        dnnl_adapter::guarded(ctx.node(), [&] {
+          dnnl_adapter::execute(one.p.forward,
+                                forward_args(one, spec, in_chunk, one.weights, out_chunk),
+                                one.p.scratch, own);
+          return 0;
+        });
+        from = 1 - from;
+      }
+    } catch (...) {
+      failed[d] = std::current_exception();
+    }
+  });
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+  for (int64_t d = 0; d < dirs; ++d) {
+    const auto& cd = st.chunked[static_cast<size_t>(d)];
+    const float* layer = reinterpret_cast<const float*>(scratch + cd.region + cd.layer);
+    const float* state = slot(cd, final_slot(cd));
+    if (ctx.has_output(0)) {
+      float* y = ctx.output(0).data<float>();
+      for (int64_t s = 0; s < t; ++s)
+        std::copy_n(layer + s * n * h, n * h, y + (s * dirs + d) * n * h);
+    }
+    if (ctx.has_output(1)) std::copy_n(state, n * h, ctx.output(1).data<float>() + d * n * h);
+    if (lstm && ctx.has_output(2))
+      std::copy_n(state + n * h, n * h, ctx.output(2).data<float>() + d * n * h);
+  }
+}
+
 void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec& spec) {
   const auto& st = *static_cast<const RecurrentState*>(state);
+  if (!st.chunked.empty()) return run_chunked(st, ctx, spec);
   if (!st.directions.empty()) return run_directions_apart(st, ctx, spec);
   char* scratch = static_cast<char*>(ctx.scratch());
   const bool fed = !st.g.constant_weights;  // weights fed at run time, packed for this run
@@ -650,8 +818,9 @@ void run_dnnl_recurrent(const void* state, RunContext& ctx, const RecurrentSpec&
   dnnl_adapter::guarded(ctx.node(), [&] {
     const Sources src{ctx.input(0).raw(), ctx.has_input(5) ? ctx.input(5).raw() : nullptr,
                       ctx.has_input(6) ? ctx.input(6).raw() : nullptr};
-    dnnl_adapter::execute(st.p.forward, forward_args(st, spec, src, weights, scratch), st.p.scratch,
-                          scratch);
+    dnnl_adapter::execute(st.p.forward,
+                          forward_args(st, spec, src, weights, scratch_outputs(st, scratch)),
+                          st.p.scratch, scratch);
     return 0;
   });
   const int64_t t = st.g.seq, n = st.g.batch, h = st.g.hidden, dirs = spec.dirs;
@@ -709,7 +878,7 @@ void run_dnnl_recurrent_grad(const void* state, RunContext& ctx, const Recurrent
     return at(offset);
   };
   const Sources src{x, initial(5, st.src_iter), lstm ? initial(6, st.src_iter_c) : nullptr};
-  auto args = forward_args(f, spec, src, weights, scratch);
+  auto args = forward_args(f, spec, src, weights, scratch_outputs(f, scratch));
   args.add(DNNL_ARG_WORKSPACE, f.p.workspace, scratch + st.workspace);
   dnnl_adapter::guarded(ctx.node(), [&] {
     dnnl_adapter::execute(f.p.forward, args, f.p.scratch, scratch);

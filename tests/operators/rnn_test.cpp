@@ -243,3 +243,89 @@ TEST(Recurrent, PlansForNewLengthsShareTheWeights) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// From a session's second sequence length on, a recurrent node runs as chunks of fixed lengths
+// (64 and the powers of two below) on primitives kept for the session, each chunk's final
+// state the next one's initial state, right-to-left directions from the last chunk back. Every
+// length, the chunks' output is what one primitive for the whole sequence computes (a fresh
+// session): Y, Y_h and Y_c, bidirectional with initial states and peepholes, a reversed
+// linear-before-reset GRU, an RNN. 1e-6: the same arithmetic per step (bit-identical on the
+// development machine); chunks run out of order differ by 1e-5 on these weights.
+TEST(Recurrent, NewLengthsRunAsChunksOfKeptPrimitives) {
+  struct Case {
+    std::string op, direction;
+    bool initial, peepholes, lbr;
+  };
+  const std::vector<Case> cases = {{"LSTM", "bidirectional", true, true, false},
+                                   {"LSTM", "forward", false, false, false},
+                                   {"GRU", "reverse", true, false, true},
+                                   {"RNN", "bidirectional", false, false, false}};
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+  const int64_t in = 6, h = 5, batch = 2;
+  auto values = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& e : v) e = u(rng);
+    return v;
+  };
+  auto tensor = [&](const Shape& shape) {
+    Tensor t = Tensor::empty(DType::Float, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = u(rng);
+    return t;
+  };
+  for (const Case& c : cases) {
+    const int64_t dirs = c.direction == "bidirectional" ? 2 : 1, g = gates(c.op);
+    const bool lstm = c.op == "LSTM";
+    ModelBuilder b;
+    b.input("x", 1, {-1, batch, in});
+    b.initializer("W", {dirs, g * h, in}, values(dirs * g * h * in))
+        .initializer("R", {dirs, g * h, h}, values(dirs * g * h * h))
+        .initializer("B", {dirs, 2 * g * h}, values(dirs * 2 * g * h));
+    std::vector<std::string> ins = {"x", "W", "R", "B"};
+    if (c.initial || c.peepholes) {
+      ins.push_back("");
+      ins.push_back(c.initial ? "h0" : "");
+      if (lstm) ins.push_back(c.initial ? "c0" : "");
+      if (c.initial) b.input("h0", 1, {dirs, batch, h});
+      if (c.initial && lstm) b.input("c0", 1, {dirs, batch, h});
+    }
+    if (c.peepholes) {
+      ins.push_back("P");
+      b.initializer("P", {dirs, 3 * h}, values(dirs * 3 * h));
+    }
+    std::vector<std::string> outs = {"y", "yh"};
+    if (lstm) outs.push_back("yc");
+    for (const auto& o : outs) b.output_any(o, 1);
+    b.node(c.op, ins, outs, [&](auto& n) {
+      ModelBuilder::set_int(n, "hidden_size", h);
+      ModelBuilder::set_string(n, "direction", c.direction);
+      if (c.lbr) ModelBuilder::set_int(n, "linear_before_reset", 1);
+    });
+    const std::string bytes = b.bytes();
+    Session varying = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+    for (int64_t t : {3, 70, 1, 137, 64, 5}) {
+      NamedValues feeds = {{"x", tensor({t, batch, in})}};
+      if (c.initial) feeds.emplace_back("h0", tensor({dirs, batch, h}));
+      if (c.initial && lstm) feeds.emplace_back("c0", tensor({dirs, batch, h}));
+      Session fresh = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+      const auto want = fresh.run(feeds);
+      RunProfile profile;
+      const auto got = varying.run(feeds, {}, {.profile = &profile});
+      for (const ProfileEvent& e : profile.events) EXPECT_EQ(e.reference, "") << c.op << " " << t;
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t o = 0; o < got.size(); ++o) {
+        const Tensor &gt = got[o].tensor(), &wt = want[o].tensor();
+        ASSERT_EQ(gt.shape(), wt.shape()) << c.op << " " << c.direction << " length " << t;
+        for (int64_t i = 0; i < gt.numel(); ++i)
+          ASSERT_NEAR(gt.data<float>()[i], wt.data<float>()[i], 1e-6f)
+              << c.op << " " << c.direction << " length " << t << " output " << o << " at " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace volt

@@ -1,6 +1,9 @@
 // Conv: oneDNN convolution for f32/bf16 (weights reordered once per plan into the blocked
 // layout the primitive picks), and a direct N-d reference loop for every float type.
+#include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "operators/common/convert.hpp"
 #include "operators/common/cpu_isa.hpp"
@@ -10,6 +13,7 @@
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/width_buckets.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -33,6 +37,17 @@ struct ConvState {
   Tensor packed_weights;
   bool has_bias = false;
   bool convert_residual = false;  // the residual needs a reorder into dst (layout or dtype)
+  size_t scratch_bytes = 0;       // what the state asked for
+  // A plan built for one of several shapes runs the primitive made for a bucket of widths
+  // (width_buckets.hpp), kept in the node's memo; nothing above is set then. X is widened into
+  // the scratch at x_at (from x_width columns to x_bucket), Y narrowed from y_at.
+  struct Bucket {
+    std::shared_ptr<const ConvState> conv;
+    int64_t x_rows = 0, x_inner = 0, x_width = 0, x_bucket = 0;
+    int64_t y_rows = 0, y_inner = 0, y_width = 0, y_bucket = 0;
+    size_t x_at = 0, y_at = 0;
+  };
+  std::optional<Bucket> bucket;
 };
 
 class Conv final : public Kernel {
@@ -73,6 +88,7 @@ class Conv final : public Kernel {
     const bool sum_post_op = residual_ && r == s.out && is_fp32_or_bf16(ctx.dtype(3));
     if (residual_ && !sum_post_op) return ctx.runs_reference_loop("a broadcast residual");
     try {
+      if (auto st = bucketed(ctx, s, x)) return ctx.set_state(st);
       ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported& u) {
       ctx.runs_reference_loop(u.reason);
@@ -146,9 +162,21 @@ class Conv final : public Kernel {
   }
 
   void run_dnnl(const ConvState& st, RunContext& ctx) const {
+    if (!st.bucket) return run_primitive(st, ctx, ctx.input(0).raw(), ctx.output(0).raw());
+    const ConvState::Bucket& b = *st.bucket;
     char* scratch = static_cast<char*>(ctx.scratch());
-    const void* x = ctx.input(0).raw();
-    void* y = ctx.output(0).raw();
+    const float* x = ctx.input(0).data<float>();
+    float* y = ctx.output(0).data<float>();
+    float* wide_x = reinterpret_cast<float*>(scratch + b.x_at);
+    float* wide_y = reinterpret_cast<float*>(scratch + b.y_at);
+    widen_rows(x, wide_x, b.x_rows, b.x_width, b.x_bucket, b.x_inner);
+    run_primitive(*b.conv, ctx, wide_x, wide_y);
+    narrow_rows(wide_y, y, b.y_rows, b.y_bucket, b.y_width, b.y_inner);
+  }
+
+  // The primitive on X and Y at these addresses (the node's, or their widened copies).
+  void run_primitive(const ConvState& st, RunContext& ctx, const void* x, void* y) const {
+    char* scratch = static_cast<char*>(ctx.scratch());
     const void* src = st.src.in(x, scratch);
     void* dst = st.dst.out(y, scratch);
     if (residual_) {  // the sum post-op adds the convolution to what dst already holds
@@ -292,8 +320,64 @@ class Conv final : public Kernel {
         st->packed_weights =
             dnnl_adapter::pack_constant(ctx, 1, *w, st->user_weights, st->weights, weights_offset);
       ctx.request_scratch(total);
+      st->scratch_bytes = total;
       return st;
     });
+  }
+
+  // The state of a plan built for one of several shapes: the primitive for the bucket of the
+  // output width (width_buckets.hpp), from the node's memo or made and kept there; null where
+  // buckets do not apply: f32, 2-D, explicit pads (auto_pad's depend on the width), constant
+  // weights, no residual (the sum post-op would need it widened too).
+  std::shared_ptr<ConvState> bucketed(InferContext& ctx, const ConvShapes& s,
+                                      const Shape& x) const {
+    if (!ctx.shapes_vary() || !ctx.memo() || residual_ || bf16_ || s.win.in.size() != 2 ||
+        ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float || !ctx.input_tensor(1) ||
+        (attrs_.auto_pad != "NOTSET" && attrs_.auto_pad != "VALID"))
+      return nullptr;
+    const WindowGeometry& win = s.win;
+    const int64_t span = (win.kernel[1] - 1) * win.dilations[1] + 1;
+    // The narrowest X whose output reaches the bucket: at least X itself.
+    const int64_t wanted =
+        (bucket_width(win.out[1]) - 1) * win.strides[1] + span - win.pad_begin[1] - win.pad_end[1];
+    Shape wide = x;
+    wide[3] = std::max(x[3], wanted);
+    const ConvShapes ws = conv_shapes(attrs_, group_, wide, ctx.shape(1), ctx.node());
+    std::string key = "conv bucket";
+    const int64_t words[] = {
+        wide[0], wide[1], wide[2], wide[3],
+        static_cast<int64_t>(reinterpret_cast<uintptr_t>(ctx.input_tensor(1)->raw()))};
+    key.append(reinterpret_cast<const char*>(words), sizeof words);
+    auto conv = std::static_pointer_cast<const ConvState>(ctx.memo()->find(key));
+    if (!conv) {
+      conv = prepare(ctx, ws, wide);
+      ctx.memo()->keep(key, std::const_pointer_cast<ConvState>(conv));
+    } else {
+      ctx.request_scratch(conv->scratch_bytes);
+    }
+    // A stored row: W groups of one value (channels-first), of all channels (channels-last) or
+    // of one block of channels.
+    auto inner = [](StoredLayout layout, int64_t channels) {
+      return layout == StoredLayout::ChannelsFirst
+                 ? int64_t{1}
+                 : (layout == StoredLayout::ChannelsLast ? channels : block_channels(layout));
+    };
+    ConvState::Bucket b;
+    b.conv = conv;
+    b.x_inner = inner(x_layout_, x[1]);
+    b.x_width = x[3];
+    b.x_bucket = wide[3];
+    b.x_rows = numel_of(x) / (b.x_width * b.x_inner);
+    b.y_inner = inner(layout_, s.m);
+    b.y_width = win.out[1];
+    b.y_bucket = ws.win.out[1];
+    b.y_rows = numel_of(s.out) / (b.y_width * b.y_inner);
+    b.x_at = dnnl_adapter::align64(conv->scratch_bytes);
+    b.y_at = b.x_at + dnnl_adapter::align64(static_cast<size_t>(numel_of(wide)) * sizeof(float));
+    ctx.request_scratch(b.y_at + static_cast<size_t>(numel_of(ws.out)) * sizeof(float));
+    auto st = std::make_shared<ConvState>();
+    st->bucket = std::move(b);
+    return st;
   }
 
   // Winograd F(4x4, 3x3) (F(2x2, 3x3) at batch 1) does a 3×3 stride-1 f32 convolution in

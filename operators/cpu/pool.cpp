@@ -2,12 +2,15 @@
 // pooling primitive; the reference loop covers other dtypes, MaxPool's Indices output and
 // ceil_mode averaging that counts padding. With volt.layout = NHWC (the channels_last pass) the
 // input and output are stored channels-last; with NCHW16C, in nChw16c blocks (use_blocked_layout).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/layout.hpp"
+#include "operators/common/parallel.hpp"
+#include "operators/common/simd_clones.hpp"
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -16,6 +19,26 @@ namespace volt {
 namespace {
 
 enum class PoolKind { Max, Average, Lp };
+
+// Output row `oh` of a 2-D max pool over one plane of H x W pixels of `inner` channels each
+// (channels-last, or a block of channels), stored the same way: padding taken as absent.
+VOLT_SIMD_CLONES void max_pool_row(const WindowGeometry& w, int64_t inner, const float* plane,
+                                   int64_t oh, float* out_row) {
+  for (int64_t ow = 0; ow < w.out[1]; ++ow) {
+    float* out = out_row + ow * inner;
+    for (int64_t c = 0; c < inner; ++c) out[c] = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < w.kernel[0]; ++i) {
+      const int64_t ih = oh * w.strides[0] - w.pad_begin[0] + i * w.dilations[0];
+      if (ih < 0 || ih >= w.in[0]) continue;
+      for (int64_t j = 0; j < w.kernel[1]; ++j) {
+        const int64_t iw = ow * w.strides[1] - w.pad_begin[1] + j * w.dilations[1];
+        if (iw < 0 || iw >= w.in[1]) continue;
+        const float* in = plane + (ih * w.in[1] + iw) * inner;
+        for (int64_t c = 0; c < inner; ++c) out[c] = in[c] > out[c] ? in[c] : out[c];
+      }
+    }
+  }
+}
 
 struct PoolShapes {
   WindowGeometry win;
@@ -55,6 +78,7 @@ class Pool final : public Kernel {
     if (s.win.in.size() > 3) return ctx.runs_reference_loop("more than 3 spatial axes");
     if (attrs_.ceil_mode && kind_ == PoolKind::Average && count_include_pad_)
       return ctx.runs_reference_loop("ceil_mode averaging that counts padding");
+    if (auto st = channel_loop(ctx, s, x)) return ctx.set_state(st);
     try {
       ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported& u) {
@@ -64,6 +88,8 @@ class Pool final : public Kernel {
 
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const DnnlPool*>(ctx.state_ptr())) {
+      if (st->loop)
+        return run_channel_loop(*st, ctx.input(0).data<float>(), ctx.output(0).data<float>());
       dnnl_adapter::execute(st->prim,
                             {{DNNL_ARG_SRC, st->src, ctx.input(0).raw()},
                              {DNNL_ARG_DST, st->dst, ctx.output(0).raw()}},
@@ -95,7 +121,39 @@ class Pool final : public Kernel {
   struct DnnlPool {
     dnnl::pooling_v2_forward prim;
     dnnl::memory::desc src, dst, scratch;
+    // Or volt's loop over stored channels (channel_loop): `planes` of H x W pixels of `inner`
+    // channels each.
+    bool loop = false;
+    WindowGeometry win;
+    int64_t planes = 0, inner = 0;
   };
+
+  // In a plan built for one of several shapes, a 2-D f32 MaxPool over channels-last or blocked
+  // data runs volt's loop: the maximum over the window for a pixel's channels at once (contiguous,
+  // so the compiler vectorizes it), no code generated per shape (oneDNN's pooling primitive costs
+  // about 80 us at each new shape, crnn_recognizer has four).
+  std::shared_ptr<DnnlPool> channel_loop(const InferContext& ctx, const PoolShapes& s,
+                                         const Shape& x) const {
+    if (!ctx.shapes_vary() || kind_ != PoolKind::Max || !last_ || ctx.dtype(0) != DType::Float ||
+        s.win.in.size() != 2)
+      return nullptr;
+    auto st = std::make_shared<DnnlPool>();
+    st->loop = true;
+    st->win = s.win;
+    const int64_t block = block_channels(layout_);
+    st->inner = block ? block : x[1];
+    st->planes = x[0] * (x[1] / st->inner);
+    return st;
+  }
+
+  static void run_channel_loop(const DnnlPool& st, const float* x, float* y) {
+    const WindowGeometry& w = st.win;
+    const int64_t ho = w.out[0];
+    parallel_for(st.planes * ho, st.planes * ho * w.out[1] * st.inner > 32768, [&](int64_t row) {
+      max_pool_row(w, st.inner, x + row / ho * w.in[0] * w.in[1] * st.inner, row % ho,
+                   y + row * w.out[1] * st.inner);
+    });
+  }
 
   PoolShapes shapes(const Shape& x, const Node& node) const {
     VOLT_CHECK(x.size() >= 3, InvalidArgument,

@@ -139,7 +139,9 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   const std::string own_key = key;
   std::lock_guard<std::mutex> building(build_mutex_);
   if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
-  return plans_.insert(own_key, build_locked(fed, built_a_plan_));
+  auto plan = plans_.insert(own_key, build_locked(fed, built_a_plan_));
+  if (plan->shape_generic) last_generic_ = plan;
+  return plan;
 }
 
 std::shared_ptr<const Plan> GraphRunner::specialize(const std::string& key,
@@ -180,6 +182,7 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
       owned_graph_->initializers.erase(name);
     };
   in.shapes_vary = shape_generic;
+  if (shape_generic) in.previous = last_generic_;
   const RunControlSuspended not_this_runs_memory;
   auto plan = build_plan(cg, in, threads_);
   built_a_plan_ = true;

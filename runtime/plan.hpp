@@ -71,6 +71,11 @@ struct PlanInputs {
   std::function<void(int id, const std::function<Tensor()>& restore)> release;
   // Plans for other input shapes were built before this one (InferContext::shapes_vary).
   bool shapes_vary = false;
+  // The last shape-generic plan of the same graph, if any: a node whose inputs have the same
+  // types and constant values there takes its step as it is (kernel, state, output types) instead
+  // of being planned again. In a decoder step whose past grows, the new token's projections and
+  // MLP keep their shapes while the attention over the past changes.
+  std::shared_ptr<const Plan> previous;
 };
 
 // Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an

@@ -2,6 +2,7 @@
 // plan-time constant evaluation, and the arena layout by liveness.
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <sstream>
 
 #include "runtime/contexts.hpp"
@@ -175,6 +176,42 @@ bool is_pod_tensor(const TypeShape& t) {
          t.dtype != DType::Undefined;
 }
 
+// Whether two constant inputs hold the same value: the same buffer, or (small values computed
+// at plan time, such as a Reshape's target shape) the same contents.
+bool same_constant(const Value& a, const Value& b) {
+  if (!a.is_tensor() || !b.is_tensor()) return false;
+  const Tensor &x = a.tensor(), &y = b.tensor();
+  if (x.dtype() != y.dtype() || x.shape() != y.shape() || !x.device().is_cpu() ||
+      !y.device().is_cpu() || x.dtype() == DType::String)
+    return false;
+  if (x.raw() == y.raw()) return true;
+  constexpr size_t kComparedBytes = 256;
+  return x.nbytes() <= kComparedBytes && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
+}
+
+bool same_type(const TypeShape& a, const TypeShape& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.shape_known == b.shape_known &&
+         a.shape == b.shape;
+}
+
+// The previous plan's step for this node, when every input has the type it had there and
+// constant inputs hold the same values (PlanInputs::previous); null otherwise.
+const PlanStep* reusable_step(const Plan& previous, const std::vector<int>& step_of_node,
+                              const Plan& plan, const std::vector<int>& ids, int node_index) {
+  const int at = step_of_node[static_cast<size_t>(node_index)];
+  if (at < 0) return nullptr;
+  const PlanStep& step = previous.steps[static_cast<size_t>(at)];
+  if (!step.shapes_static || !step.kernel) return nullptr;
+  for (const int id : ids) {
+    if (id < 0) continue;
+    const bool constant = plan.placement[id] == Placement::Constant,
+               was_constant = previous.placement[id] == Placement::Constant;
+    if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return nullptr;
+    if (constant && !same_constant(plan.constants[id], previous.constants[id])) return nullptr;
+  }
+  return &step;
+}
+
 }  // namespace
 
 // Drops the data of initializers that every step reading them keeps its own copy of (weights
@@ -279,6 +316,13 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
 
   CopiedInitializers copied(cg, in, *plan);
   std::vector<std::function<Tensor()>> no_restorers;
+  const Plan* previous = in.previous && in.previous->graph == &cg ? in.previous.get() : nullptr;
+  std::vector<int> step_of_node;  // by node index: its step in `previous`, or -1
+  if (previous) {
+    step_of_node.assign(g.nodes.size(), -1);
+    for (size_t s = 0; s < previous->steps.size(); ++s)
+      step_of_node[static_cast<size_t>(previous->steps[s].node)] = static_cast<int>(s);
+  }
   for (int node_index : cg.order) {
     const Node& node = g.nodes[node_index];
     const auto& ids = cg.node_inputs[node_index];
@@ -315,6 +359,25 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     for (size_t i = node.inputs.size(); i < ids.size(); ++i)
       if (plan->placement[ids[i]] != Placement::Constant) inputs_constant = false;
 
+    if (previous)
+      if (const PlanStep* same = reusable_step(*previous, step_of_node, *plan, ids, node_index)) {
+        PlanStep step;
+        step.node = node_index;
+        step.def = same->def;
+        step.kernel = same->kernel;
+        step.state = same->state;
+        step.inputs = same->inputs;
+        step.outputs = same->outputs;
+        step.output_types = same->output_types;
+        step.on_accelerator = same->on_accelerator;
+        step.scratch_bytes = same->scratch_bytes;
+        step.reference = same->reference;
+        for (size_t i = 0; i < step.outputs.size(); ++i)
+          if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];
+        copied.planned(node_index, true, no_restorers);
+        plan->steps.push_back(std::move(step));
+        continue;
+      }
     Choice c = choose_kernel(cg, node, in_types, in_values, threads, in.shapes_vary, memo);
     PlanStep step;
     step.node = node_index;

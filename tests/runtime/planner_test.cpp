@@ -449,3 +449,61 @@ TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// A shape-generic plan takes, from the one built before it, the steps of nodes whose inputs
+// keep their types and constant values (PlanInputs::previous): here a token's projection
+// ([1, 16] x W) whatever the length of the past it attends over, while the scores over the
+// past are planned again. Every length computes what a fresh session computes.
+TEST(GraphRunner, GenericPlansTakeTheStepsWhoseInputsKeepTheirTypes) {
+  std::mt19937 rng(23);
+  ModelBuilder b;
+  b.input("token", 1, {1, 16}).input("past", 1, {-1, 16});
+  b.initializer("W", {16, 16}, uniform_values(rng, 256));
+  b.node("MatMul", {"token", "W"}, {"query"});
+  b.node("Transpose", {"past"}, {"keys"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {1, 0});
+  });
+  b.node("MatMul", {"query", "keys"}, {"scores"});
+  b.node("Softmax", {"scores"}, {"weights"});
+  b.output_any("query", 1).output_any("weights", 1);
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  auto graph = std::make_shared<Graph>(run_passes(m.graph, SessionOptions{}));
+  auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 8);
+  Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  const Tensor token = Tensor::from<float>(uniform_values(rng, 16), {1, 16});
+  std::vector<std::shared_ptr<const Plan>> plans;
+  for (int64_t length : {5, 9, 30, 9}) {
+    Tensor past = Tensor::empty(DType::Float, {length, 16});
+    const std::vector<float> values = uniform_values(rng, static_cast<size_t>(past.numel()));
+    std::copy(values.begin(), values.end(), past.data<float>());
+    Value tv = token, pv = past;
+    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
+    fed[runner->compiled().id("token")] = &tv;
+    fed[runner->compiled().id("past")] = &pv;
+    plans.push_back(runner->plan_for(fed));
+    const auto got = runner->run(fed);
+    const auto want = reference.run({{"token", token}, {"past", past}});
+    for (size_t o = 0; o < want.size(); ++o)
+      for (int64_t i = 0; i < want[o].tensor().numel(); ++i)
+        ASSERT_NEAR(got[o].tensor().data<float>()[i], want[o].tensor().data<float>()[i], 1e-5f)
+            << "length " << length << " output " << o;
+  }
+  // The step whose first input is `input`.
+  auto step = [](const Plan& p, const std::string& input) -> const PlanStep& {
+    for (const PlanStep& s : p.steps)
+      if (p.graph->names[s.inputs[0]] == input) return s;
+    ADD_FAILURE() << "no step reads " << input;
+    return p.steps[0];
+  };
+  ASSERT_TRUE(plans[1]->shape_generic && plans[2]->shape_generic);
+  EXPECT_EQ(step(*plans[2], "token").state, step(*plans[1], "token").state)
+      << "the projection was planned again for a new past length";
+  EXPECT_NE(step(*plans[2], "query").state, step(*plans[1], "query").state);
+}
+
+}  // namespace
+}  // namespace volt

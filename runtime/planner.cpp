@@ -194,22 +194,42 @@ bool same_type(const TypeShape& a, const TypeShape& b) {
          a.shape == b.shape;
 }
 
-// The previous plan's step for this node, when every input has the type it had there and
-// constant inputs hold the same values (PlanInputs::previous); null otherwise.
+// Whether every input of a node has the type it had in the previous plan and constant inputs
+// hold the same values (PlanInputs::previous): then the node plans as it did there.
+bool inputs_as_before(const Plan& previous, const Plan& plan, const std::vector<int>& ids) {
+  for (const int id : ids) {
+    if (id < 0) continue;
+    const bool constant = plan.placement[id] == Placement::Constant,
+               was_constant = previous.placement[id] == Placement::Constant;
+    if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return false;
+    if (constant && !same_constant(plan.constants[id], previous.constants[id])) return false;
+  }
+  return true;
+}
+
+// The previous plan's step for this node, when its inputs are as before; null otherwise.
 const PlanStep* reusable_step(const Plan& previous, const std::vector<int>& step_of_node,
                               const Plan& plan, const std::vector<int>& ids, int node_index) {
   const int at = step_of_node[static_cast<size_t>(node_index)];
   if (at < 0) return nullptr;
   const PlanStep& step = previous.steps[static_cast<size_t>(at)];
   if (!step.shapes_static || !step.kernel) return nullptr;
-  for (const int id : ids) {
+  return inputs_as_before(previous, plan, ids) ? &step : nullptr;
+}
+
+// Whether the previous plan folded this node (its outputs were constants there) and its
+// inputs are as before: its outputs are then the same values (folding reads the inputs'
+// types and constant values only).
+bool refoldable(const Plan& previous, const std::vector<int>& step_of_node, const Plan& plan,
+                const std::vector<int>& ids, const std::vector<int>& outputs, int node_index) {
+  if (step_of_node[static_cast<size_t>(node_index)] >= 0) return false;
+  bool any = false;
+  for (const int id : outputs) {
     if (id < 0) continue;
-    const bool constant = plan.placement[id] == Placement::Constant,
-               was_constant = previous.placement[id] == Placement::Constant;
-    if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return nullptr;
-    if (constant && !same_constant(plan.constants[id], previous.constants[id])) return nullptr;
+    if (previous.placement[id] != Placement::Constant) return false;
+    any = true;
   }
-  return &step;
+  return any && inputs_as_before(previous, plan, ids);
 }
 
 }  // namespace
@@ -359,6 +379,18 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     for (size_t i = node.inputs.size(); i < ids.size(); ++i)
       if (plan->placement[ids[i]] != Placement::Constant) inputs_constant = false;
 
+    if (previous &&
+        refoldable(*previous, step_of_node, *plan, ids, cg.node_outputs[node_index], node_index)) {
+      for (const int id : cg.node_outputs[node_index]) {
+        if (id < 0) continue;
+        plan->constants[id] = previous->constants[id];
+        plan->types[id] = previous->types[id];
+        plan->placement[id] = Placement::Constant;
+        fixed[id] = from_fixed;
+      }
+      copied.planned(node_index, false, no_restorers);
+      continue;
+    }
     if (previous)
       if (const PlanStep* same = reusable_step(*previous, step_of_node, *plan, ids, node_index)) {
         PlanStep step;

@@ -454,9 +454,10 @@ namespace volt {
 namespace {
 
 // A shape-generic plan takes, from the one built before it, the steps of nodes whose inputs
-// keep their types and constant values (PlanInputs::previous): here a token's projection
-// ([1, 16] x W) whatever the length of the past it attends over, while the scores over the
-// past are planned again. Every length computes what a fresh session computes.
+// keep their types and constant values (PlanInputs::previous), and the values of nodes it folded
+// from such inputs: here a token's projection ([1, 16] x W) and its shape, whatever the length
+// of the past it attends over, while the scores over the past are planned again. Every length
+// computes what a fresh session computes.
 TEST(GraphRunner, GenericPlansTakeTheStepsWhoseInputsKeepTheirTypes) {
   std::mt19937 rng(23);
   ModelBuilder b;
@@ -468,7 +469,9 @@ TEST(GraphRunner, GenericPlansTakeTheStepsWhoseInputsKeepTheirTypes) {
   });
   b.node("MatMul", {"query", "keys"}, {"scores"});
   b.node("Softmax", {"scores"}, {"weights"});
-  b.output_any("query", 1).output_any("weights", 1);
+  b.node("Shape", {"token"}, {"token_shape"});
+  b.node("Reshape", {"query", "token_shape"}, {"query_again"});
+  b.output_any("query", 1).output_any("weights", 1).output_any("query_again", 1);
   const std::string bytes = b.bytes();
   Model m = load_model_from_bytes(bytes.data(), bytes.size());
   auto graph = std::make_shared<Graph>(run_passes(m.graph, SessionOptions{}));
@@ -503,6 +506,12 @@ TEST(GraphRunner, GenericPlansTakeTheStepsWhoseInputsKeepTheirTypes) {
   EXPECT_EQ(step(*plans[2], "token").state, step(*plans[1], "token").state)
       << "the projection was planned again for a new past length";
   EXPECT_NE(step(*plans[2], "query").state, step(*plans[1], "query").state);
+  // What folds from unchanged inputs (the token's shape) is taken as it was, not folded again.
+  const int shape_id = runner->compiled().id("token_shape");
+  ASSERT_TRUE(plans[1]->constants[shape_id].is_tensor() &&
+              plans[2]->constants[shape_id].is_tensor());
+  EXPECT_EQ(plans[2]->constants[shape_id].tensor().raw(),
+            plans[1]->constants[shape_id].tensor().raw());
 }
 
 }  // namespace

@@ -167,7 +167,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
   std::vector<char>& fresh = (*scratch).fresh;
   for (size_t id = 0; id < n; ++id) {
     if (plan.placement[id] == Placement::Constant)
-      slot[id] = &plan.constants[id];
+      slot[id] = plan.constants[id].get();
     else if (id < fed.size() && fed[id])
       slot[id] = fed[id];
   }

@@ -41,7 +41,9 @@ enum class Placement : uint8_t { None, Constant, Input, Arena, Heap, View };
 struct Plan {
   const CompiledGraph* graph = nullptr;
   std::vector<PlanStep> steps;
-  std::vector<Value> constants;       // by value id (initializers and plan-time results)
+  // By value id: initializers and plan-time results; null for the others. Shared, so that plans
+  // for other shapes hold the same values (and a plan costs 16 bytes per value id, not a Value).
+  std::vector<std::shared_ptr<const Value>> constants;
   std::vector<TypeShape> types;       // by value id, as known at plan time
   std::vector<Placement> placement;   // by value id
   std::vector<int64_t> arena_offset;  // by value id; -1 when not in the arena

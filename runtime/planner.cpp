@@ -63,6 +63,7 @@ namespace {
 constexpr int64_t kFoldMaxElements = 1 << 16;
 // The planner's key in a node's memo: the node's folded outputs.
 const std::string kFolded = "planner: folded outputs";
+using FoldedOutputs = std::vector<std::shared_ptr<const Value>>;
 
 struct Choice {
   const KernelDef* def = nullptr;
@@ -202,7 +203,7 @@ bool inputs_as_before(const Plan& previous, const Plan& plan, const std::vector<
     const bool constant = plan.placement[id] == Placement::Constant,
                was_constant = previous.placement[id] == Placement::Constant;
     if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return false;
-    if (constant && !same_constant(plan.constants[id], previous.constants[id])) return false;
+    if (constant && !same_constant(*plan.constants[id], *previous.constants[id])) return false;
   }
   return true;
 }
@@ -272,11 +273,12 @@ class CopiedInitializers {
   static constexpr char kCopied = 1, kReadWhole = 2;
 
   void release(int id) {
-    if (plan_.placement[id] != Placement::Constant || !plan_.constants[id].is_tensor() ||
+    if (plan_.placement[id] != Placement::Constant || !plan_.constants[id]->is_tensor() ||
         !cg_.graph->initializers.count(cg_.names[id]))
       return;
-    const Tensor& t = plan_.constants[id].tensor();
-    plan_.constants[id] = Tensor::view(t.dtype(), t.shape(), nullptr, nullptr, t.device());
+    const Tensor& t = plan_.constants[id]->tensor();
+    plan_.constants[id] = std::make_shared<const Value>(
+        Tensor::view(t.dtype(), t.shape(), nullptr, nullptr, t.device()));
     auto restore = std::move(restore_.at(id));
     if (in_.release) in_.release(id, restore);
     plan_.released.emplace_back(id, std::move(restore));
@@ -299,7 +301,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   const size_t n = cg.names.size();
   const Graph& g = *cg.graph;
   plan->types.assign(n, TypeShape{});
-  plan->constants.assign(n, Value());
+  plan->constants.assign(n, nullptr);
   plan->placement.assign(n, Placement::None);
   plan->arena_offset.assign(n, -1);
   std::vector<char> known(n, 0);
@@ -313,7 +315,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   for (const auto& [name, tensor] : g.initializers) {
     const int id = cg.id(name);
     if (id < 0 || known[id]) continue;
-    plan->constants[id] = tensor;
+    plan->constants[id] = std::make_shared<const Value>(tensor);
     plan->types[id] = TypeShape::of(tensor);
     plan->placement[id] = Placement::Constant;
     known[id] = 1;
@@ -321,8 +323,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   for (const auto& [name, csr] : g.sparse_initializers) {  // where no dense copy has the name
     const int id = cg.id(name);
     if (id < 0 || known[id]) continue;
-    plan->constants[id] = csr;
-    plan->types[id] = TypeShape::of(plan->constants[id]);
+    plan->constants[id] = std::make_shared<const Value>(csr);
+    plan->types[id] = TypeShape::of(*plan->constants[id]);
     plan->placement[id] = Placement::Constant;
     known[id] = 1;
   }
@@ -351,13 +353,13 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       if (id >= 0 && !fixed[id]) from_fixed = false;
     NodeMemo* memo = cg.memos ? &cg.memos[node_index] : nullptr;
     if (from_fixed && memo)
-      if (auto outs = std::static_pointer_cast<const std::vector<Value>>(memo->find(kFolded))) {
+      if (auto outs = std::static_pointer_cast<const FoldedOutputs>(memo->find(kFolded))) {
         const auto& out_ids = cg.node_outputs[node_index];
         for (size_t i = 0; i < out_ids.size(); ++i) {
           const int id = out_ids[i];
           if (id < 0) continue;
           plan->constants[id] = (*outs)[i];
-          plan->types[id] = TypeShape::of((*outs)[i]);
+          plan->types[id] = TypeShape::of(*(*outs)[i]);
           plan->placement[id] = Placement::Constant;
           fixed[id] = 1;
         }
@@ -372,7 +374,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       if (id < 0) continue;
       in_types[i] = &plan->types[id];
       if (plan->placement[id] == Placement::Constant)
-        in_values[i] = &plan->constants[id];
+        in_values[i] = plan->constants[id].get();
       else
         inputs_constant = false;
     }
@@ -433,12 +435,14 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         std::vector<Value> outs = values_given ? ictx.output_values
                                                : evaluate_now(cg, node, c.on_accelerator, *c.kernel,
                                                               ictx, c.values, threads);
-        if (from_fixed && memo) memo->keep(kFolded, std::make_shared<std::vector<Value>>(outs));
+        auto kept = std::make_shared<FoldedOutputs>();
+        for (Value& v : outs) kept->push_back(std::make_shared<const Value>(std::move(v)));
+        if (from_fixed && memo) memo->keep(kFolded, kept);
         for (size_t i = 0; i < step.outputs.size(); ++i) {
           const int id = step.outputs[i];
           if (id < 0) continue;
-          plan->constants[id] = std::move(outs[i]);
-          plan->types[id] = TypeShape::of(plan->constants[id]);
+          plan->constants[id] = (*kept)[i];
+          plan->types[id] = TypeShape::of(*plan->constants[id]);
           plan->placement[id] = Placement::Constant;
           fixed[id] = from_fixed;
         }

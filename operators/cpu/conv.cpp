@@ -167,11 +167,13 @@ class Conv final : public Kernel {
     char* scratch = static_cast<char*>(ctx.scratch());
     const float* x = ctx.input(0).data<float>();
     float* y = ctx.output(0).data<float>();
-    float* wide_x = reinterpret_cast<float*>(scratch + b.x_at);
-    float* wide_y = reinterpret_cast<float*>(scratch + b.y_at);
-    widen_rows(x, wide_x, b.x_rows, b.x_width, b.x_bucket, b.x_inner);
-    run_primitive(*b.conv, ctx, wide_x, wide_y);
-    narrow_rows(wide_y, y, b.y_rows, b.y_bucket, b.y_width, b.y_inner);
+    // (A width at its bucket's edge needs no copy: the primitive reads X and writes Y in place.)
+    const bool widen = b.x_bucket != b.x_width, narrow = b.y_bucket != b.y_width;
+    float* wide_x = widen ? reinterpret_cast<float*>(scratch + b.x_at) : nullptr;
+    float* wide_y = narrow ? reinterpret_cast<float*>(scratch + b.y_at) : y;
+    if (widen) widen_rows(x, wide_x, b.x_rows, b.x_width, b.x_bucket, b.x_inner);
+    run_primitive(*b.conv, ctx, widen ? wide_x : x, wide_y);
+    if (narrow) narrow_rows(wide_y, y, b.y_rows, b.y_bucket, b.y_width, b.y_inner);
   }
 
   // The primitive on X and Y at these addresses (the node's, or their widened copies).

@@ -87,7 +87,7 @@ class Pool final : public Kernel {
   }
 
   void run(RunContext& ctx) const override {
-    if (const auto* st = static_cast<const DnnlPool*>(ctx.state_ptr())) {
+    if (const auto* st = static_cast<const PoolState*>(ctx.state_ptr())) {
       if (st->loop)
         return run_channel_loop(*st, ctx.input(0).data<float>(), ctx.output(0).data<float>());
       dnnl_adapter::execute(st->prim,
@@ -118,11 +118,11 @@ class Pool final : public Kernel {
     });
   }
 
-  struct DnnlPool {
+  struct PoolState {
     dnnl::pooling_v2_forward prim;
     dnnl::memory::desc src, dst, scratch;
-    // Or volt's loop over stored channels (channel_loop): `planes` of H x W pixels of `inner`
-    // channels each.
+    // Or, without a primitive, volt's loop over stored channels (channel_loop): `planes` of
+    // H x W pixels of `inner` channels each.
     bool loop = false;
     WindowGeometry win;
     int64_t planes = 0, inner = 0;
@@ -132,12 +132,12 @@ class Pool final : public Kernel {
   // data runs volt's loop: the maximum over the window for a pixel's channels at once (contiguous,
   // so the compiler vectorizes it), no code generated per shape (oneDNN's pooling primitive costs
   // about 80 us at each new shape, crnn_recognizer has four).
-  std::shared_ptr<DnnlPool> channel_loop(const InferContext& ctx, const PoolShapes& s,
-                                         const Shape& x) const {
+  std::shared_ptr<PoolState> channel_loop(const InferContext& ctx, const PoolShapes& s,
+                                          const Shape& x) const {
     if (!ctx.shapes_vary() || kind_ != PoolKind::Max || !last_ || ctx.dtype(0) != DType::Float ||
         s.win.in.size() != 2)
       return nullptr;
-    auto st = std::make_shared<DnnlPool>();
+    auto st = std::make_shared<PoolState>();
     st->loop = true;
     st->win = s.win;
     const int64_t block = block_channels(layout_);
@@ -146,7 +146,7 @@ class Pool final : public Kernel {
     return st;
   }
 
-  static void run_channel_loop(const DnnlPool& st, const float* x, float* y) {
+  static void run_channel_loop(const PoolState& st, const float* x, float* y) {
     const WindowGeometry& w = st.win;
     const int64_t ho = w.out[0];
     parallel_for(st.planes * ho, st.planes * ho * w.out[1] * st.inner > 32768, [&](int64_t row) {
@@ -174,10 +174,10 @@ class Pool final : public Kernel {
     return s;
   }
 
-  std::shared_ptr<DnnlPool> prepare(InferContext& ctx, const PoolShapes& s, const Shape& x) const {
+  std::shared_ptr<PoolState> prepare(InferContext& ctx, const PoolShapes& s, const Shape& x) const {
     return dnnl_adapter::guarded(ctx.node(), [&] {
       using dims = dnnl::memory::dims;
-      auto st = std::make_shared<DnnlPool>();
+      auto st = std::make_shared<PoolState>();
       const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
       st->src = activation_md(x, dt, layout_);
       st->dst = activation_md(s.out, dt, layout_);

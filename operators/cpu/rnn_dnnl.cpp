@@ -695,6 +695,37 @@ std::shared_ptr<void> prepare_dnnl_recurrent(InferContext& ctx, const RecurrentS
   }
 }
 
+// body(d) for each of `dirs` directions, side by side on two threads when `apart`; an exception
+// from either is rethrown once both are done (nothing may leave an OpenMP region by one).
+template <class Body>
+void for_each_direction(int64_t dirs, bool apart, Body&& body) {
+  std::exception_ptr failed[2];
+  parallel_for(dirs, apart && dirs == 2, [&](int64_t d) {
+    try {
+      body(d);
+    } catch (...) {
+      failed[d] = std::current_exception();
+    }
+  });
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+}
+
+// Direction d's results into the node's outputs: its sequence [T, N, H] into Y [T, D, N, H], its
+// final states into Y_h and Y_c [D, N, H].
+void write_direction(RunContext& ctx, const RecurrentSpec& spec, int64_t d, int64_t t, int64_t n,
+                     int64_t h, const float* layer, const float* h_final, const float* c_final) {
+  const int64_t dirs = spec.dirs;
+  if (ctx.has_output(0)) {
+    float* y = ctx.output(0).data<float>();
+    for (int64_t s = 0; s < t; ++s)
+      std::copy_n(layer + s * n * h, n * h, y + (s * dirs + d) * n * h);
+  }
+  if (ctx.has_output(1)) std::copy_n(h_final, n * h, ctx.output(1).data<float>() + d * n * h);
+  if (spec.cell == Cell::Lstm && ctx.has_output(2))
+    std::copy_n(c_final, n * h, ctx.output(2).data<float>() + d * n * h);
+}
+
 // runs_directions_apart's run: each direction on its own thread (oneDNN runs a primitive on the
 // calling thread alone inside a parallel region), then the outputs interleaved into Y [T, 2, N,
 // H], Y_h and Y_c [2, N, H].
@@ -703,38 +734,24 @@ void run_directions_apart(const RecurrentState& st, RunContext& ctx, const Recur
   const int64_t t = st.g.seq, n = st.g.batch, h = st.g.hidden;
   const float* h0 = ctx.has_input(5) ? ctx.input(5).data<float>() : nullptr;
   const float* c0 = ctx.has_input(6) ? ctx.input(6).data<float>() : nullptr;
-  std::exception_ptr failed[2];  // (nothing may leave an OpenMP region by an exception)
-  parallel_for(2, true, [&](int64_t d) {
-    try {
-      const RecurrentState& one = *st.directions[static_cast<size_t>(d)];
-      char* own = scratch + st.direction_scratch[static_cast<size_t>(d)];
-      const Sources src{ctx.input(0).raw(), h0 ? h0 + d * n * h : nullptr,
-                        c0 ? c0 + d * n * h : nullptr};
-      dnnl_adapter::guarded(ctx.node(), [&] {
-        dnnl_adapter::execute(one.p.forward,
-                              forward_args(one, spec, src, one.weights, scratch_outputs(one, own)),
-                              one.p.scratch, own);
-        return 0;
-      });
-    } catch (...) {
-      failed[d] = std::current_exception();
-    }
+  for_each_direction(2, true, [&](int64_t d) {
+    const RecurrentState& one = *st.directions[static_cast<size_t>(d)];
+    char* own = scratch + st.direction_scratch[static_cast<size_t>(d)];
+    const Sources src{ctx.input(0).raw(), h0 ? h0 + d * n * h : nullptr,
+                      c0 ? c0 + d * n * h : nullptr};
+    dnnl_adapter::guarded(ctx.node(), [&] {
+      dnnl_adapter::execute(one.p.forward,
+                            forward_args(one, spec, src, one.weights, scratch_outputs(one, own)),
+                            one.p.scratch, own);
+      return 0;
+    });
   });
-  for (const auto& e : failed)
-    if (e) std::rethrow_exception(e);
   for (int64_t d = 0; d < 2; ++d) {
     const RecurrentState& one = *st.directions[static_cast<size_t>(d)];
     const char* own = scratch + st.direction_scratch[static_cast<size_t>(d)];
     auto at = [&](size_t offset) { return reinterpret_cast<const float*>(own + offset); };
-    if (ctx.has_output(0)) {
-      float* y = ctx.output(0).data<float>();
-      for (int64_t s = 0; s < t; ++s)
-        std::copy_n(at(one.dst_layer_offset) + s * n * h, n * h, y + (s * 2 + d) * n * h);
-    }
-    if (ctx.has_output(1))
-      std::copy_n(at(one.dst_iter_offset), n * h, ctx.output(1).data<float>() + d * n * h);
-    if (spec.cell == Cell::Lstm && ctx.has_output(2))
-      std::copy_n(at(one.dst_iter_c_offset), n * h, ctx.output(2).data<float>() + d * n * h);
+    write_direction(ctx, spec, d, t, n, h, at(one.dst_layer_offset), at(one.dst_iter_offset),
+                    at(one.dst_iter_c_offset));
   }
 }
 
@@ -755,54 +772,40 @@ void run_chunked(const RecurrentState& st, RunContext& ctx, const RecurrentSpec&
   auto final_slot = [&](const RecurrentState::ChunkedDirection& cd) {
     return static_cast<int>(cd.chunks.size() % 2);
   };
-  std::exception_ptr failed[2];  // (nothing may leave an OpenMP region by an exception)
-  parallel_for(dirs, dirs == 2 && ctx.threads() >= 2, [&](int64_t d) {
-    try {
-      const auto& cd = st.chunked[static_cast<size_t>(d)];
-      char* own = scratch + cd.region;
-      float* state = slot(cd, 0);
-      if (h0)
-        std::copy_n(h0 + d * n * h, n * h, state);
-      else
-        std::fill_n(state, n * h, 0.0f);
-      if (lstm && c0)
-        std::copy_n(c0 + d * n * h, n * h, state + n * h);
-      else if (lstm)
-        std::fill_n(state + n * h, n * h, 0.0f);
-      float* layer = reinterpret_cast<float*>(own + cd.layer);
-      int from = 0;
-      for (const auto& chunk : cd.chunks) {
-        const RecurrentState& one = *chunk.primitive;
-        float *src = slot(cd, from), *dst = slot(cd, 1 - from);
-        const Sources in_chunk{x + chunk.start * n * in, src, lstm ? src + n * h : nullptr};
-        const Destinations out_chunk{layer + chunk.start * n * h, dst,
-                                     lstm ? dst + n * h : nullptr};
-        dnnl_adapter::guarded(ctx.node(), [&] {
-          dnnl_adapter::execute(one.p.forward,
-                                forward_args(one, spec, in_chunk, one.weights, out_chunk),
-                                one.p.scratch, own);
-          return 0;
-        });
-        from = 1 - from;
-      }
-    } catch (...) {
-      failed[d] = std::current_exception();
+  for_each_direction(dirs, ctx.threads() >= 2, [&](int64_t d) {
+    const auto& cd = st.chunked[static_cast<size_t>(d)];
+    char* own = scratch + cd.region;
+    float* state = slot(cd, 0);
+    if (h0)
+      std::copy_n(h0 + d * n * h, n * h, state);
+    else
+      std::fill_n(state, n * h, 0.0f);
+    if (lstm && c0)
+      std::copy_n(c0 + d * n * h, n * h, state + n * h);
+    else if (lstm)
+      std::fill_n(state + n * h, n * h, 0.0f);
+    float* layer = reinterpret_cast<float*>(own + cd.layer);
+    int from = 0;
+    for (const auto& chunk : cd.chunks) {
+      const RecurrentState& one = *chunk.primitive;
+      float *src = slot(cd, from), *dst = slot(cd, 1 - from);
+      const Sources in_chunk{x + chunk.start * n * in, src, lstm ? src + n * h : nullptr};
+      const Destinations out_chunk{layer + chunk.start * n * h, dst, lstm ? dst + n * h : nullptr};
+      dnnl_adapter::guarded(ctx.node(), [&] {
+        dnnl_adapter::execute(one.p.forward,
+                              forward_args(one, spec, in_chunk, one.weights, out_chunk),
+                              one.p.scratch, own);
+        return 0;
+      });
+      from = 1 - from;
     }
   });
-  for (const auto& e : failed)
-    if (e) std::rethrow_exception(e);
   for (int64_t d = 0; d < dirs; ++d) {
     const auto& cd = st.chunked[static_cast<size_t>(d)];
-    const float* layer = reinterpret_cast<const float*>(scratch + cd.region + cd.layer);
     const float* state = slot(cd, final_slot(cd));
-    if (ctx.has_output(0)) {
-      float* y = ctx.output(0).data<float>();
-      for (int64_t s = 0; s < t; ++s)
-        std::copy_n(layer + s * n * h, n * h, y + (s * dirs + d) * n * h);
-    }
-    if (ctx.has_output(1)) std::copy_n(state, n * h, ctx.output(1).data<float>() + d * n * h);
-    if (lstm && ctx.has_output(2))
-      std::copy_n(state + n * h, n * h, ctx.output(2).data<float>() + d * n * h);
+    write_direction(ctx, spec, d, t, n, h,
+                    reinterpret_cast<const float*>(scratch + cd.region + cd.layer), state,
+                    state + n * h);
   }
 }
 

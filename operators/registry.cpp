@@ -5,7 +5,7 @@
 
 namespace volt {
 
-bool KernelDef::accepts(const std::vector<const TypeShape*>& in_types) const {
+bool KernelDef::accepts(std::span<const TypeShape* const> in_types) const {
   const size_t ti = static_cast<size_t>(type_input);
   if (!types.empty() && ti < in_types.size() && in_types[ti] &&
       std::find(types.begin(), types.end(), in_types[ti]->dtype) == types.end())
@@ -43,15 +43,18 @@ void KernelRegistry::add(KernelDef def) {
                added);
 }
 
+const std::vector<const KernelDef*>& KernelRegistry::named(const std::string& op_type) const {
+  static const std::vector<const KernelDef*> none;
+  const auto it = by_op_.find(op_type);
+  return it == by_op_.end() ? none : it->second;
+}
+
 std::vector<const KernelDef*> KernelRegistry::candidates(const Node& node,
                                                          const std::string& device,
                                                          DType type) const {
   std::vector<const KernelDef*> out;
-  const auto named = by_op_.find(node.op_type);
-  if (named == by_op_.end()) return out;
-  for (const KernelDef* d : named->second) {
-    if (d->domain != node.domain || d->device != device) continue;
-    if (node.opset < d->since || node.opset > d->until) continue;
+  for (const KernelDef* d : named(node.op_type)) {
+    if (!d->matches(node, device)) continue;
     if (type != DType::Undefined && !d->types.empty() &&
         std::find(d->types.begin(), d->types.end(), type) == d->types.end())
       continue;

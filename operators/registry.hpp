@@ -6,6 +6,7 @@
 #include <climits>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -56,7 +57,13 @@ struct KernelDef {
 
   // Whether this kernel takes inputs of these types (dtype of `type_input`, sparse or dense);
   // a null entry is an omitted input.
-  bool accepts(const std::vector<const TypeShape*>& in_types) const;
+  bool accepts(std::span<const TypeShape* const> in_types) const;
+  // Whether it is a kernel for this node (op type aside: see KernelRegistry::named) on this
+  // device: its domain and opset range.
+  bool matches(const Node& node, const std::string& on_device) const {
+    return domain == node.domain && device == on_device && node.opset >= since &&
+           node.opset <= until;
+  }
 };
 
 class KernelRegistry {
@@ -66,6 +73,9 @@ class KernelRegistry {
   // Kernels for this node on this device, best first, filtered by dtype when it is known.
   std::vector<const KernelDef*> candidates(const Node& node, const std::string& device,
                                            DType type = DType::Undefined) const;
+  // Every kernel registered for this op type, best first, before the filters candidates()
+  // applies (KernelDef::matches): what planning each node of each plan walks, without a copy.
+  const std::vector<const KernelDef*>& named(const std::string& op_type) const;
   bool has_op(const std::string& domain, const std::string& op, int opset,
               const std::string& device) const;
   // The kernels registered for (domain, op) on `device`, any opset.

@@ -1,5 +1,6 @@
 // The concrete InferContext and RunContext used by the planner and the executor.
 #pragma once
+#include <span>
 #include <vector>
 
 #include "operators/kernel.hpp"
@@ -9,18 +10,21 @@ namespace volt {
 
 class NodeInferContext final : public InferContext {
  public:
-  NodeInferContext(const Node& node, std::vector<const TypeShape*> inputs,
-                   std::vector<const Value*> values, int threads, bool shapes_vary = false,
+  // `inputs` and `values` are the caller's and must outlive the context (their elements, not
+  // the vectors: a vector moved elsewhere keeps them). A new shape plans every node through one
+  // of these, so it copies nothing and allocates only the output types.
+  NodeInferContext(const Node& node, std::span<const TypeShape* const> inputs,
+                   std::span<const Value* const> values, int threads, bool shapes_vary = false,
                    NodeMemo* memo = nullptr)
       : node_(node),
-        inputs_(std::move(inputs)),
-        values_(std::move(values)),
+        inputs_(inputs),
+        values_(values),
         threads_(threads),
         shapes_vary_(shapes_vary),
         memo_(memo) {
-    outputs.resize(node.outputs.size());
-    output_values.resize(node.outputs.size());
-    output_set.assign(node.outputs.size(), 0);
+    // (An output no set_output() reaches stays unknown: shape_known false.)
+    outputs.assign(node.outputs.size(), TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {},
+                                                  false});
   }
   const Node& node() const override { return node_; }
   size_t input_count() const override { return inputs_.size(); }
@@ -39,11 +43,11 @@ class NodeInferContext final : public InferContext {
   void set_output(size_t i, TypeShape t) override {
     if (i >= outputs.size()) return;  // an output the node does not name
     outputs[i] = std::move(t);
-    output_set[i] = 1;
   }
   void set_output_value(size_t i, Value v) override {
     if (i >= outputs.size()) return;
     set_output(i, TypeShape::of(v));
+    output_values.resize(outputs.size());
     output_values[i] = std::move(v);
     if (output_values[i].is_none()) output_values[i] = Value::none();
     has_values = true;
@@ -62,9 +66,15 @@ class NodeInferContext final : public InferContext {
     reference = why.empty() ? "reference" : why;
   }
 
+  // Whether every output's type and shape are known now.
+  bool all_known() const {
+    for (const TypeShape& t : outputs)
+      if (!t.shape_known) return false;
+    return true;
+  }
+
   std::vector<TypeShape> outputs;
-  std::vector<Value> output_values;
-  std::vector<char> output_set;
+  std::vector<Value> output_values;  // empty unless has_values
   bool has_values = false;
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
@@ -73,8 +83,8 @@ class NodeInferContext final : public InferContext {
 
  private:
   const Node& node_;
-  std::vector<const TypeShape*> inputs_;
-  std::vector<const Value*> values_;
+  std::span<const TypeShape* const> inputs_;
+  std::span<const Value* const> values_;
   int threads_;
   bool shapes_vary_;
   NodeMemo* memo_;
@@ -85,7 +95,7 @@ class NodeRunContext final : public RunContext {
   // `captured`: the values of enclosing graphs this node's subgraphs read, by name.
   using Captured = std::vector<std::pair<const std::string*, const Value*>>;
   // `inputs` and `outputs` are the caller's and must outlive the context (one per step: no copy).
-  NodeRunContext(const Node& node, const std::vector<const Value*>& inputs,
+  NodeRunContext(const Node& node, std::span<const Value* const> inputs,
                  const std::vector<Value*>& outputs, std::vector<char>* fresh, const void* state,
                  void* scratch, int threads, const Captured* captured = nullptr)
       : node_(node),
@@ -151,7 +161,7 @@ class NodeRunContext final : public RunContext {
     return outputs_[i];
   }
   const Node& node_;
-  const std::vector<const Value*>& inputs_;
+  std::span<const Value* const> inputs_;
   const std::vector<Value*>& outputs_;
   std::vector<char>* fresh_;
   const void* state_;

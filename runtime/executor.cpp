@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 
 #include "runtime/buffer_pool.hpp"
 #include "runtime/contexts.hpp"
@@ -215,15 +216,17 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       const KernelDef* chosen = st.def;
       const Kernel* kernel = st.kernel.get();
       const void* state = st.state.get();
-      const std::vector<TypeShape>* types = &st.output_types;
       // Steps whose shapes depend on run-time values choose and prepare their kernel now.
       static const std::string kNoKernel;
       const std::string* kernel_name = st.def ? &st.def->name : &kNoKernel;
       const Kernel* run_kernel = nullptr;
-      std::unique_ptr<NodeInferContext> run_infer;
+      // (run_infer reads the input types while it lives.)
+      std::vector<TypeShape> in_types;
+      std::vector<const TypeShape*> in_type_ptrs;
+      std::optional<NodeInferContext> run_infer;
       if (!st.shapes_static) {
-        std::vector<TypeShape> in_types(ins.size());
-        std::vector<const TypeShape*> in_type_ptrs(ins.size(), nullptr);
+        in_types.resize(ins.size());
+        in_type_ptrs.assign(ins.size(), nullptr);
         for (size_t i = 0; i < ins.size(); ++i)
           if (ins[i]) {
             in_types[i] = TypeShape::of(*ins[i]);
@@ -231,27 +234,27 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
         check_input_type_groups(node, in_type_ptrs);
         std::string reasons;
-        for (const std::string& device : kernel_devices(cg, node)) {
+        for (const std::string* device : kernel_devices(cg, node)) {
           if (run_kernel) break;
-          if (device == cg.device && on_accelerator) {  // the host's kernels read host inputs
+          if (*device == cg.device && on_accelerator) {  // the host's kernels read host inputs
             on_accelerator = false;
             step_device = Device{};
             for (size_t i = 0; i < ins.size(); ++i)
               if (ins[i]) ins[i] = on_device_of(ins[i], step_device, moved[i]);
           }
-          for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
-            if (!def->accepts(in_type_ptrs)) continue;
+          for (const KernelDef* def : KernelRegistry::instance().named(node.op_type)) {
+            if (!def->matches(node, *device) || !def->accepts(in_type_ptrs)) continue;
             // (The node's memo keeps the kernel for the session.)
             const Kernel& k = *cg.memos[st.node].kernel(def, [&] { return def->create(node); });
-            auto ictx = std::make_unique<NodeInferContext>(node, in_type_ptrs, ins, plan.threads);
+            run_infer.emplace(node, in_type_ptrs, ins, plan.threads);
             try {
-              k.infer(*ictx);
+              k.infer(*run_infer);
             } catch (const KernelUnsupported& u) {
               reasons += "; " + u.reason;
+              run_infer.reset();
               continue;
             }
             run_kernel = &k;
-            run_infer = std::move(ictx);
             kernel_name = &def->name;
             chosen = def;
             break;
@@ -260,7 +263,6 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
         kernel = run_kernel;
         state = run_infer->state.get();
-        types = &run_infer->outputs;
       }
       // Each input where the kernel reads it: its step's device, except the host inputs of a
       // device kernel; Shape/Size and the copy nodes take values wherever they are.
@@ -280,7 +282,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         const int id = st.outputs[j];
         if (id < 0) continue;
         outs[j] = &vals[id];
-        const TypeShape& t = (*types)[j];
+        const TypeShape& t = run_infer ? run_infer->outputs[j] : plan.types[id];
         const Placement p = plan.placement[id];
         if (p == Placement::Arena && st.shapes_static) {
           vals[id] = Tensor::view(t.dtype, t.shape, arena + plan.arena_offset[id], lease.arena);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,9 +23,11 @@ struct PlanStep {
   // shapes are known only at run time finds its kernels there too.
   std::shared_ptr<const Kernel> kernel;
   std::shared_ptr<void> state;
-  std::vector<int> inputs;   // value ids of the node's explicit inputs (-1 = omitted)
-  std::vector<int> outputs;  // value ids (-1 = omitted)
-  std::vector<TypeShape> output_types;
+  // Value ids of the node's explicit inputs and of its outputs (-1 = omitted), in the compiled
+  // graph's lists (CompiledGraph::node_inputs, node_outputs). The outputs' types are the plan's
+  // (Plan::types).
+  std::span<const int> inputs;
+  std::span<const int> outputs;
   bool shapes_static = true;  // false: infer() runs again at run time with the real inputs
   // Runs on the compiled graph's accelerator: the node was placed there and a device kernel
   // took it (else its host kernel runs, inputs copied over by the executor).
@@ -82,11 +85,17 @@ struct PlanInputs {
 
 // Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an
 // accelerator, the host (a shape or attribute the device kernel declines).
-std::vector<std::string> kernel_devices(const CompiledGraph& cg, const Node& node);
+struct KernelDevices {
+  const std::string* devices[2];
+  int count;
+  const std::string* const* begin() const { return devices; }
+  const std::string* const* end() const { return devices + count; }
+};
+KernelDevices kernel_devices(const CompiledGraph& cg, const Node& node);
 
 // Inputs that the op's schema gives one type variable have one dtype (Node::input_type_group);
 // ErrorCode::InvalidModel otherwise, before a kernel reads one as the other's type.
-void check_input_type_groups(const Node& node, const std::vector<const TypeShape*>& in_types);
+void check_input_type_groups(const Node& node, std::span<const TypeShape* const> in_types);
 
 std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& inputs, int threads);
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
+#include <span>
 #include <sstream>
 
 #include "runtime/contexts.hpp"
@@ -31,7 +33,7 @@ TypeShape TypeShape::of(const Value& v) {
   return t;
 }
 
-void check_input_type_groups(const Node& node, const std::vector<const TypeShape*>& in_types) {
+void check_input_type_groups(const Node& node, std::span<const TypeShape* const> in_types) {
   const auto& groups = node.input_type_group;
   DType seen[128] = {};
   int first[128] = {};
@@ -51,9 +53,9 @@ void check_input_type_groups(const Node& node, const std::vector<const TypeShape
   }
 }
 
-std::vector<std::string> kernel_devices(const CompiledGraph& cg, const Node& node) {
-  if (!cg.on_accelerator(node)) return {cg.device};
-  return {node.device, cg.device};
+KernelDevices kernel_devices(const CompiledGraph& cg, const Node& node) {
+  if (!cg.on_accelerator(node)) return KernelDevices{{&cg.device, nullptr}, 1};
+  return KernelDevices{{&node.device, &cg.device}, 2};
 }
 
 namespace {
@@ -68,17 +70,19 @@ using FoldedOutputs = std::vector<std::shared_ptr<const Value>>;
 struct Choice {
   const KernelDef* def = nullptr;
   std::shared_ptr<const Kernel> kernel;
-  std::unique_ptr<NodeInferContext> ctx;
+  std::optional<NodeInferContext> ctx;
   bool deferred = false;  // an input shape is only known at run time
   bool on_accelerator = false;
-  // The constant inputs the kernel sees: host copies of device constants for host kernels.
+  // The constant inputs the kernel sees: the caller's, or host copies of device constants for
+  // host kernels (`values` then points into `host_copies`).
   std::vector<Value> host_copies;
-  std::vector<const Value*> values;
+  std::vector<const Value*> host_values;
+  std::span<const Value* const> values;
 };
 
 Choice choose_kernel(const CompiledGraph& cg, const Node& node,
-                     const std::vector<const TypeShape*>& in_types,
-                     const std::vector<const Value*>& in_values, int threads, bool shapes_vary,
+                     std::span<const TypeShape* const> in_types,
+                     std::span<const Value* const> in_values, int threads, bool shapes_vary,
                      NodeMemo* memo) {
   check_input_type_groups(node, in_types);
   Choice c;
@@ -91,35 +95,40 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
     }
   std::string reasons;
   c.values = in_values;
-  for (const std::string& device : kernel_devices(cg, node)) {
-    c.on_accelerator = device != cg.device;
+  for (const std::string* device : kernel_devices(cg, node)) {
+    c.on_accelerator = *device != cg.device;
     if (!c.on_accelerator && cg.on_accelerator(node)) {
-      c.host_copies.resize(c.values.size());
-      for (size_t i = 0; i < c.values.size(); ++i)
-        if (c.values[i] && c.values[i]->is_tensor() && !c.values[i]->tensor().device().is_cpu()) {
-          c.host_copies[i] = c.values[i]->tensor().to(Device{});
-          c.values[i] = &c.host_copies[i];
+      c.host_copies.resize(in_values.size());
+      c.host_values.assign(in_values.begin(), in_values.end());
+      for (size_t i = 0; i < in_values.size(); ++i)
+        if (in_values[i] && in_values[i]->is_tensor() &&
+            !in_values[i]->tensor().device().is_cpu()) {
+          c.host_copies[i] = in_values[i]->tensor().to(Device{});
+          c.host_values[i] = &c.host_copies[i];
         }
+      c.values = c.host_values;
     }
-    for (const KernelDef* def : KernelRegistry::instance().candidates(node, device)) {
-      if (!def->accepts(in_types) || (shapes_vary && def->shape_specific)) continue;
+    for (const KernelDef* def : KernelRegistry::instance().named(node.op_type)) {
+      if (!def->matches(node, *device) || !def->accepts(in_types) ||
+          (shapes_vary && def->shape_specific))
+        continue;
       auto kernel = memo ? memo->kernel(def, [&] { return def->create(node); })
                          : std::shared_ptr<const Kernel>(def->create(node));
-      auto ctx =
-          std::make_unique<NodeInferContext>(node, in_types, c.values, threads, shapes_vary, memo);
+      c.ctx.emplace(node, in_types, c.values, threads, shapes_vary, memo);
       try {
-        kernel->infer(*ctx);
+        kernel->infer(*c.ctx);
       } catch (const KernelUnsupported& u) {
         reasons += "; " + u.reason;
+        c.ctx.reset();
         continue;
       } catch (const ShapeUnknown&) {
         c.deferred = true;
         c.def = def;
+        c.ctx.reset();
         return c;
       }
       c.def = def;
       c.kernel = std::move(kernel);
-      c.ctx = std::move(ctx);
       return c;
     }
   }
@@ -133,12 +142,6 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
                                       reasons);
 }
 
-bool all_known(const NodeInferContext& ctx) {
-  for (size_t i = 0; i < ctx.outputs.size(); ++i)
-    if (!ctx.output_set[i] || !ctx.outputs[i].shape_known) return false;
-  return true;
-}
-
 int64_t total_elements(const NodeInferContext& ctx) {
   int64_t n = 0;
   for (const auto& t : ctx.outputs)
@@ -149,7 +152,7 @@ int64_t total_elements(const NodeInferContext& ctx) {
 // Runs a kernel now, on heap buffers, to turn its outputs into constants.
 std::vector<Value> evaluate_now(const CompiledGraph& cg, const Node& node, bool on_accelerator,
                                 const Kernel& kernel, const NodeInferContext& ictx,
-                                const std::vector<const Value*>& in_values, int threads) {
+                                std::span<const Value* const> in_values, int threads) {
   std::vector<Value> outs(ictx.outputs.size());
   std::vector<Value*> slots;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -305,6 +308,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   plan->placement.assign(n, Placement::None);
   plan->arena_offset.assign(n, -1);
   std::vector<char> known(n, 0);
+  plan->steps.reserve(cg.order.size());
 
   for (size_t id = 0; id < n && id < in.fed.size(); ++id)
     if (in.fed[id]) {
@@ -312,10 +316,18 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       plan->placement[id] = Placement::Input;
       known[id] = 1;
     }
+  const Plan* previous = in.previous && in.previous->graph == &cg ? in.previous.get() : nullptr;
   for (const auto& [name, tensor] : g.initializers) {
     const int id = cg.id(name);
     if (id < 0 || known[id]) continue;
-    plan->constants[id] = std::make_shared<const Value>(tensor);
+    // (The previous plan's value where it holds the same tensor: a new shape does not wrap
+    // every weight again.)
+    const Value* was = previous ? previous->constants[id].get() : nullptr;
+    if (was && was->is_tensor() && was->tensor().raw() == tensor.raw() && tensor.raw() &&
+        was->tensor().dtype() == tensor.dtype() && was->tensor().shape() == tensor.shape())
+      plan->constants[id] = previous->constants[id];
+    else
+      plan->constants[id] = std::make_shared<const Value>(tensor);
     plan->types[id] = TypeShape::of(tensor);
     plan->placement[id] = Placement::Constant;
     known[id] = 1;
@@ -338,13 +350,15 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
 
   CopiedInitializers copied(cg, in, *plan);
   std::vector<std::function<Tensor()>> no_restorers;
-  const Plan* previous = in.previous && in.previous->graph == &cg ? in.previous.get() : nullptr;
   std::vector<int> step_of_node;  // by node index: its step in `previous`, or -1
   if (previous) {
     step_of_node.assign(g.nodes.size(), -1);
     for (size_t s = 0; s < previous->steps.size(); ++s)
       step_of_node[static_cast<size_t>(previous->steps[s].node)] = static_cast<int>(s);
   }
+  // (Each node's, reused: a new shape plans every node.)
+  std::vector<const TypeShape*> in_types;
+  std::vector<const Value*> in_values;
   for (int node_index : cg.order) {
     const Node& node = g.nodes[node_index];
     const auto& ids = cg.node_inputs[node_index];
@@ -366,8 +380,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         copied.planned(node_index, false, no_restorers);
         continue;
       }
-    std::vector<const TypeShape*> in_types(node.inputs.size(), nullptr);
-    std::vector<const Value*> in_values(node.inputs.size(), nullptr);
+    in_types.assign(node.inputs.size(), nullptr);
+    in_values.assign(node.inputs.size(), nullptr);
     bool inputs_constant = true;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       const int id = ids[i];
@@ -395,44 +409,35 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     }
     if (previous)
       if (const PlanStep* same = reusable_step(*previous, step_of_node, *plan, ids, node_index)) {
-        PlanStep step;
-        step.node = node_index;
-        step.def = same->def;
-        step.kernel = same->kernel;
-        step.state = same->state;
-        step.inputs = same->inputs;
-        step.outputs = same->outputs;
-        step.output_types = same->output_types;
-        step.on_accelerator = same->on_accelerator;
-        step.scratch_bytes = same->scratch_bytes;
-        step.reference = same->reference;
-        for (size_t i = 0; i < step.outputs.size(); ++i)
-          if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];
+        plan->steps.push_back(*same);
+        plan->steps.back().scratch_offset = -1;
+        plan->steps.back().release.clear();
+        for (const int id : same->outputs)
+          if (id >= 0) plan->types[id] = previous->types[id];
         copied.planned(node_index, true, no_restorers);
-        plan->steps.push_back(std::move(step));
         continue;
       }
     Choice c = choose_kernel(cg, node, in_types, in_values, threads, in.shapes_vary, memo);
     PlanStep step;
     step.node = node_index;
     step.def = c.def;
-    step.inputs.assign(ids.begin(), ids.begin() + static_cast<long>(node.inputs.size()));
+    step.inputs = std::span<const int>(ids).first(node.inputs.size());
     step.outputs = cg.node_outputs[node_index];
     step.on_accelerator = c.deferred ? cg.on_accelerator(node) : c.on_accelerator;
     if (c.deferred) {
       step.shapes_static = false;
-      step.output_types.assign(node.outputs.size(),
-                               TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false});
+      for (const int id : step.outputs)
+        if (id >= 0) plan->types[id] = TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false};
     } else {
       NodeInferContext& ictx = *c.ctx;
       // Outputs computed from shapes alone, or from constants: no step at run time.
       // Device kernels are evaluated at plan time only to upload constants (fold_always).
-      const bool values_given = ictx.has_values && all_known(ictx);
+      const bool values_given = ictx.has_values && ictx.all_known();
       const bool small = !c.on_accelerator && total_elements(ictx) <= kFoldMaxElements;
-      const bool fold = c.def->foldable && all_known(ictx) &&
+      const bool fold = c.def->foldable && ictx.all_known() &&
                         (values_given || (inputs_constant && (c.def->fold_always || small)));
       if (fold) {
-        std::vector<Value> outs = values_given ? ictx.output_values
+        std::vector<Value> outs = values_given ? std::move(ictx.output_values)
                                                : evaluate_now(cg, node, c.on_accelerator, *c.kernel,
                                                               ictx, c.values, threads);
         auto kept = std::make_shared<FoldedOutputs>();
@@ -453,11 +458,10 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.state = std::move(ictx.state);
       step.scratch_bytes = ictx.scratch_bytes;
       step.reference = std::move(ictx.reference);
-      step.shapes_static = all_known(ictx);
-      step.output_types = std::move(ictx.outputs);
+      step.shapes_static = ictx.all_known();
+      for (size_t i = 0; i < step.outputs.size(); ++i)
+        if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = std::move(ictx.outputs[i]);
     }
-    for (size_t i = 0; i < step.outputs.size(); ++i)
-      if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = step.output_types[i];
     copied.planned(node_index, true, c.deferred ? no_restorers : c.ctx->restorers);
     plan->steps.push_back(std::move(step));
   }
@@ -488,7 +492,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     for (size_t j = 0; j < st.outputs.size(); ++j) {
       const int id = st.outputs[j];
       if (id < 0) continue;
-      const TypeShape& t = st.output_types[j];
+      const TypeShape& t = plan->types[id];
       const bool alias = st.def && st.def->output_aliases_input && j == 0;
       if (alias) {
         plan->placement[id] = Placement::View;

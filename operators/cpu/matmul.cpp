@@ -26,8 +26,15 @@ struct FoldedTransposes {
   bool any() const { return !a.empty() || !b.empty() || !y.empty(); }
 };
 
-std::vector<int64_t> folded_perm(const Node& n, const char* key, size_t rank) {
-  const std::vector<int64_t> perm = n.attr_ints(key);
+// The node's volt.perm_a, volt.perm_b and volt.perm_y as written, read once per kernel: a new
+// shape resolves them against the operands' ranks without looking the attributes up again.
+struct FoldedPermAttrs {
+  explicit FoldedPermAttrs(const Node& n)
+      : a(n.attr_ints("volt.perm_a")), b(n.attr_ints("volt.perm_b")), y(n.attr_ints("volt.perm_y")) {}
+  std::vector<int64_t> a, b, y;
+};
+
+std::vector<int64_t> folded_perm(const std::vector<int64_t>& perm, size_t rank, const Node& n) {
   return perm.empty() ? perm : resolve_perm(perm, rank, n);
 }
 
@@ -37,13 +44,14 @@ struct FoldedProduct {
   MatMulShapes shapes;
   Shape y;  // as stored: the product's result through perms.y
 };
-FoldedProduct folded_product(const Node& n, const Shape& a, const Shape& b) {
+FoldedProduct folded_product(const FoldedPermAttrs& attrs, const Node& n, const Shape& a,
+                             const Shape& b) {
   FoldedProduct p;
-  p.perms.a = folded_perm(n, "volt.perm_a", a.size());
-  p.perms.b = folded_perm(n, "volt.perm_b", b.size());
+  p.perms.a = folded_perm(attrs.a, a.size(), n);
+  p.perms.b = folded_perm(attrs.b, b.size(), n);
   p.shapes = matmul_shapes(p.perms.a.empty() ? a : permuted_shape(a, p.perms.a),
                            p.perms.b.empty() ? b : permuted_shape(b, p.perms.b), n);
-  p.perms.y = folded_perm(n, "volt.perm_y", p.shapes.result.size());
+  p.perms.y = folded_perm(attrs.y, p.shapes.result.size(), n);
   p.y = p.perms.y.empty() ? p.shapes.result : permuted_shape(p.shapes.result, p.perms.y);
   return p;
 }
@@ -93,17 +101,20 @@ void reference_matmul(const MatMulShapes& s, const T* a, const T* b, T* out) {
 class MatMulRef final : public Kernel {
  public:
   explicit MatMulRef(const Node& n)
-      : act_(FusedActivation::of(n)), scale_(n.attr_float("volt.product_scale", 1.0f)) {}
+      : perm_attrs_(n),
+        act_(FusedActivation::of(n)),
+        scale_(n.attr_float("volt.product_scale", 1.0f)) {}
   void infer(InferContext& ctx) const override {
     VOLT_CHECK(ctx.dtype(0) == ctx.dtype(1), InvalidModel,
                ctx.node().describe() + ": operands must share one dtype");
-    const FoldedProduct p = folded_product(ctx.node(), ctx.shape(0), ctx.shape(1));
+    const FoldedProduct p = folded_product(perm_attrs_, ctx.node(), ctx.shape(0), ctx.shape(1));
     check_epilogue(ctx, p.shapes.result);
     ctx.set_output(0, ctx.dtype(0), p.y);
   }
   void run(RunContext& ctx) const override {
     // Folded Transposes: the operands transposed first, Y written transposed after.
-    const FoldedProduct p = folded_product(ctx.node(), ctx.input(0).shape(), ctx.input(1).shape());
+    const FoldedProduct p =
+        folded_product(perm_attrs_, ctx.node(), ctx.input(0).shape(), ctx.input(1).shape());
     const Tensor a = p.perms.a.empty() ? ctx.input(0) : permuted(ctx.input(0), p.perms.a);
     const Tensor b = p.perms.b.empty() ? ctx.input(1) : permuted(ctx.input(1), p.perms.b);
     Tensor y = p.perms.y.empty() ? ctx.output(0) : allocate_tensor(a.dtype(), p.shapes.result);
@@ -127,17 +138,26 @@ class MatMulRef final : public Kernel {
   }
 
  private:
+  FoldedPermAttrs perm_attrs_;
   FusedActivation act_;
   float scale_;  // volt.product_scale
 };
 
 // --- oneDNN
 // ----------------------------------------------------------------------------------------
-struct MatMulState {
+// What a product needs whatever its operands' shapes: the primitive, the weights' layout (packed
+// once when constant), the bias and scratchpad descriptors. In a shape-generic plan one serves
+// every shape (the node's memo keeps it), so that a new shape copies nothing of it.
+struct MatMulPrimitive {
   dnnl::matmul prim;
-  dnnl::memory::desc a, b, bias, out, scratch;
+  dnnl::memory::desc b, bias, scratch;
   Tensor packed_b;  // weights reordered once, when constant
   bool has_bias = false;
+};
+
+struct MatMulState {
+  std::shared_ptr<const MatMulPrimitive> p;
+  dnnl::memory::desc a, b, out;  // this shape's (b: the primitive's layout when packed)
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
   // Operands (and Y) the primitive reads in another layout or type than the graph holds them:
   // bf16 arithmetic on an fp32 A, and folded Transposes oneDNN has only its reference kernel
@@ -202,6 +222,9 @@ std::shared_ptr<MatMulState> make_matmul(
       for (size_t i = 0; i + 1 < bd.size(); ++i) shape_generic = shape_generic && bd[i] == 1;
       shape_generic = shape_generic && b_const;
     }
+    auto st = std::make_shared<MatMulState>();
+    st->a = a;
+    st->out = out;
     const ProductDescs descs = product_descs(a, b, out, b_const, weights_dt, shape_generic);
     // The node's generic primitive, made for an earlier shape, is taken as it is: only the
     // descriptors of this shape, which the run executes on, are this plan's.
@@ -214,21 +237,17 @@ std::shared_ptr<MatMulState> make_matmul(
           static_cast<int64_t>(std::bit_cast<uint32_t>(alpha)),
           static_cast<int64_t>(reinterpret_cast<uintptr_t>(b_const ? b_const->raw() : nullptr))};
       key.append(reinterpret_cast<const char*>(words), sizeof words);
-      if (auto kept = std::static_pointer_cast<MatMulState>(ctx.memo()->find(key))) {
-        auto shaped = std::make_shared<MatMulState>(*kept);
-        shaped->a = a;
-        shaped->out = out;
-        if (!b_const) shaped->b = b;
-        ctx.request_scratch(shaped->scratch.get_size());
-        return shaped;
+      if (auto kept = std::static_pointer_cast<const MatMulPrimitive>(ctx.memo()->find(key))) {
+        st->p = std::move(kept);
+        st->b = b_const ? st->p->b : b;
+        ctx.request_scratch(st->p->scratch.get_size());
+        return st;
       }
     }
-    auto st = std::make_shared<MatMulState>();
-    st->a = a;
-    st->out = out;
+    auto p = std::make_shared<MatMulPrimitive>();
     if (bias) {
-      st->bias = *bias;
-      st->has_bias = true;
+      p->bias = *bias;
+      p->has_bias = true;
     }
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
     if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -247,44 +266,44 @@ std::shared_ptr<MatMulState> make_matmul(
     if (dnnl_adapter::is_reference(pd)) {
       if (reference) {
         *reference = true;
+        st->p = std::move(p);
         return st;
       }
       ctx.runs_reference_loop(std::string("oneDNN ") + pd.impl_info_str());
     }
-    st->prim = dnnl::matmul(pd);
-    st->b = pd.weights_desc();
-    st->scratch = pd.scratchpad_desc();
-    if (b_const) {
-      st->packed_b = dnnl_adapter::pack_constant(ctx, 1, *b_const, b, st->b);
-    } else {
-      st->b = b;
-    }
-    ctx.request_scratch(st->scratch.get_size());
-    if (generic && ctx.memo()) ctx.memo()->keep(key, std::make_shared<MatMulState>(*st));
+    p->prim = dnnl::matmul(pd);
+    p->b = pd.weights_desc();
+    p->scratch = pd.scratchpad_desc();
+    if (b_const) p->packed_b = dnnl_adapter::pack_constant(ctx, 1, *b_const, b, p->b);
+    st->b = b_const ? p->b : b;
+    ctx.request_scratch(p->scratch.get_size());
+    if (generic && ctx.memo()) ctx.memo()->keep(key, p);
+    st->p = std::move(p);
     return st;
   });
 }
 
 void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const void* b,
                 const void* bias, void* out) {
-  dnnl_adapter::Args args = {
-      {DNNL_ARG_SRC, st.a, a},
-      {DNNL_ARG_WEIGHTS, st.b, st.packed_b.defined() ? st.packed_b.raw() : b},
-      {DNNL_ARG_DST, st.out, out}};
-  if (st.has_bias) args.add(DNNL_ARG_BIAS, st.bias, bias);
-  dnnl_adapter::execute(st.prim, args, st.scratch, ctx.scratch());
+  const MatMulPrimitive& p = *st.p;
+  dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.a, a},
+                             {DNNL_ARG_WEIGHTS, st.b, p.packed_b.defined() ? p.packed_b.raw() : b},
+                             {DNNL_ARG_DST, st.out, out}};
+  if (p.has_bias) args.add(DNNL_ARG_BIAS, p.bias, bias);
+  dnnl_adapter::execute(p.prim, args, p.scratch, ctx.scratch());
 }
 
 class DnnlMatMul final : public Kernel {
  public:
   explicit DnnlMatMul(const Node& n)
-      : act_(FusedActivation::of(n)),
+      : perm_attrs_(n),
+        act_(FusedActivation::of(n)),
         bf16_(n.attr_string("volt.compute", "") == "bf16"),
         scale_(n.attr_float("volt.product_scale", 1.0f)) {}
   void infer(InferContext& ctx) const override {
     if (ctx.dtype(0) != ctx.dtype(1)) throw KernelUnsupported{"mixed dtypes"};
     const Shape &a0 = ctx.shape(0), &b0 = ctx.shape(1);
-    const FoldedProduct p = folded_product(ctx.node(), a0, b0);
+    const FoldedProduct p = folded_product(perm_attrs_, ctx.node(), a0, b0);
     const MatMulShapes& s = p.shapes;
     if (s.out.size() > 6 || numel_of(s.out) == 0 || s.k == 0) throw KernelUnsupported{"shape"};
     // Folded Transposes need both operands' matrices as they are (no 1-D operand).
@@ -331,7 +350,7 @@ class DnnlMatMul final : public Kernel {
     auto st = build(true, p.perms.any() ? &reference : nullptr);
     if (reference) st = build(false, nullptr);
     st->sum = sum;
-    size_t bytes = st->scratch.get_size();
+    size_t bytes = st->p->scratch.get_size();
     auto stage = [&](MatMulState::Staged& staged, const dnnl::memory::desc& graph,
                      const dnnl::memory::desc& primitive, bool into_primitive) {
       if (graph == primitive) return;
@@ -368,6 +387,7 @@ class DnnlMatMul final : public Kernel {
   }
 
  private:
+  FoldedPermAttrs perm_attrs_;
   FusedActivation act_;
   bool bf16_;    // fp32 tensors, bf16 arithmetic (precision = bf16)
   float scale_;  // volt.product_scale: oneDNN's output scale (the pass gives it no bias)
@@ -448,7 +468,7 @@ class Gemm final : public Kernel {
     if (st) {
       run_matmul(*st, ctx, a.raw(), b.raw(), ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
                  y.raw());
-      if (st->has_bias || !ctx.has_input(2)) return;
+      if (st->p->has_bias || !ctx.has_input(2)) return;
       add_c(ctx, y, /*scale_product=*/1.0f);
       apply_epilogue(y, nullptr, act_, nullptr, ctx.node());
       return;

@@ -96,7 +96,7 @@ class NodeRunContext final : public RunContext {
   using Captured = std::vector<std::pair<const std::string*, const Value*>>;
   // `inputs` and `outputs` are the caller's and must outlive the context (one per step: no copy).
   NodeRunContext(const Node& node, std::span<const Value* const> inputs,
-                 const std::vector<Value*>& outputs, std::vector<char>* fresh, const void* state,
+                 std::span<Value* const> outputs, std::vector<char>* fresh, const void* state,
                  void* scratch, int threads, const Captured* captured = nullptr)
       : node_(node),
         inputs_(inputs),
@@ -162,7 +162,7 @@ class NodeRunContext final : public RunContext {
   }
   const Node& node_;
   std::span<const Value* const> inputs_;
-  const std::vector<Value*>& outputs_;
+  std::span<Value* const> outputs_;
   std::vector<char>* fresh_;
   const void* state_;
   void* scratch_;

@@ -35,20 +35,21 @@ TypeShape TypeShape::of(const Value& v) {
 
 void check_input_type_groups(const Node& node, std::span<const TypeShape* const> in_types) {
   const auto& groups = node.input_type_group;
-  DType seen[128] = {};
-  int first[128] = {};
-  for (size_t i = 0; i < in_types.size() && i < groups.size(); ++i) {
-    const int group = groups[i];
-    if (group < 0 || !in_types[i] || in_types[i]->dtype == DType::Undefined) continue;
-    const DType t = in_types[i]->dtype;
-    if (seen[group] == DType::Undefined) {
-      seen[group] = t;
-      first[group] = static_cast<int>(i);
-    } else if (seen[group] != t) {
-      fail(ErrorCode::InvalidModel, node.describe() + ": inputs " + std::to_string(first[group]) +
-                                        " and " + std::to_string(i) +
-                                        " must have the same type (the op's schema says so), got " +
-                                        dtype_name(seen[group]) + " and " + dtype_name(t));
+  const size_t n = std::min(in_types.size(), groups.size());
+  auto dtype = [&](size_t i) {
+    return in_types[i] ? in_types[i]->dtype : DType::Undefined;
+  };
+  // (Pairs, not a table by group: nodes have a few inputs, and every new shape checks each.)
+  for (size_t i = 1; i < n; ++i) {
+    if (groups[i] < 0 || dtype(i) == DType::Undefined) continue;
+    for (size_t first = 0; first < i; ++first) {
+      if (groups[first] != groups[i] || dtype(first) == DType::Undefined) continue;
+      if (dtype(first) != dtype(i))
+        fail(ErrorCode::InvalidModel,
+             node.describe() + ": inputs " + std::to_string(first) + " and " + std::to_string(i) +
+                 " must have the same type (the op's schema says so), got " +
+                 dtype_name(dtype(first)) + " and " + dtype_name(dtype(i)));
+      break;  // (the first input of the group with a type; the others matched it)
     }
   }
 }
@@ -154,17 +155,21 @@ std::vector<Value> evaluate_now(const CompiledGraph& cg, const Node& node, bool 
                                 const Kernel& kernel, const NodeInferContext& ictx,
                                 std::span<const Value* const> in_values, int threads) {
   std::vector<Value> outs(ictx.outputs.size());
-  std::vector<Value*> slots;
+  std::vector<Value*> slots(outs.size(), nullptr);
   for (size_t i = 0; i < outs.size(); ++i) {
     const TypeShape& t = ictx.outputs[i];
     if (t.kind == ValueInfo::Kind::Tensor && t.shape_known && t.dtype != DType::Undefined)
       outs[i] = on_accelerator ? Tensor::empty_on(cg.accelerator, t.dtype, t.shape)
                                : allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
-    slots.push_back(node.has_output(i) ? &outs[i] : nullptr);
+    if (node.has_output(i)) slots[i] = &outs[i];
   }
-  std::vector<char> scratch_mem(ictx.scratch_bytes + 64);
-  void* scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch_mem.data()) + 63) &
-                                          ~uintptr_t{63});
+  std::unique_ptr<char[]> scratch_mem;
+  void* scratch = nullptr;
+  if (ictx.scratch_bytes > 0) {
+    scratch_mem.reset(new char[ictx.scratch_bytes + 64]);
+    scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(scratch_mem.get()) + 63) &
+                                      ~uintptr_t{63});
+  }
   NodeRunContext rctx(node, in_values, slots, nullptr, ictx.state.get(), scratch, threads);
   if (on_accelerator) {
     VOLT_CHECK(ictx.scratch_bytes == 0, Runtime,
@@ -440,17 +445,20 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         std::vector<Value> outs = values_given ? std::move(ictx.output_values)
                                                : evaluate_now(cg, node, c.on_accelerator, *c.kernel,
                                                               ictx, c.values, threads);
-        auto kept = std::make_shared<FoldedOutputs>();
-        for (Value& v : outs) kept->push_back(std::make_shared<const Value>(std::move(v)));
-        if (from_fixed && memo) memo->keep(kFolded, kept);
+        const bool memoized = from_fixed && memo;  // (else no list of them is kept)
+        auto kept = memoized ? std::make_shared<FoldedOutputs>(outs.size()) : nullptr;
         for (size_t i = 0; i < step.outputs.size(); ++i) {
           const int id = step.outputs[i];
+          if (id < 0 && !memoized) continue;
+          auto value = std::make_shared<const Value>(std::move(outs[i]));
+          if (memoized) (*kept)[i] = value;
           if (id < 0) continue;
-          plan->constants[id] = (*kept)[i];
-          plan->types[id] = TypeShape::of(*plan->constants[id]);
+          plan->types[id] = TypeShape::of(*value);
+          plan->constants[id] = std::move(value);
           plan->placement[id] = Placement::Constant;
           fixed[id] = from_fixed;
         }
+        if (memoized) memo->keep(kFolded, kept);
         copied.planned(node_index, false, no_restorers);
         continue;
       }
@@ -481,11 +489,11 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   // --- buffers: each arena value belongs to one buffer; views and in-place outputs share ------
   std::vector<BufferLifetime> buffers;
   std::vector<int> buffer_of(n, -1);
-  std::vector<std::vector<int>> members;
-  auto buffer_last = [&](int b) {
-    int last = -1;
-    for (int v : members[b]) last = std::max(last, last_use[v] < 0 ? producer[v] : last_use[v]);
-    return last;
+  // By buffer: the last step that reads one of its values (or writes one no step reads).
+  std::vector<int> last_of_buffer;
+  auto join = [&](int b, int id) {
+    buffer_of[id] = b;
+    last_of_buffer[b] = std::max(last_of_buffer[b], last_use[id] < 0 ? producer[id] : last_use[id]);
   };
   for (int s = 0; s < end; ++s) {
     PlanStep& st = plan->steps[s];
@@ -497,10 +505,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       if (alias) {
         plan->placement[id] = Placement::View;
         const int src = st.inputs.empty() ? -1 : st.inputs[0];
-        if (src >= 0 && buffer_of[src] >= 0) {
-          buffer_of[id] = buffer_of[src];
-          members[buffer_of[src]].push_back(id);
-        }
+        if (src >= 0 && buffer_of[src] >= 0) join(buffer_of[src], id);
         continue;
       }
       // Device values come from the device's caching allocator, not the host arena.
@@ -514,19 +519,19 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           static_cast<size_t>(st.def->inplace_input) < st.inputs.size()) {
         const int src = st.inputs[st.def->inplace_input];
         if (src >= 0 && buffer_of[src] >= 0 && plan->placement[src] == Placement::Arena &&
-            buffers[buffer_of[src]].bytes == bytes && buffer_last(buffer_of[src]) <= s) {
-          buffer_of[id] = buffer_of[src];
-          members[buffer_of[src]].push_back(id);
+            buffers[buffer_of[src]].bytes == bytes && last_of_buffer[buffer_of[src]] <= s) {
+          join(buffer_of[src], id);
           continue;
         }
       }
       buffer_of[id] = static_cast<int>(buffers.size());
       buffers.push_back({bytes, s, s});
-      members.push_back({id});
+      last_of_buffer.push_back(-1);
+      join(buffer_of[id], id);
     }
   }
   for (size_t b = 0; b < buffers.size(); ++b)
-    buffers[b].last = std::max(buffers[b].first, buffer_last(static_cast<int>(b)));
+    buffers[b].last = std::max(buffers[b].first, last_of_buffer[b]);
   std::vector<int> scratch_buffer(end, -1);
   for (int s = 0; s < end; ++s) {
     if (plan->steps[s].on_accelerator) plan->uses_accelerator = true;

@@ -2,31 +2,46 @@
 
 #include "operators/common/shape_util.hpp"
 
+#include <algorithm>
+
 namespace volt {
 
-MatMulShapes matmul_shapes(Shape a, Shape b, const Node& node) {
-  VOLT_CHECK(!a.empty() && !b.empty(), InvalidArgument,
+MatMulShapes matmul_shapes(const Shape& a0, const Shape& b0, const Node& node) {
+  VOLT_CHECK(!a0.empty() && !b0.empty(), InvalidArgument,
              node.describe() + ": MatMul operands must have rank >= 1");
-  const bool a_vec = a.size() == 1, b_vec = b.size() == 1;
-  if (a_vec) a.insert(a.begin(), 1);
-  if (b_vec) b.push_back(1);
-  VOLT_CHECK(a.back() == b[b.size() - 2], InvalidArgument,
-             node.describe() + ": shapes " + shape_str(a) + " and " + shape_str(b) +
-                 " do not multiply (K differs)");
+  // (Built in place, four shapes and no temporaries: every new input shape plans each product.)
+  const bool a_vec = a0.size() == 1, b_vec = b0.size() == 1;
+  const size_t a_batch = a_vec ? 0 : a0.size() - 2, b_batch = b_vec ? 0 : b0.size() - 2;
+  const size_t batch = std::max(a_batch, b_batch);
   MatMulShapes s;
-  s.m = a[a.size() - 2];
-  s.k = a.back();
-  s.n = b.back();
-  const Shape batch =
-      broadcast_shapes({Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2)}, node);
-  while (a.size() < batch.size() + 2) a.insert(a.begin(), 1);
-  while (b.size() < batch.size() + 2) b.insert(b.begin(), 1);
-  s.a = a;
-  s.b = b;
-  s.out = batch;
-  s.out.push_back(s.m);
-  s.out.push_back(s.n);
-  s.result = batch;
+  s.m = a_vec ? 1 : a0[a0.size() - 2];
+  s.k = a0.back();
+  s.n = b_vec ? 1 : b0.back();
+  const int64_t b_k = b_vec ? b0[0] : b0[b0.size() - 2];
+  VOLT_CHECK(s.k == b_k, InvalidArgument,
+             node.describe() + ": shapes " + shape_str(a0) + " and " + shape_str(b0) +
+                 " do not multiply (K differs)");
+  s.a.assign(batch + 2, 1);
+  s.b.assign(batch + 2, 1);
+  s.out.assign(batch + 2, 1);
+  std::copy(a0.begin(), a0.begin() + static_cast<long>(a_batch), s.a.begin() + static_cast<long>(batch - a_batch));
+  std::copy(b0.begin(), b0.begin() + static_cast<long>(b_batch), s.b.begin() + static_cast<long>(batch - b_batch));
+  for (size_t i = 0; i < batch; ++i) {
+    const int64_t x = s.a[i], y = s.b[i];
+    if (x != y && x != 1 && y != 1)
+      broadcast_shapes({Shape(a0.begin(), a0.begin() + static_cast<long>(a_batch)),
+                        Shape(b0.begin(), b0.begin() + static_cast<long>(b_batch))},
+                       node);  // (throws, naming both)
+    s.out[i] = x == 1 ? y : x;
+  }
+  s.a[batch] = s.m;
+  s.a[batch + 1] = s.k;
+  s.b[batch] = s.k;
+  s.b[batch + 1] = s.n;
+  s.out[batch] = s.m;
+  s.out[batch + 1] = s.n;
+  s.result.reserve(batch + 2);
+  s.result.assign(s.out.begin(), s.out.begin() + static_cast<long>(batch));
   if (!a_vec) s.result.push_back(s.m);
   if (!b_vec) s.result.push_back(s.n);
   return s;

@@ -15,7 +15,7 @@ struct MatMulShapes {
 };
 
 // InvalidArgument naming the node when K differs or the batch axes do not broadcast.
-MatMulShapes matmul_shapes(Shape a, Shape b, const Node& node);
+MatMulShapes matmul_shapes(const Shape& a, const Shape& b, const Node& node);
 
 // Which matrices of A and B each output matrix multiplies, under batch broadcasting.
 class MatMulBatches {

@@ -57,30 +57,39 @@ dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& st
                             dnnl::memory::dims(strides.begin(), strides.end()));
 }
 
-dnnl::memory::desc with_runtime_dims(const dnnl::memory::desc& md,
-                                     const std::vector<bool>& runtime) {
-  dnnl::memory::dims dims = md.dims();
-  bool any = false;
-  for (size_t i = 0; i < dims.size() && i < runtime.size(); ++i)
-    if (runtime[i]) {
-      dims[i] = DNNL_RUNTIME_DIM_VAL;
-      any = true;
-    }
-  if (!any) return md;
+namespace {
+// The marks of `runtime` that fall on dimensions `md` has.
+uint32_t runtime_marks(const dnnl::memory::desc& md, uint32_t runtime) {
+  return md.data.ndims >= 32 ? runtime : runtime & ((uint32_t{1} << md.data.ndims) - 1);
+}
+}  // namespace
+
+dnnl::memory::desc with_runtime_dims(const dnnl::memory::desc& md, uint32_t runtime) {
+  runtime = runtime_marks(md, runtime);
+  if (!runtime) return md;
+  const int r = md.data.ndims;
   const auto& strides = md.data.format_desc.blocking.strides;
-  dnnl::memory::dims kept(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) kept[i] = strides[i] == 1 ? 1 : DNNL_RUNTIME_DIM_VAL;
+  dnnl::memory::dims dims(md.data.dims, md.data.dims + r), kept(static_cast<size_t>(r));
+  for (int i = 0; i < r; ++i) {
+    if (runtime >> i & 1) dims[static_cast<size_t>(i)] = DNNL_RUNTIME_DIM_VAL;
+    kept[static_cast<size_t>(i)] = strides[i] == 1 ? 1 : DNNL_RUNTIME_DIM_VAL;
+  }
   return dnnl::memory::desc(dims, md.data_type(), kept);
 }
 
-void append_md_key(std::string& key, const dnnl::memory::desc& md) {
+void append_md_key(std::string& key, const dnnl::memory::desc& md, uint32_t runtime) {
+  runtime = runtime_marks(md, runtime);
   auto word = [&](int64_t w) { key.append(reinterpret_cast<const char*>(&w), sizeof w); };
   word(static_cast<int64_t>(md.data_type()));
   word(md.data.ndims);
-  word(static_cast<int64_t>(md.data.format_kind));
+  word(static_cast<int64_t>(runtime ? dnnl_blocked : md.data.format_kind));
+  const auto& strides = md.data.format_desc.blocking.strides;
   for (int i = 0; i < md.data.ndims; ++i) {
-    word(md.data.dims[i]);
-    if (md.data.format_kind == dnnl_blocked) word(md.data.format_desc.blocking.strides[i]);
+    word(runtime >> i & 1 ? DNNL_RUNTIME_DIM_VAL : md.data.dims[i]);
+    if (runtime)
+      word(strides[i] == 1 ? 1 : DNNL_RUNTIME_DIM_VAL);
+    else if (md.data.format_kind == dnnl_blocked)
+      word(strides[i]);
   }
 }
 

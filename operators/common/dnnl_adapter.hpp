@@ -18,12 +18,12 @@ dnnl::memory::desc strided_md(const Shape& shape, const std::vector<int64_t>& st
 // (DNNL_RUNTIME_DIM_VAL), and with them every stride but the unit ones, which depend on the
 // dimensions: a primitive made on it serves every shape that agrees on the rest, executed on
 // the shape's own descriptor. Unchanged when nothing is marked.
-dnnl::memory::desc with_runtime_dims(const dnnl::memory::desc& md,
-                                     const std::vector<bool>& runtime);
-dnnl::memory::data_type to_dnnl(DType t);
-// A plain or strided descriptor as bytes (data type, dimensions, strides): for keys.
-void append_md_key(std::string& key,
-                   const dnnl::memory::desc& md);  // f32, bf16, f16, s8, u8, s32; undef otherwise
+// (Bit i of `runtime` marks dimension i.)
+dnnl::memory::desc with_runtime_dims(const dnnl::memory::desc& md, uint32_t runtime);
+dnnl::memory::data_type to_dnnl(DType t);  // f32, bf16, f16, s8, u8, s32; undef otherwise
+// A plain or strided descriptor as bytes (data type, dimensions, strides): for keys. With
+// `runtime`, the bytes of with_runtime_dims(md, runtime), without making it.
+void append_md_key(std::string& key, const dnnl::memory::desc& md, uint32_t runtime = 0);
 bool supported(DType t);
 
 // The arguments of one primitive execution, each a buffer as a descriptor describes it. The

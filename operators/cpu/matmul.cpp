@@ -178,24 +178,41 @@ struct MatMulState {
 struct ProductDescs {
   dnnl::memory::desc a, b, out;
 };
+// Which dimensions of A, B and Y the shape-generic form leaves to run time (bit i: dimension i).
+struct RuntimeDims {
+  uint32_t a = 0, b = 0, out = 0;
+};
+RuntimeDims runtime_dims(const dnnl::memory::desc& a, const dnnl::memory::desc& b, bool b_const) {
+  RuntimeDims r;
+  const int rank = a.data.ndims;
+  for (int i = 0; i + 2 < rank; ++i)
+    if (!b_const && a.data.dims[i] == b.data.dims[i]) {
+      r.a |= 1u << i;
+      r.b |= 1u << i;
+      r.out |= 1u << i;
+    }
+  r.a |= 1u << (rank - 2);
+  r.out |= 1u << (rank - 2);
+  if (!b_const) {
+    r.a |= 1u << (rank - 1);
+    r.b |= 3u << (rank - 2);
+    r.out |= 1u << (rank - 1);
+  }
+  return r;
+}
+// B as the primitive is made on it: constant weights in the layout it prefers (format any).
+dnnl::memory::desc weights_md(const dnnl::memory::desc& b, bool b_const,
+                              dnnl::memory::data_type weights_dt) {
+  return b_const ? dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any) : b;
+}
 ProductDescs product_descs(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                            const dnnl::memory::desc& out, bool b_const,
                            dnnl::memory::data_type weights_dt, bool shape_generic) {
-  ProductDescs p{
-      a, b_const ? dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any) : b,
-      out};
-  if (shape_generic) {
-    const auto ad = a.dims(), bd = b.dims();
-    const size_t r = ad.size();
-    std::vector<bool> ra(r), rb(r), ro(r);
-    for (size_t i = 0; i + 2 < r; ++i) ra[i] = rb[i] = ro[i] = !b_const && ad[i] == bd[i];
-    ra[r - 2] = ro[r - 2] = true;
-    if (!b_const) ra[r - 1] = rb[r - 2] = rb[r - 1] = ro[r - 1] = true;
-    p.a = dnnl_adapter::with_runtime_dims(a, ra);
-    p.out = dnnl_adapter::with_runtime_dims(out, ro);
-    if (!b_const) p.b = dnnl_adapter::with_runtime_dims(b, rb);
-  }
-  return p;
+  if (!shape_generic) return {a, weights_md(b, b_const, weights_dt), out};
+  const RuntimeDims r = runtime_dims(a, b, b_const);
+  return {dnnl_adapter::with_runtime_dims(a, r.a),
+          b_const ? weights_md(b, true, weights_dt) : dnnl_adapter::with_runtime_dims(b, r.b),
+          dnnl_adapter::with_runtime_dims(out, r.out)};
 }
 dnnl::matmul::primitive_desc matmul_pd(const ProductDescs& p, const dnnl::memory::desc* bias,
                                        const dnnl::primitive_attr& attr) {
@@ -225,13 +242,19 @@ std::shared_ptr<MatMulState> make_matmul(
     auto st = std::make_shared<MatMulState>();
     st->a = a;
     st->out = out;
-    const ProductDescs descs = product_descs(a, b, out, b_const, weights_dt, shape_generic);
     // The node's generic primitive, made for an earlier shape, is taken as it is: only the
-    // descriptors of this shape, which the run executes on, are this plan's.
+    // descriptors of this shape, which the run executes on, are this plan's. (Looked up by the
+    // generic descriptors' bytes, written without making them: a new shape plans every product.)
     std::string key;
     if (shape_generic && ctx.memo()) {
-      for (const auto* md : {&descs.a, &descs.b, &descs.out, bias})
-        if (md) dnnl_adapter::append_md_key(key, *md);
+      const RuntimeDims r = runtime_dims(a, b, b_const);
+      dnnl_adapter::append_md_key(key, a, r.a);
+      if (b_const)
+        dnnl_adapter::append_md_key(key, weights_md(b, true, weights_dt));
+      else
+        dnnl_adapter::append_md_key(key, b, r.b);
+      dnnl_adapter::append_md_key(key, out, r.out);
+      if (bias) dnnl_adapter::append_md_key(key, *bias);
       const int64_t words[] = {
           static_cast<int64_t>(weights_dt), ops ? ops->len() : 0,
           static_cast<int64_t>(std::bit_cast<uint32_t>(alpha)),
@@ -244,6 +267,7 @@ std::shared_ptr<MatMulState> make_matmul(
         return st;
       }
     }
+    const ProductDescs descs = product_descs(a, b, out, b_const, weights_dt, shape_generic);
     auto p = std::make_shared<MatMulPrimitive>();
     if (bias) {
       p->bias = *bias;

@@ -23,8 +23,8 @@ class NodeInferContext final : public InferContext {
         shapes_vary_(shapes_vary),
         memo_(memo) {
     // (An output no set_output() reaches stays unknown: shape_known false.)
-    outputs.assign(node.outputs.size(), TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {},
-                                                  false});
+    outputs.assign(node.outputs.size(),
+                   TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false});
   }
   const Node& node() const override { return node_; }
   size_t input_count() const override { return inputs_.size(); }

@@ -36,9 +36,7 @@ TypeShape TypeShape::of(const Value& v) {
 void check_input_type_groups(const Node& node, std::span<const TypeShape* const> in_types) {
   const auto& groups = node.input_type_group;
   const size_t n = std::min(in_types.size(), groups.size());
-  auto dtype = [&](size_t i) {
-    return in_types[i] ? in_types[i]->dtype : DType::Undefined;
-  };
+  auto dtype = [&](size_t i) { return in_types[i] ? in_types[i]->dtype : DType::Undefined; };
   // (Pairs, not a table by group: nodes have a few inputs, and every new shape checks each.)
   for (size_t i = 1; i < n; ++i) {
     if (groups[i] < 0 || dtype(i) == DType::Undefined) continue;
@@ -432,7 +430,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     if (c.deferred) {
       step.shapes_static = false;
       for (const int id : step.outputs)
-        if (id >= 0) plan->types[id] = TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false};
+        if (id >= 0)
+          plan->types[id] = TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false};
     } else {
       NodeInferContext& ictx = *c.ctx;
       // Outputs computed from shapes alone, or from constants: no step at run time.

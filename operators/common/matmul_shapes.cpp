@@ -24,8 +24,10 @@ MatMulShapes matmul_shapes(const Shape& a0, const Shape& b0, const Node& node) {
   s.a.assign(batch + 2, 1);
   s.b.assign(batch + 2, 1);
   s.out.assign(batch + 2, 1);
-  std::copy(a0.begin(), a0.begin() + static_cast<long>(a_batch), s.a.begin() + static_cast<long>(batch - a_batch));
-  std::copy(b0.begin(), b0.begin() + static_cast<long>(b_batch), s.b.begin() + static_cast<long>(batch - b_batch));
+  std::copy(a0.begin(), a0.begin() + static_cast<long>(a_batch),
+            s.a.begin() + static_cast<long>(batch - a_batch));
+  std::copy(b0.begin(), b0.begin() + static_cast<long>(b_batch),
+            s.b.begin() + static_cast<long>(batch - b_batch));
   for (size_t i = 0; i < batch; ++i) {
     const int64_t x = s.a[i], y = s.b[i];
     if (x != y && x != 1 && y != 1)

@@ -30,7 +30,9 @@ struct FoldedTransposes {
 // shape resolves them against the operands' ranks without looking the attributes up again.
 struct FoldedPermAttrs {
   explicit FoldedPermAttrs(const Node& n)
-      : a(n.attr_ints("volt.perm_a")), b(n.attr_ints("volt.perm_b")), y(n.attr_ints("volt.perm_y")) {}
+      : a(n.attr_ints("volt.perm_a")),
+        b(n.attr_ints("volt.perm_b")),
+        y(n.attr_ints("volt.perm_y")) {}
   std::vector<int64_t> a, b, y;
 };
 

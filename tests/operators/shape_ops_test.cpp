@@ -3,6 +3,7 @@
 #include <limits>
 #include <map>
 
+#include "operators/common/matmul_shapes.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/op_runner.hpp"
 
@@ -14,6 +15,45 @@ using testing::ModelBuilder;
 Session single(ModelBuilder& b) {
   const std::string bytes = b.bytes();
   return Session::from_bytes(bytes.data(), bytes.size());
+}
+
+// numpy's matmul shapes: 1-D operands promoted and their axes dropped from the result, batch
+// axes broadcast and rank-equalized with leading ones; K that differs and batch axes that do not
+// broadcast are errors that name the node.
+TEST(ShapeOps, MatMulShapesPromoteBroadcastAndRefuse) {
+  Node node;
+  node.op_type = "MatMul";
+  node.name = "mm";
+  struct Case {
+    Shape a, b, sa, sb, out, result;
+  };
+  const std::vector<Case> cases = {
+      {{3, 4}, {4, 5}, {3, 4}, {4, 5}, {3, 5}, {3, 5}},
+      {{4}, {4, 5}, {1, 4}, {4, 5}, {1, 5}, {5}},
+      {{3, 4}, {4}, {3, 4}, {4, 1}, {3, 1}, {3}},
+      {{4}, {4}, {1, 4}, {4, 1}, {1, 1}, {}},
+      {{2, 1, 3, 4}, {5, 4, 6}, {2, 1, 3, 4}, {1, 5, 4, 6}, {2, 5, 3, 6}, {2, 5, 3, 6}},
+      {{7, 3, 4}, {4}, {7, 3, 4}, {1, 4, 1}, {7, 3, 1}, {7, 3}},
+      {{4}, {2, 4, 6}, {1, 1, 4}, {2, 4, 6}, {2, 1, 6}, {2, 6}}};
+  for (const Case& c : cases) {
+    const MatMulShapes s = matmul_shapes(c.a, c.b, node);
+    EXPECT_EQ(s.a, c.sa) << shape_str(c.a) << " x " << shape_str(c.b);
+    EXPECT_EQ(s.b, c.sb) << shape_str(c.a) << " x " << shape_str(c.b);
+    EXPECT_EQ(s.out, c.out) << shape_str(c.a) << " x " << shape_str(c.b);
+    EXPECT_EQ(s.result, c.result) << shape_str(c.a) << " x " << shape_str(c.b);
+    EXPECT_EQ(s.m, s.out[s.out.size() - 2]);
+    EXPECT_EQ(s.n, s.out.back());
+  }
+  for (const auto& [a, b] : std::vector<std::pair<Shape, Shape>>{
+           {{3, 4}, {5, 6}}, {{4}, {5}}, {{2, 3, 4}, {3, 4, 5}}, {{}, {4, 5}}}) {
+    try {
+      matmul_shapes(a, b, node);
+      ADD_FAILURE() << shape_str(a) << " x " << shape_str(b) << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("mm"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The broadcast walk merges axes; every element must still be visited once, in row-major order,

@@ -1,0 +1,138 @@
+// What a model's first run at an input shape it has not seen costs over its second run there,
+// split into planning (the run's start to its first node: RunProfile), the nodes' own time, and
+// page faults, over a range of sizes of one axis. volt only: bench/corpus/dynamic_shapes.py
+// compares the same thing with ONNX Runtime. For profiling the planner (`perf record` on it).
+//
+//   volt_new_shape_cost MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N]
+//   e.g. volt_new_shape_cost build/corpus/text_classifier.onnx ids 1 1x64 20 240 2 int64
+//
+// SHAPE is the input's shape at the warm-up (1x64); each size in [LO, HI) by STEP replaces
+// dimension AXIS. With --passes N, the sizes run N-1 times before the measured pass (primitives
+// kept across plans are then made; plans are rebuilt if the cache evicted them).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "volt/volt.hpp"
+
+namespace {
+
+volt::Value make_input(const volt::Shape& shape, bool int64) {
+  const int64_t n = volt::numel_of(shape);
+  if (int64) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * 7919) % 1000;
+    return volt::Tensor::from(v, shape);
+  }
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  return volt::Tensor::from(v, shape);
+}
+
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 8) {
+    std::fprintf(stderr, "usage: %s MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N]\n",
+                 argv[0]);
+    return 2;
+  }
+  try {
+    const std::string model = argv[1], input = argv[2];
+    const size_t axis = std::strtoul(argv[3], nullptr, 10);
+    volt::Shape shape;
+    for (const char* p = argv[4]; *p;) {
+      char* end = nullptr;
+      shape.push_back(std::strtoll(p, &end, 10));
+      p = *end == 'x' ? end + 1 : end;
+    }
+    const int lo = std::atoi(argv[5]), hi = std::atoi(argv[6]),
+              step = std::max(1, std::atoi(argv[7]));
+    bool int64 = false;
+    int passes = 1;
+    for (int i = 8; i < argc; ++i) {
+      if (std::strcmp(argv[i], "int64") == 0) int64 = true;
+      if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) passes = std::atoi(argv[++i]);
+    }
+    if (axis >= shape.size())
+      throw volt::Error(volt::ErrorCode::InvalidArgument, "AXIS is past SHAPE");
+
+    volt::SessionOptions options;
+    options.threads = 2;
+    const volt::Session session(model, options);
+    auto feeds = [&](int64_t size) {
+      volt::Shape s = shape;
+      s[axis] = size;
+      volt::NamedValues f;
+      f.emplace_back(input, make_input(s, int64));
+      return f;
+    };
+    for (int i = 0; i < 3; ++i) session.run(feeds(shape[axis]));
+
+    struct Totals {
+      double wall = 0, nodes = 0, planning = 0, faults = 0;
+      std::map<std::string, double> by_op;
+    } first, second;
+    int sizes = 0;
+    for (int pass = 1; pass <= passes; ++pass)
+      for (int size = lo; size < hi; size += step) {
+        const volt::NamedValues f = feeds(size);
+        if (pass < passes) {
+          session.run(f);
+          continue;
+        }
+        for (Totals* t : {&first, &second}) {
+          volt::RunProfile profile;
+          volt::RunOptions run_options;
+          run_options.profile = &profile;
+          const long faults = minor_faults();
+          const auto start = std::chrono::steady_clock::now();
+          session.run(f, {}, run_options);
+          t->wall +=
+              std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                  .count();
+          t->faults += static_cast<double>(minor_faults() - faults);
+          if (!profile.events.empty()) t->planning += profile.events.front().start_us;
+          for (const volt::ProfileEvent& e : profile.events) {
+            t->nodes += e.duration_us;
+            t->by_op[e.op + " (" + e.kernel + ")"] += e.duration_us;
+          }
+        }
+        ++sizes;
+      }
+    if (sizes == 0) throw volt::Error(volt::ErrorCode::InvalidArgument, "no size in [LO, HI)");
+    const double n = sizes;
+    std::printf("%d new sizes, per run (us):      first    second\n", sizes);
+    std::printf("  wall                        %8.0f  %8.0f   (%.2fx)\n", first.wall / n,
+                second.wall / n, first.wall / second.wall);
+    std::printf("  before the first node       %8.0f  %8.0f   (planning)\n", first.planning / n,
+                second.planning / n);
+    std::printf("  nodes                       %8.0f  %8.0f\n", first.nodes / n, second.nodes / n);
+    std::printf("  minor page faults           %8.1f  %8.1f\n", first.faults / n,
+                second.faults / n);
+    std::vector<std::pair<double, std::string>> slower;
+    for (const auto& [op, us] : first.by_op) slower.emplace_back((us - second.by_op[op]) / n, op);
+    std::sort(slower.rbegin(), slower.rend());
+    std::printf("nodes slower in the first run:\n");
+    for (size_t i = 0; i < slower.size() && i < 8; ++i)
+      std::printf("  %-40s +%7.1f us\n", slower[i].second.c_str(), slower[i].first);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "volt_new_shape_cost: %s\n", e.what());
+    return 1;
+  }
+}

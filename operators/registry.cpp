@@ -16,7 +16,7 @@ bool KernelDef::accepts(std::span<const TypeShape* const> in_types) const {
     const bool sparse = in_types[i] && in_types[i]->kind == ValueInfo::Kind::SparseTensor;
     if (i == 0 && csr_input0 != sparse) return false;
     if (i > 0 && sparse) return false;
-    if (!in_types[i]) continue;
+    if (!in_types[i] || min_elements == 0) continue;
     if (in_types[i]->shape_known)
       largest = std::max(largest, numel_of(in_types[i]->shape));
     else

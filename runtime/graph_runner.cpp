@@ -16,30 +16,37 @@ std::shared_ptr<const Plan> PlanCache::find(const std::string& key) {
 
 std::shared_ptr<const Plan> PlanCache::insert(const std::string& key,
                                               std::shared_ptr<const Plan> plan) {
+  std::vector<std::shared_ptr<const Plan>> evicted;  // (freed after the lock: see add_locked)
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;  // another thread built it first
-  return add_locked(key, std::move(plan));
+  return add_locked(key, std::move(plan), evicted);
 }
 
-std::shared_ptr<const Plan> PlanCache::add_locked(const std::string& key,
-                                                  std::shared_ptr<const Plan> plan) {
+std::shared_ptr<const Plan> PlanCache::add_locked(
+    const std::string& key, std::shared_ptr<const Plan> plan,
+    std::vector<std::shared_ptr<const Plan>>& evicted) {
   lru_.emplace_front(key, std::move(plan));
   index_[key] = lru_.begin();
   while (lru_.size() > capacity_) {
     index_.erase(lru_.back().first);
+    evicted.push_back(std::move(lru_.back().second));
     lru_.pop_back();
   }
   return lru_.front().second;
 }
 
 void PlanCache::replace(const std::string& key, std::shared_ptr<const Plan> plan) {
+  std::vector<std::shared_ptr<const Plan>> evicted;
+  std::shared_ptr<const Plan> replaced;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = index_.find(key);
-  if (it != index_.end())
+  if (it != index_.end()) {
+    replaced = std::move(it->second->second);
     it->second->second = std::move(plan);
-  else
-    add_locked(key, std::move(plan));
+  } else {
+    add_locked(key, std::move(plan), evicted);
+  }
 }
 
 size_t PlanCache::size() const {

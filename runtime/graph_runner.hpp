@@ -28,8 +28,12 @@ class PlanCache {
 
  private:
   using Entry = std::pair<std::string, std::shared_ptr<const Plan>>;
-  // Adds the entry as the most recent and evicts past the capacity (mutex_ held).
-  std::shared_ptr<const Plan> add_locked(const std::string& key, std::shared_ptr<const Plan> plan);
+  // Adds the entry as the most recent and evicts past the capacity (mutex_ held). The evicted
+  // plans go to `evicted`, which the caller declares before its lock: a plan is freed (its
+  // steps, states and types, tens of microseconds) after the lock is released, not while
+  // other threads wait to look theirs up.
+  std::shared_ptr<const Plan> add_locked(const std::string& key, std::shared_ptr<const Plan> plan,
+                                         std::vector<std::shared_ptr<const Plan>>& evicted);
   mutable std::mutex mutex_;
   size_t capacity_;
   std::list<Entry> lru_;  // most recent first

@@ -94,23 +94,42 @@ void* system_allocate(size_t bytes) {
   return p;
 }
 
+// A kept buffer of a class in [lo, hi], the smallest first (its bytes in *capacity); nullptr
+// when there is none.
+void* take_kept(int lo, int hi, size_t* capacity) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  for (int k = lo; k <= hi && k < static_cast<int>(p.free_lists.size()); ++k) {
+    auto& list = p.free_lists[static_cast<size_t>(k)];
+    if (list.empty()) continue;
+    void* q = list.back();
+    list.pop_back();
+    *capacity = class_bytes(k);
+    p.cached -= *capacity;
+    return q;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 void* pool_allocate(size_t bytes) {
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_allocate(bytes);
   const int c = size_class(bytes);
-  Pool& p = pool();
-  {
-    std::lock_guard<std::mutex> lock(p.mutex);
-    auto& list = p.free_lists[static_cast<size_t>(c)];
-    if (!list.empty()) {
-      void* q = list.back();
-      list.pop_back();
-      p.cached -= class_bytes(c);
-      return q;
-    }
-  }
+  size_t capacity = 0;
+  if (void* q = take_kept(c, c, &capacity)) return q;
   return system_allocate(class_bytes(c));
+}
+
+void* pool_allocate_roomy(size_t bytes, size_t* capacity) {
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {
+    *capacity = bytes;
+    return system_allocate(bytes);
+  }
+  const int c = size_class(bytes);
+  if (void* q = take_kept(c, c + kStepsPerDoubling, capacity)) return q;
+  *capacity = class_bytes((c + kStepsPerDoubling - 1) / kStepsPerDoubling * kStepsPerDoubling);
+  return system_allocate(*capacity);
 }
 
 void pool_free(void* q, size_t bytes) noexcept {

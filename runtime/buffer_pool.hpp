@@ -10,6 +10,12 @@ namespace volt {
 
 // A 64-byte aligned buffer of at least `bytes`; nullptr when memory is exhausted.
 void* pool_allocate(size_t bytes);
+// A buffer of at least `bytes` for memory whose size changes from call to call (a plan's arena:
+// each new input shape asks for another size). Served from a kept buffer up to twice as large,
+// or else a fresh one rounded up to a power of two, so that a run at a larger shape than before
+// mostly reuses pages that earlier runs faulted in; untouched pages of the rounding cost address
+// space only. `*capacity` is what the buffer holds: pass it to pool_free.
+void* pool_allocate_roomy(size_t bytes, size_t* capacity);
 // Gives back a buffer from pool_allocate of the same `bytes`.
 void pool_free(void* p, size_t bytes) noexcept;
 

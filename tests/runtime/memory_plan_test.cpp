@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "runtime/buffer_pool.hpp"
 #include "runtime/memory_plan.hpp"
 
 namespace volt {
@@ -49,6 +50,34 @@ TEST(ArenaLayout, ReusesMemoryOfDeadBuffers) {
   for (int i = 0; i < 50; ++i) chain.push_back({4096, i, i + 1});
   const ArenaLayout l = layout_arena(chain);
   EXPECT_EQ(l.total_bytes, 2u * 4096u);
+}
+
+// Arenas for growing input shapes: a fresh one is rounded up to a power of two, and a larger
+// request up to that size gets the kept buffer back (pages earlier runs touched), not fresh pages.
+// (Under AddressSanitizer the pool keeps nothing: exact sizes, fresh buffers.)
+TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
+  size_t capacity = 0;
+  void* first = pool_allocate_roomy(600 << 10, &capacity);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+  EXPECT_GE(capacity, size_t{600} << 10);
+  EXPECT_LE(capacity, size_t{1200} << 10);
+#if !defined(__SANITIZE_ADDRESS__)
+  static_cast<char*>(first)[capacity - 1] = 1;  // all of it is the caller's
+  pool_free(first, capacity);
+  size_t again = 0;
+  void* second = pool_allocate_roomy(capacity - 1, &again);  // a larger arena than before
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(again, capacity);
+  pool_free(second, again);
+#else
+  pool_free(first, capacity);
+#endif
+  size_t small = 0;
+  void* tiny = pool_allocate_roomy(100, &small);  // below the pool: as asked
+  ASSERT_NE(tiny, nullptr);
+  EXPECT_EQ(small, 100u);
+  pool_free(tiny, small);
 }
 
 }  // namespace

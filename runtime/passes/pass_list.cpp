@@ -31,6 +31,8 @@ const std::vector<Pass>& optimization_passes() {
       // that takes them into the convolution.
       {"fold_clamped_gates", 2, fold_clamped_gates},
       {"fuse_conv_activation", 2, fuse_conv_activation, on_cpu},
+      // After the activation fusion: a split convolution's activation goes to its last part.
+      {"distribute_channel_concat", 2, distribute_channel_concat, on_cpu},
       {"fuse_gelu", 2, fuse_gelu},
       {"fuse_layer_norm", 2, fuse_layer_norm},
       // Quantized layers (ConvInteger, QLinearConv, QDQ around Conv/MatMul/Gemm, ...) onto

@@ -36,6 +36,7 @@ Graph fuse_attention(const Graph& graph);
 Graph fuse_matmul_epilogue(const Graph& graph);
 Graph fold_transpose_into_matmul(const Graph& graph);
 Graph fuse_conv_activation(const Graph& graph);
+Graph distribute_channel_concat(const Graph& graph);
 Graph keep_sparse_weights(const Graph& graph);
 Graph use_channels_last(const Graph& graph);
 // The suffix use_channels_last gives the values of its region ("<name>/nhwc"), which later

@@ -883,6 +883,71 @@ TEST(Passes, ResNetRegionIsStoredInTheCpusBlocksOfChannels) {
 // An inception-style block: two branches of convolutions concatenated along the channels, then
 // pooled. The Concat joins the blocked region (each input a contiguous run per image) and the
 // model computes what the unoptimized graph computes, at batch 1 and 3.
+// SqueezeNet's Fire modules: two expansions concatenated along channels, squeezed again by a
+// 1x1 convolution (once through a MaxPool). The convolutions after the Concat take its parts
+// instead (the first part's writes, the next adds to it), the pool runs on each part, and no
+// Concat is left; a classifier with more output channels than the Concat has keeps it (the
+// split would cost more than the copy). The same answer as the unoptimized graph, at two
+// batches.
+TEST(Passes, ChannelConcatBeforeConvolutionsIsNotMade) {
+  std::mt19937 rng(41);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 8, 11, 11}).output("y", 1, {}).output("z", 1, {});
+  auto same = [](auto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); };
+  auto fire = [&](const std::string& in, int64_t c_in, const std::string& out) {
+    const std::string p = out + "_";
+    b.initializer(p + "Ws", {4, c_in, 1, 1}, random_values(4 * c_in, rng))
+        .initializer(p + "Bs", {4}, random_values(4, rng))
+        .initializer(p + "W1", {16, 4, 1, 1}, random_values(64, rng))
+        .initializer(p + "B1", {16}, random_values(16, rng))
+        .initializer(p + "W3", {16, 4, 3, 3}, random_values(576, rng))
+        .initializer(p + "B3", {16}, random_values(16, rng));
+    b.node("Conv", {in, p + "Ws", p + "Bs"}, {p + "s"}).node("Relu", {p + "s"}, {p + "sr"});
+    b.node("Conv", {p + "sr", p + "W1", p + "B1"}, {p + "e1"}).node("Relu", {p + "e1"}, {p + "r1"});
+    b.node("Conv", {p + "sr", p + "W3", p + "B3"}, {p + "e3"}, same)
+        .node("Relu", {p + "e3"}, {p + "r3"});
+    b.node("Concat", {p + "r1", p + "r3"}, {out},
+           [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  };
+  fire("x", 8, "f1");
+  b.node("MaxPool", {"f1"}, {"p1"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+    ModelBuilder::set_int(n, "ceil_mode", 1);
+  });
+  fire("p1", 32, "f2");
+  fire("f2", 32, "f3");
+  b.initializer("Wy", {8, 32, 1, 1}, random_values(256, rng))
+      .initializer("Wz", {40, 32, 1, 1}, random_values(1280, rng));
+  b.node("Conv", {"f2", "Wy"}, {"y0"}).node("Relu", {"y0"}, {"y"});  // f2 read twice
+  b.node("Conv", {"f3", "Wz"}, {"z"});  // 40 channels out of 32: the Concat stays
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  EXPECT_EQ(count_op(g, "Concat"), 1);
+  EXPECT_EQ(count_op(g, "MaxPool"), 2);
+  int summed = 0;
+  for (const Node& n : g.nodes) summed += n.op_type == "Conv" && n.has_input(3);
+  EXPECT_EQ(summed, 3);  // f1's squeeze (after the pool), f2's squeeze and Wy
+  for (int64_t batch : {1, 3})
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 11, 11}, rng)}}, 1e-4f);
+}
+
+// A Concat that something other than a convolution or pool reads (here a graph output) is made.
+TEST(Passes, ChannelConcatReadByOtherOpsIsMade) {
+  std::mt19937 rng(42);
+  ModelBuilder b;
+  b.input("x", 1, {1, 4, 6, 6}).output("cat", 1, {}).output("y", 1, {});
+  b.initializer("Wa", {8, 4, 1, 1}, random_values(32, rng))
+      .initializer("Wb", {8, 4, 1, 1}, random_values(32, rng))
+      .initializer("Wy", {2, 16, 1, 1}, random_values(32, rng));
+  b.node("Conv", {"x", "Wa"}, {"a"}).node("Conv", {"x", "Wb"}, {"b"});
+  b.node("Concat", {"a", "b"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  b.node("Conv", {"cat", "Wy"}, {"y"});
+  const std::string bytes = b.bytes();
+  EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "Concat"), 1);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 4, 6, 6}, rng)}});
+}
+
 TEST(Passes, ConcatAlongChannelsJoinsTheBlockedRegion) {
   std::mt19937 rng(33);
   ModelBuilder b;

@@ -5,7 +5,9 @@
 // residual input, oneDNN's sum post-op: the output's buffer is read once more, in place). Max
 // and average pools work channel by channel, so they run on each part. SqueezeNet's Fire
 // modules concatenate two expansions and squeeze them again at once: the copy of every
-// channel (10-17% of its batch-8 run, channels-last interleaving) goes.
+// channel (10-17% of its batch-8 run, channels-last interleaving) goes; so does a U-Net
+// decoder's Concat of the upsampled map and the skip connection before its 3x3 convolution
+// (unet_convtranspose, A/B: ~5% at batches 1 and 8).
 //
 // Only where it pays: each convolution split in k parts reads and writes its output k-1 more
 // times, against the Concat's one read and one write of all channels. The pass applies when
@@ -21,7 +23,7 @@ namespace volt {
 namespace {
 
 // The number of channels (dimension 1) of `v`, where the graph makes it plain: a convolution's
-// constant weights, through ops that keep channels. 0 when unknown.
+// or transposed convolution's constant weights, through ops that keep channels. 0 when unknown.
 int64_t channels_of(const Graph& g, const ValueUses& uses, const std::string& v, int depth = 0) {
   const auto p = uses.producer(v);
   if (!p || depth > 16) return 0;
@@ -29,6 +31,10 @@ int64_t channels_of(const Graph& g, const ValueUses& uses, const std::string& v,
   if (is_onnx_op(n, "Conv") && n.inputs.size() >= 2) {
     const Tensor* w = constant_value(g, n.inputs[1]);
     return w && w->rank() >= 3 ? w->shape()[0] : 0;
+  }
+  if (is_onnx_op(n, "ConvTranspose") && n.inputs.size() >= 2) {  // W: [C, M / group, k...]
+    const Tensor* w = constant_value(g, n.inputs[1]);
+    return w && w->rank() >= 3 ? w->shape()[1] * n.attr_int("group", 1) : 0;
   }
   static const char* const kKeepChannels[] = {"Relu", "MaxPool", "AveragePool", "LeakyRelu",
                                               "Clip", "Sigmoid", "HardSigmoid", "HardSwish"};

@@ -932,6 +932,34 @@ TEST(Passes, ChannelConcatBeforeConvolutionsIsNotMade) {
     expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 11, 11}, rng)}}, 1e-4f);
 }
 
+// A U-Net decoder: the upsampled map (ConvTranspose, groups of 2) concatenated with the skip
+// connection, then a 3x3 convolution with half the channels: split as well.
+TEST(Passes, UNetDecoderConcatIsSplitIntoTheConvolution) {
+  std::mt19937 rng(43);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 8, 5, 5}).input("skip", 1, {-1, 6, 10, 10}).output("y", 1, {});
+  b.initializer("Wt", {8, 5, 2, 2}, random_values(160, rng))
+      .initializer("Ws", {6, 6, 1, 1}, random_values(36, rng))
+      .initializer("W", {8, 16, 3, 3}, random_values(8 * 16 * 9, rng))
+      .initializer("B", {8}, random_values(8, rng));
+  b.node("ConvTranspose", {"x", "Wt"}, {"up"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+    ModelBuilder::set_int(n, "group", 2);
+  });
+  b.node("Conv", {"skip", "Ws"}, {"s"}).node("Relu", {"s"}, {"sr"});
+  b.node("Concat", {"up", "sr"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  b.node("Conv", {"cat", "W", "B"}, {"c"}, [](auto& n) {
+     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+   }).node("Relu", {"c"}, {"y"});
+  const std::string bytes = b.bytes();
+  EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "Concat"), 0);
+  for (int64_t batch : {1, 2})
+    expect_same_as_unoptimized(bytes,
+                               {{"x", random_tensor({batch, 8, 5, 5}, rng)},
+                                {"skip", random_tensor({batch, 6, 10, 10}, rng)}},
+                               1e-4f);
+}
+
 // A Concat that something other than a convolution or pool reads (here a graph output) is made.
 TEST(Passes, ChannelConcatReadByOtherOpsIsMade) {
   std::mt19937 rng(42);

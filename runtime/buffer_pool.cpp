@@ -84,11 +84,13 @@ void small_free(void* q) {
   std::free(p - p[-1]);
 }
 
-void* system_allocate(size_t bytes) {
-  if (bytes < kMinPooled) return small_allocate(bytes);
+// `bytes` rounded up to `capacity`: huge pages by the bytes asked for, so that the rounding of a
+// 3 MiB request to 4 MiB does not make all of it resident.
+void* system_allocate(size_t bytes, size_t capacity) {
+  if (bytes < kMinPooled) return small_allocate(capacity);
   if (bytes < 2 * kHugePage)
-    return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    return std::aligned_alloc(kAlignment, (capacity + kAlignment - 1) / kAlignment * kAlignment);
+  const size_t rounded = (capacity + kHugePage - 1) / kHugePage * kHugePage;
   void* p = std::aligned_alloc(kHugePage, rounded);
   if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: failure changes nothing
   return p;
@@ -113,23 +115,15 @@ void* take_kept(int lo, int hi, size_t* capacity) {
 
 }  // namespace
 
-void* pool_allocate(size_t bytes) {
-  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_allocate(bytes);
-  const int c = size_class(bytes);
-  size_t capacity = 0;
-  if (void* q = take_kept(c, c, &capacity)) return q;
-  return system_allocate(class_bytes(c));
-}
-
-void* pool_allocate_roomy(size_t bytes, size_t* capacity) {
+void* pool_allocate(size_t bytes, size_t* capacity) {
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {
     *capacity = bytes;
-    return system_allocate(bytes);
+    return system_allocate(bytes, bytes);
   }
   const int c = size_class(bytes);
   if (void* q = take_kept(c, c + kStepsPerDoubling, capacity)) return q;
   *capacity = class_bytes((c + kStepsPerDoubling - 1) / kStepsPerDoubling * kStepsPerDoubling);
-  return system_allocate(*capacity);
+  return system_allocate(bytes, *capacity);
 }
 
 void pool_free(void* q, size_t bytes) noexcept {

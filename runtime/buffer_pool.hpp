@@ -8,15 +8,14 @@
 
 namespace volt {
 
-// A 64-byte aligned buffer of at least `bytes`; nullptr when memory is exhausted.
-void* pool_allocate(size_t bytes);
-// A buffer of at least `bytes` for memory whose size changes from call to call (a plan's arena:
-// each new input shape asks for another size). Served from a kept buffer up to twice as large,
-// or else a fresh one rounded up to a power of two, so that a run at a larger shape than before
-// mostly reuses pages that earlier runs faulted in; untouched pages of the rounding cost address
-// space only. `*capacity` is what the buffer holds: pass it to pool_free.
-void* pool_allocate_roomy(size_t bytes, size_t* capacity);
-// Gives back a buffer from pool_allocate of the same `bytes`.
+// A 64-byte aligned buffer of at least `bytes` (nullptr when memory is exhausted); `*capacity`
+// is what it holds: pass that to pool_free. Sizes change from call to call (a plan's arena and
+// outputs at each new input shape), so a request takes a kept buffer up to twice as large, or
+// else a fresh one rounded up to a power of two: a run at a larger shape than before then mostly
+// reuses pages that earlier runs faulted in. Untouched pages of the rounding cost address space
+// only; a kept buffer's pages are resident whether it is reused or waits in the pool.
+void* pool_allocate(size_t bytes, size_t* capacity);
+// Gives back a buffer from pool_allocate, with the capacity it gave.
 void pool_free(void* p, size_t bytes) noexcept;
 
 }  // namespace volt

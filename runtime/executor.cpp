@@ -67,11 +67,11 @@ class ScratchLease {
 // faulted every page on the first run at each new shape), and cached plans hold no arenas. A
 // roomy one: a plan for a larger shape than any before (sentences growing longer) mostly finds
 // pages that runs at smaller shapes touched (text_classifier, 8 new lengths 20..237 in steps of
-// 31: 330 page faults per first run -> 185; see pool_allocate_roomy).
+// 31: 330 page faults per first run -> 185; see pool_allocate).
 std::shared_ptr<void> take_arena(const Plan& plan) {
   if (plan.arena_bytes == 0) return nullptr;
   size_t capacity = 0;
-  void* p = pool_allocate_roomy(plan.arena_bytes, &capacity);
+  void* p = pool_allocate(plan.arena_bytes, &capacity);
   VOLT_CHECK(p, OutOfMemory,
              "out of memory allocating a " + std::to_string(plan.arena_bytes) + "-byte arena");
   return std::shared_ptr<void>(p, [capacity](void* q) { pool_free(q, capacity); });

@@ -189,8 +189,8 @@ std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   // Inside a run, the bytes count against its memory limit until the tensor is freed.
   std::shared_ptr<MemoryBudget> budget = reserve_in_current_run(rounded, "a tensor");
-  const size_t size = rounded == 0 ? kAlignment : rounded;
-  void* p = pool_allocate(size);
+  size_t size = 0;
+  void* p = pool_allocate(rounded == 0 ? kAlignment : rounded, &size);
   if (!p) {
     if (budget) budget->release(rounded);
     throw Error(ErrorCode::OutOfMemory,

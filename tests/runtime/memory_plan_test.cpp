@@ -57,7 +57,7 @@ TEST(ArenaLayout, ReusesMemoryOfDeadBuffers) {
 // (Under AddressSanitizer the pool keeps nothing: exact sizes, fresh buffers.)
 TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
   size_t capacity = 0;
-  void* first = pool_allocate_roomy(600 << 10, &capacity);
+  void* first = pool_allocate(600 << 10, &capacity);
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
   EXPECT_GE(capacity, size_t{600} << 10);
@@ -66,7 +66,7 @@ TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
   static_cast<char*>(first)[capacity - 1] = 1;  // all of it is the caller's
   pool_free(first, capacity);
   size_t again = 0;
-  void* second = pool_allocate_roomy(capacity - 1, &again);  // a larger arena than before
+  void* second = pool_allocate(capacity - 1, &again);  // a larger arena than before
   EXPECT_EQ(second, first);
   EXPECT_EQ(again, capacity);
   pool_free(second, again);
@@ -74,7 +74,7 @@ TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
   pool_free(first, capacity);
 #endif
   size_t small = 0;
-  void* tiny = pool_allocate_roomy(100, &small);  // below the pool: as asked
+  void* tiny = pool_allocate(100, &small);  // below the pool: as asked
   ASSERT_NE(tiny, nullptr);
   EXPECT_EQ(small, 100u);
   pool_free(tiny, small);

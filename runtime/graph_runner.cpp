@@ -190,8 +190,11 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
     };
   in.shapes_vary = shape_generic;
   if (shape_generic) in.previous = last_generic_;
+  const bool first = !built_a_plan_ && &cg == &compiled_;
+  if (shape_generic && &cg == &compiled_ && !first_types_.empty()) in.first_types = &first_types_;
   const RunControlSuspended not_this_runs_memory;
   auto plan = build_plan(cg, in, threads_);
+  if (first) first_types_ = plan->types;
   built_a_plan_ = true;
   return plan;
 }

@@ -91,6 +91,8 @@ class GraphRunner {
   // The last shape-generic plan built (under build_mutex_): the next one takes its steps for
   // nodes whose inputs keep their types (PlanInputs::previous).
   mutable std::shared_ptr<const Plan> last_generic_;
+  // The first plan's value types (under build_mutex_; PlanInputs::first_types).
+  mutable std::vector<TypeShape> first_types_;
   mutable std::mutex variants_mutex_;
   mutable std::map<std::string, std::unique_ptr<CompiledGraph>> sparse_variants_;
 };

@@ -81,6 +81,11 @@ struct PlanInputs {
   // of being planned again. In a decoder step whose past grows, the new token's projections and
   // MLP keep their shapes while the attention over the past changes.
   std::shared_ptr<const Plan> previous;
+  // The value types of the session's first plan of this graph, if any: in a plan for several
+  // shapes, a node whose inputs have the types they had there is planned as for one shape
+  // (fixed-size primitives, oneDNN's shape-specific kernels), since its shapes have not varied:
+  // a decoder step's projections of its one new token, whatever the past's length.
+  const std::vector<TypeShape>* first_types = nullptr;
 };
 
 // Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an

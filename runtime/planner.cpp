@@ -214,6 +214,14 @@ bool inputs_as_before(const Plan& previous, const Plan& plan, const std::vector<
   return true;
 }
 
+// Whether every input of a node has the type it had in `types` (another plan's, by value id).
+bool types_as_in(const std::vector<TypeShape>& types, const Plan& plan,
+                 const std::vector<int>& ids) {
+  for (const int id : ids)
+    if (id >= 0 && !same_type(plan.types[id], types[static_cast<size_t>(id)])) return false;
+  return true;
+}
+
 // The previous plan's step for this node, when its inputs are as before; null otherwise.
 const PlanStep* reusable_step(const Plan& previous, const std::vector<int>& step_of_node,
                               const Plan& plan, const std::vector<int>& ids, int node_index) {
@@ -420,7 +428,9 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
         copied.planned(node_index, true, no_restorers);
         continue;
       }
-    Choice c = choose_kernel(cg, node, in_types, in_values, threads, in.shapes_vary, memo);
+    const bool shapes_vary =
+        in.shapes_vary && !(in.first_types && types_as_in(*in.first_types, *plan, ids));
+    Choice c = choose_kernel(cg, node, in_types, in_values, threads, shapes_vary, memo);
     PlanStep step;
     step.node = node_index;
     step.def = c.def;
@@ -469,7 +479,10 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       for (size_t i = 0; i < step.outputs.size(); ++i)
         if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = std::move(ictx.outputs[i]);
     }
-    copied.planned(node_index, true, c.deferred ? no_restorers : c.ctx->restorers);
+    // (A plan for several shapes drops no weight: the graph keeps them for the plans after it,
+    // even where a node is planned as for one shape.)
+    copied.planned(node_index, true,
+                   c.deferred || in.shapes_vary ? no_restorers : c.ctx->restorers);
     plan->steps.push_back(std::move(step));
   }
 

@@ -223,25 +223,6 @@ dnnl::matmul::primitive_desc matmul_pd(const ProductDescs& p, const dnnl::memory
   return dnnl::matmul::primitive_desc(d, attr, dnnl_adapter::engine());
 }
 
-// Whether a plan for one of several input shapes (InferContext::shapes_vary) makes this
-// product's primitive with run-time dimensions: only where the operands' shapes differ from
-// those the node had in the session's first plan. A product whose shapes never change (a decoder
-// step's projections of its one new token, whatever the past's length) keeps a fixed-shape
-// primitive, oneDNN's brgemm: gpt2_step's MatMuls ran twice as long on the run-time-dims gemm
-// in those plans (1.95 ms against 1.03 at a past of 146).
-bool runtime_dims_wanted(InferContext& ctx, const Shape& a, const Shape& b) {
-  NodeMemo* memo = ctx.memo();
-  if (!memo) return ctx.shapes_vary();
-  static const std::string kKey = "matmul: the first plan's operand shapes";
-  using Shapes = std::pair<Shape, Shape>;
-  auto first = std::static_pointer_cast<const Shapes>(memo->find(kKey));
-  if (!first) {
-    first = std::make_shared<const Shapes>(a, b);
-    memo->keep(kKey, std::const_pointer_cast<Shapes>(first));
-  }
-  return ctx.shapes_vary() && (first->first != a || first->second != b);
-}
-
 // Builds the primitive; `b_const` (may be null; input 1 of the node) is reordered into the
 // primitive's layout. `shape_generic`: see product_descs; the state keeps this shape's
 // descriptors, which the run executes on.
@@ -384,13 +365,12 @@ class DnnlMatMul final : public Kernel {
                              y_md = result_md(out, p.perms.y, dt);
     // The primitive on those; where oneDNN has only its reference kernel for their strides, on
     // plain copies (constant weights are packed from their strides either way).
-    const bool runtime_dims = runtime_dims_wanted(ctx, a0, b0);
     auto build = [&](bool strided, bool* reference) {
       return make_matmul(ctx.node(), strided && !bf16 ? a_md : dnnl_adapter::plain_md(a, cdt),
                          strided || b_const ? b_md : dnnl_adapter::plain_md(b, dt),
                          strided ? y_md : dnnl_adapter::plain_md(out, dt),
                          ctx.has_input(2) ? &bias_md : nullptr, b_const, scale_, ctx, &ops, cdt,
-                         reference, runtime_dims && !bf16);
+                         reference, ctx.shapes_vary() && !bf16);
     };
     bool reference = false;
     auto st = build(true, p.perms.any() ? &reference : nullptr);
@@ -499,8 +479,7 @@ class Gemm final : public Kernel {
     try {
       ctx.set_state(make_matmul(ctx.node(), a_md, b_md, dnnl_adapter::plain_md(out, dt), bias,
                                 ctx.input_tensor(1), alpha_, ctx, &ops,
-                                dnnl::memory::data_type::undef, nullptr,
-                                runtime_dims_wanted(ctx, as, bs)));
+                                dnnl::memory::data_type::undef, nullptr, ctx.shapes_vary()));
     } catch (const KernelUnsupported&) {
       // the reference loop in run() takes over
     }

@@ -447,6 +447,39 @@ TEST(GraphRunner, MatMulsServeNewLengthsWithTheSamePrimitives) {
   EXPECT_EQ(varying.cached_plans(), 5u);
 }
 
+// In a plan for several shapes, a node whose inputs keep the types they had in the session's
+// first plan is planned as for one shape (PlanInputs::first_types): here the Add of a token
+// stays on oneDNN's binary primitive (made per shape, so not in plans for several shapes) at
+// every past length, while the Add over
+// the past moves to volt's shape-generic loop from the second length on.
+TEST(GraphRunner, NodesWhoseShapesNeverVaryKeepTheirOneShapeKernels) {
+  std::mt19937 rng(29);
+  ModelBuilder b;
+  b.input("token", 1, {1, 4096}).input("past", 1, {-1, 1024});
+  const std::vector<float> bias = uniform_values(rng, 4096);
+  b.initializer("bias", {4096}, bias);
+  b.node("Add", {"token", "bias"}, {"moved"}, {}, "token_add");
+  b.node("Add", {"past", "past"}, {"doubled"}, {}, "past_add");
+  b.output_any("moved", 1).output_any("doubled", 1);
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+  const Tensor token = Tensor::from<float>(uniform_values(rng, 4096), {1, 4096});
+  for (int64_t length : {5, 9, 30}) {
+    const Tensor past = Tensor::from<float>(uniform_values(rng, static_cast<size_t>(length * 1024)),
+                                            {length, 1024});
+    RunProfile profile;
+    const auto got = s.run({{"token", token}, {"past", past}}, {}, {.profile = &profile});
+    for (const ProfileEvent& e : profile.events) {
+      const bool dnnl = e.kernel.rfind("dnnl", 0) == 0;
+      EXPECT_EQ(dnnl, e.node == "token_add" || length == 5) << e.node << " at length " << length;
+    }
+    for (int64_t i = 0; i < 4096; ++i)
+      ASSERT_FLOAT_EQ(got[0].tensor().data<float>()[i],
+                      token.data<float>()[i] + bias[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < past.numel(); ++i)
+      ASSERT_FLOAT_EQ(got[1].tensor().data<float>()[i], 2 * past.data<float>()[i]);
+  }
+}
 }  // namespace
 }  // namespace volt
 

@@ -16,6 +16,7 @@
 // whose every branch reads the Concat, keep theirs). Runs after the activation fusion: a
 // convolution's activation goes to its last part, its bias to its first.
 #include <numeric>
+#include <set>
 
 #include "runtime/passes/passes.hpp"
 
@@ -62,7 +63,11 @@ bool splittable_conv(const Graph& g, const Node& n, const std::string& v, int64_
 
 class Distributor {
  public:
-  Distributor(Graph& g, const ValueUses& uses) : g_(g), uses_(uses), into_(g.nodes.size()) {}
+  Distributor(Graph& g, const ValueUses& uses) : g_(g), uses_(uses), into_(g.nodes.size()) {
+    for (const Node& n : g.nodes) names_.insert(n.outputs.begin(), n.outputs.end());
+    for (const ValueInfo& v : g.inputs) names_.insert(v.name);
+    for (const auto& [name, _] : g.initializers) names_.insert(name);
+  }
 
   // Whether every reader of `v` (of `channels` channels) takes its parts; adds the extra output
   // channels the split convolutions write again to `cost`.
@@ -96,7 +101,7 @@ class Distributor {
           Node p = n;
           p.name = n.name + "/part" + std::to_string(k);
           p.inputs = {parts[k]};
-          p.outputs = {n.outputs[0] + "/part" + std::to_string(k)};
+          p.outputs = {unique(n.outputs[0] + "/part" + std::to_string(k))};
           pooled.push_back(p.outputs[0]);
           into_[r.node].push_back(std::move(p));
         }
@@ -137,7 +142,7 @@ class Distributor {
         std::copy_n(w.data<float>() + (o * c + first) * taps, sizes[k] * taps,
                     part.data<float>() + o * sizes[k] * taps);
       first += sizes[k];
-      const std::string wname = conv.name + tag + "/W";
+      const std::string wname = unique(conv.name + tag + "/W");
       g_.initializers[wname] = std::move(part);
       Node p = conv;
       p.name = conv.name + tag;
@@ -149,15 +154,22 @@ class Distributor {
       const bool last = k + 1 == parts.size();
       if (!last) {
         for (const char* a : {"volt.activation", "volt.alpha", "volt.beta"}) p.attributes.erase(a);
-        p.outputs = {conv.outputs[0] + tag};
+        p.outputs = {unique(conv.outputs[0] + tag)};
       }
       sum = p.outputs[0];
       into_[at].push_back(std::move(p));
     }
   }
 
+  // `base`, or `base` with underscores after it: a name no value of the graph has.
+  std::string unique(std::string base) {
+    while (!names_.insert(base).second) base += "_";
+    return base;
+  }
+
   Graph& g_;
   const ValueUses& uses_;
+  std::set<std::string> names_;
   std::vector<char> taken_ = std::vector<char>(g_.nodes.size(), 0);
   std::vector<std::vector<Node>> into_;
 };

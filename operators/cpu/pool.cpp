@@ -128,13 +128,20 @@ class Pool final : public Kernel {
     int64_t planes = 0, inner = 0;
   };
 
-  // In a plan built for one of several shapes, a 2-D f32 MaxPool over channels-last or blocked
-  // data runs volt's loop: the maximum over the window for a pixel's channels at once (contiguous,
-  // so the compiler vectorizes it), no code generated per shape (oneDNN's pooling primitive costs
-  // about 80 us at each new shape, crnn_recognizer has four).
+  // A 2-D f32 MaxPool over channels-last data of 64 channels or more runs volt's loop: the
+  // maximum over the window for a pixel's channels at once (contiguous, so the compiler
+  // vectorizes it). There it beats oneDNN's jit pooling here (median per node, 2 threads:
+  // GoogLeNet batch 1 113 -> 73 us for inception3a's, SqueezeNet batch 8 2.45 -> 1.45 ms for its
+  // first, DenseNet's 2.8 -> 1.7 ms); with fewer channels per pixel (ShuffleNet's 24: 1.2 ms
+  // against 2.2) or on blocks of 16 (ResNet-18 batch 8: 2.5 ms against 3.3) oneDNN's primitive
+  // stays, except in a plan built for one of several shapes: there the loop takes any
+  // channels-last or blocked data, since it needs no code generated per shape (oneDNN's pooling
+  // primitive costs about 80 us at each new shape, crnn_recognizer has four).
   std::shared_ptr<PoolState> channel_loop(const InferContext& ctx, const PoolShapes& s,
                                           const Shape& x) const {
-    if (!ctx.shapes_vary() || kind_ != PoolKind::Max || !last_ || ctx.dtype(0) != DType::Float ||
+    const bool loop_wins =
+        ctx.shapes_vary() || (layout_ == StoredLayout::ChannelsLast && x[1] >= 64);
+    if (!loop_wins || kind_ != PoolKind::Max || !last_ || ctx.dtype(0) != DType::Float ||
         s.win.in.size() != 2)
       return nullptr;
     auto st = std::make_shared<PoolState>();

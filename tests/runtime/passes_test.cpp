@@ -960,6 +960,24 @@ TEST(Passes, UNetDecoderConcatIsSplitIntoTheConvolution) {
                                1e-4f);
 }
 
+// The parts the pass adds take names no value of the graph has: here the graph already has a
+// value named as the first part of the split convolution's output would be.
+TEST(Passes, SplitConvolutionPartsTakeUnusedNames) {
+  std::mt19937 rng(44);
+  ModelBuilder b;
+  b.input("x", 1, {1, 4, 6, 6}).output("y", 1, {}).output("y/part0", 1, {});
+  b.initializer("Wa", {8, 4, 1, 1}, random_values(32, rng))
+      .initializer("Wb", {8, 4, 1, 1}, random_values(32, rng))
+      .initializer("Wy", {2, 16, 1, 1}, random_values(32, rng));
+  b.node("Conv", {"x", "Wa"}, {"a"}).node("Conv", {"x", "Wb"}, {"b"});
+  b.node("Concat", {"a", "b"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+  b.node("Conv", {"cat", "Wy"}, {"y"});
+  b.node("Relu", {"x"}, {"y/part0"});
+  const std::string bytes = b.bytes();
+  EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "Concat"), 0);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 4, 6, 6}, rng)}});
+}
+
 // A Concat that something other than a convolution or pool reads (here a graph output) is made.
 TEST(Passes, ChannelConcatReadByOtherOpsIsMade) {
   std::mt19937 rng(42);

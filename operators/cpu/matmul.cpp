@@ -202,18 +202,18 @@ RuntimeDims runtime_dims(const dnnl::memory::desc& a, const dnnl::memory::desc& 
   }
   return r;
 }
-// B as the primitive is made on it: constant weights in the layout it prefers (format any).
-dnnl::memory::desc weights_md(const dnnl::memory::desc& b, bool b_const,
-                              dnnl::memory::data_type weights_dt) {
-  return b_const ? dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any) : b;
+// Constant weights as the primitive is made on them: in the layout it prefers (format any).
+dnnl::memory::desc packed_weights_md(const dnnl::memory::desc& b,
+                                     dnnl::memory::data_type weights_dt) {
+  return dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any);
 }
 ProductDescs product_descs(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                            const dnnl::memory::desc& out, bool b_const,
                            dnnl::memory::data_type weights_dt, bool shape_generic) {
-  if (!shape_generic) return {a, weights_md(b, b_const, weights_dt), out};
+  if (!shape_generic) return {a, b_const ? packed_weights_md(b, weights_dt) : b, out};
   const RuntimeDims r = runtime_dims(a, b, b_const);
   return {dnnl_adapter::with_runtime_dims(a, r.a),
-          b_const ? weights_md(b, true, weights_dt) : dnnl_adapter::with_runtime_dims(b, r.b),
+          b_const ? packed_weights_md(b, weights_dt) : dnnl_adapter::with_runtime_dims(b, r.b),
           dnnl_adapter::with_runtime_dims(out, r.out)};
 }
 dnnl::matmul::primitive_desc matmul_pd(const ProductDescs& p, const dnnl::memory::desc* bias,
@@ -252,7 +252,7 @@ std::shared_ptr<MatMulState> make_matmul(
       const RuntimeDims r = runtime_dims(a, b, b_const);
       dnnl_adapter::append_md_key(key, a, r.a);
       if (b_const)
-        dnnl_adapter::append_md_key(key, weights_md(b, true, weights_dt));
+        dnnl_adapter::append_md_key(key, packed_weights_md(b, weights_dt));
       else
         dnnl_adapter::append_md_key(key, b, r.b);
       dnnl_adapter::append_md_key(key, out, r.out);

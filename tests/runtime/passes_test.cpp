@@ -960,19 +960,25 @@ TEST(Passes, UNetDecoderConcatIsSplitIntoTheConvolution) {
                                1e-4f);
 }
 
-// The parts the pass adds take names no value of the graph has: here the graph already has a
-// value named as the first part of the split convolution's output would be.
-TEST(Passes, SplitConvolutionPartsTakeUnusedNames) {
-  std::mt19937 rng(44);
-  ModelBuilder b;
-  b.input("x", 1, {1, 4, 6, 6}).output("y", 1, {}).output("y/part0", 1, {});
+// x -> two 1x1 convolutions -> Concat "cat" along channels -> a 1x1 convolution "y".
+void add_concat_of_two_convolutions(ModelBuilder& b, std::mt19937& rng) {
+  b.input("x", 1, {1, 4, 6, 6});
   b.initializer("Wa", {8, 4, 1, 1}, random_values(32, rng))
       .initializer("Wb", {8, 4, 1, 1}, random_values(32, rng))
       .initializer("Wy", {2, 16, 1, 1}, random_values(32, rng));
   b.node("Conv", {"x", "Wa"}, {"a"}).node("Conv", {"x", "Wb"}, {"b"});
   b.node("Concat", {"a", "b"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
   b.node("Conv", {"cat", "Wy"}, {"y"});
+}
+
+// The parts the pass adds take names no value of the graph has: here the graph already has a
+// value named as the first part of the split convolution's output would be.
+TEST(Passes, SplitConvolutionPartsTakeUnusedNames) {
+  std::mt19937 rng(44);
+  ModelBuilder b;
+  add_concat_of_two_convolutions(b, rng);
   b.node("Relu", {"x"}, {"y/part0"});
+  b.output("y", 1, {}).output("y/part0", 1, {});
   const std::string bytes = b.bytes();
   EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "Concat"), 0);
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 4, 6, 6}, rng)}});
@@ -982,13 +988,8 @@ TEST(Passes, SplitConvolutionPartsTakeUnusedNames) {
 TEST(Passes, ChannelConcatReadByOtherOpsIsMade) {
   std::mt19937 rng(42);
   ModelBuilder b;
-  b.input("x", 1, {1, 4, 6, 6}).output("cat", 1, {}).output("y", 1, {});
-  b.initializer("Wa", {8, 4, 1, 1}, random_values(32, rng))
-      .initializer("Wb", {8, 4, 1, 1}, random_values(32, rng))
-      .initializer("Wy", {2, 16, 1, 1}, random_values(32, rng));
-  b.node("Conv", {"x", "Wa"}, {"a"}).node("Conv", {"x", "Wb"}, {"b"});
-  b.node("Concat", {"a", "b"}, {"cat"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
-  b.node("Conv", {"cat", "Wy"}, {"y"});
+  add_concat_of_two_convolutions(b, rng);
+  b.output("cat", 1, {}).output("y", 1, {});
   const std::string bytes = b.bytes();
   EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "Concat"), 1);
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 4, 6, 6}, rng)}});

@@ -164,8 +164,10 @@ void DenseGradientBuckets::add(size_t i, const Tensor& gradient) {
   }
 }
 
+// The last bucket is complete only when the backward pass is (nothing is left to overlap): it
+// is summed in finish(), by the communicator's faster completing all-reduce.
 void DenseGradientBuckets::start_ready() {
-  while (next_start_ < buckets_.size() &&
+  while (next_start_ + 1 < buckets_.size() &&
          buckets_[next_start_].added == buckets_[next_start_].members) {
     Bucket& b = buckets_[next_start_++];
     if (b.fp64) continue;  // (summed, blocking, in finish())
@@ -181,7 +183,10 @@ void DenseGradientBuckets::finish() {
   start_ready();
   exchange_->wait_started();
   for (Bucket& b : buckets_)
-    if (b.fp64) exchange_->sum(b.d.data(), b.d.size());
+    if (b.fp64)
+      exchange_->sum(b.d.data(), b.d.size());
+    else if (!b.started)
+      exchange_->sum(b.f.data(), b.f.size());
   exchange_ = nullptr;
 }
 

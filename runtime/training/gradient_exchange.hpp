@@ -13,7 +13,8 @@ namespace volt {
 // Dense gradients in flat fp32 buckets (fp64 ones in buckets of their own). Filled as the
 // backward pass produces each gradient; on the micro-batch that exchanges, each bucket is summed
 // across ranks (one non-blocking all-reduce) as soon as all of its gradients are in, so the
-// exchange runs while the rest of the backward pass does. Buckets start in index order on every
+// exchange runs while the rest of the backward pass does; the last one, with nothing left to
+// overlap, by a completing all-reduce in finish(). Buckets are summed in index order on every
 // rank, as MPI requires of collectives.
 class DenseGradientBuckets {
  public:

@@ -52,6 +52,12 @@ class MpiProcess {
     return {id, c};
   }
 
+  // Trainers' communicators open in this process now.
+  size_t open_count() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return open_.size();
+  }
+
   void count_issued(int id) {
     std::lock_guard<std::mutex> lock(mutex);
     ++open_[id];
@@ -164,6 +170,13 @@ class MpiCommunicator final : public Communicator {
     std::tie(id_, comm_) = process_.open();
     rank_ = process_.world_rank;
     size_ = process_.world_size;
+    // A blocking collective holds the process's MPI mutex until the other ranks join it: two
+    // communicators that both did could wait for each other across threads and ranks. So only
+    // one opened while no other trainer's was open on any rank blocks (decided by all ranks
+    // alike: blocking and non-blocking forms of one collective do not match in MPI).
+    int64_t others = process_.open_count() > 1 ? 1 : 0;
+    max(&others, 1);
+    may_block_ = others == 0;
   }
   ~MpiCommunicator() override {
     try {
@@ -214,9 +227,14 @@ class MpiCommunicator final : public Communicator {
   void gather_all(const void* mine, size_t bytes, Gathered& out) override {
     std::vector<int64_t> sizes(static_cast<size_t>(size_));
     int64_t my_size = static_cast<int64_t>(bytes);
-    run_blocking("MPI_Allgather", [&](MPI_Request* r) {
-      return MPI_Iallgather(&my_size, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm_, r);
-    });
+    collective(
+        "MPI_Allgather",
+        [&] {
+          return MPI_Allgather(&my_size, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm_);
+        },
+        [&](MPI_Request* r) {
+          return MPI_Iallgather(&my_size, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, comm_, r);
+        });
     int64_t total = 0;
     for (int64_t s : sizes) total += s;
     VOLT_CHECK(total <= INT_MAX, Runtime,
@@ -226,10 +244,16 @@ class MpiCommunicator final : public Communicator {
     for (size_t r = 1; r < counts.size(); ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
     if (out.data.size() < static_cast<size_t>(total) + 1)
       out.data.resize(static_cast<size_t>(total) + 1);
-    run_blocking("MPI_Allgatherv", [&](MPI_Request* r) {
-      return MPI_Iallgatherv(mine, static_cast<int>(bytes), MPI_BYTE, out.data.data(),
-                             counts.data(), offsets.data(), MPI_BYTE, comm_, r);
-    });
+    collective(
+        "MPI_Allgatherv",
+        [&] {
+          return MPI_Allgatherv(mine, static_cast<int>(bytes), MPI_BYTE, out.data.data(),
+                                counts.data(), offsets.data(), MPI_BYTE, comm_);
+        },
+        [&](MPI_Request* r) {
+          return MPI_Iallgatherv(mine, static_cast<int>(bytes), MPI_BYTE, out.data.data(),
+                                 counts.data(), offsets.data(), MPI_BYTE, comm_, r);
+        });
     payload_bytes_ += bytes + sizeof my_size;
     out.offset.assign(offsets.begin(), offsets.end());
     out.size.assign(counts.begin(), counts.end());
@@ -246,9 +270,9 @@ class MpiCommunicator final : public Communicator {
     char* p = static_cast<char*>(data);
     for (size_t off = 0; off < bytes; off += kMaxChunk) {
       const int count = static_cast<int>(std::min(kMaxChunk, bytes - off));
-      run_blocking("MPI_Bcast", [&](MPI_Request* r) {
-        return MPI_Ibcast(p + off, count, MPI_BYTE, root, comm_, r);
-      });
+      collective(
+          "MPI_Bcast", [&] { return MPI_Bcast(p + off, count, MPI_BYTE, root, comm_); },
+          [&](MPI_Request* r) { return MPI_Ibcast(p + off, count, MPI_BYTE, root, comm_, r); });
     }
     payload_bytes_ += bytes;
   }
@@ -273,8 +297,14 @@ class MpiCommunicator final : public Communicator {
     if (rc != MPI_SUCCESS) fail_mpi(what, rc);
   }
 
-  template <class F>
-  void run_blocking(const char* what, F&& start) {
+  // One collective that returns complete: `blocking` while committed (if this communicator may
+  // block), else `start` and a polling wait.
+  template <class Blocking, class Start>
+  void collective(const char* what, Blocking&& blocking, Start&& start) {
+    if (committed_ && may_block_) {
+      issue(what, blocking);
+      return;
+    }
     MPI_Request req;
     issue(what, [&] { return start(&req); });
     wait(req, issued_, what);
@@ -284,9 +314,12 @@ class MpiCommunicator final : public Communicator {
     char* p = static_cast<char*>(data);
     for (size_t off = 0; off < n; off += kMaxChunk) {
       const int count = static_cast<int>(std::min(kMaxChunk, n - off));
-      run_blocking("MPI_Allreduce", [&](MPI_Request* r) {
-        return MPI_Iallreduce(MPI_IN_PLACE, p + off * elem, count, type, op, comm_, r);
-      });
+      collective(
+          "MPI_Allreduce",
+          [&] { return MPI_Allreduce(MPI_IN_PLACE, p + off * elem, count, type, op, comm_); },
+          [&](MPI_Request* r) {
+            return MPI_Iallreduce(MPI_IN_PLACE, p + off * elem, count, type, op, comm_, r);
+          });
       payload_bytes_ += static_cast<uint64_t>(count) * elem;
     }
   }
@@ -324,6 +357,7 @@ class MpiCommunicator final : public Communicator {
   int id_ = 0, rank_ = 0, size_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int64_t issued_ = 0;
+  bool may_block_ = false;
   std::vector<Started> started_;
 };
 

@@ -628,6 +628,11 @@ struct Trainer::Impl {
     if (comm)
       agree(error, code, step_name(),
             {sample_count(batch), train ? static_cast<int64_t>(train->key >> 2) : 0});
+    // From here to the step's last collective the ranks are committed: their collectives block
+    // (faster), so a failure on one rank alone must end the job (abort), or the others would
+    // wait for it. (The failures every rank sees alike, a non-finite loss sum, leave it first.)
+    std::optional<Communicator::Committed> committed;
+    if (comm) committed.emplace(*comm);
     if (!train->buckets) make_buckets(*train, fed);
     if (first) {
       accumulating = train;
@@ -665,6 +670,7 @@ struct Trainer::Impl {
       failed_ranks = sums[1];
     }
     if (failed_ranks > 0) {
+      committed.reset();
       reset_accumulation();
       fail(ErrorCode::Runtime, step_name() + ": the loss is not finite" +
                                    (comm ? " on " + std::to_string(static_cast<int>(failed_ranks)) +
@@ -694,8 +700,11 @@ struct Trainer::Impl {
     for (const auto& parts : pending_rows) tables.push_back(sum_rows(parts));
     const std::vector<std::string> sparse = train->sparse;
     reset_accumulation();
-    if (comm && !tables.empty())
-      exchange_rows(*comm, tables, cfg.sparse_allreduce_threshold, row_exchange);
+    if (comm && !tables.empty()) try {
+        exchange_rows(*comm, tables, cfg.sparse_allreduce_threshold, row_exchange);
+      } catch (const std::exception& e) {
+        comm->abort(step_name() + " failed exchanging the row-sparse gradients: " + e.what());
+      }
     if (comm) last_step_bytes = comm->payload_bytes() - step_bytes_start;
     std::map<std::string, RowSparseTensor> row_grads;
     for (size_t t = 0; t < tables.size(); ++t) {
@@ -714,8 +723,10 @@ struct Trainer::Impl {
         comm->max(&overflow, 1);
         finite = overflow == 0;
       }
+      committed.reset();
       if (!scaler.update(finite)) return static_cast<float>(loss);
     }
+    committed.reset();  // (the update is the same on every rank, and so are its failures)
     apply_update(grads, row_grads);
     round_stored();
     ++step;

@@ -17,9 +17,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "model_builder.hpp"
+#include "runtime/training/communicator.hpp"
+#include "runtime/training/gradient_exchange.hpp"
 #include "volt/volt.hpp"
 
 namespace volt {
@@ -200,6 +203,59 @@ void check_equivalence(const std::string& model, const TrainOptions& options,
   sum[1] = ~sum[0];
   MPI_Allreduce(MPI_IN_PLACE, sum, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(sum[0], ~sum[1]) << "the ranks' weights differ";
+}
+
+// Buckets small enough that the first ones are summed by non-blocking all-reduces while the
+// "backward pass" adds the rest, and the last (and the fp64 one) by completing ones: with the
+// ranks committed (blocking) and not, on a communicator that may block and on one opened beside
+// another (which must not), every sum is the two ranks' values added, bit for bit.
+TEST(Distributed, GradientBucketsSumInEveryMode) {
+  auto first = open_communicator("mpi");
+  auto second = open_communicator("mpi");  // opened while `first` is: it polls even committed
+  // Buckets of 1024 floats: {700}, {3000}, fp64 {33}, {260}, {2100}, {9} (summed in finish()).
+  const std::vector<DenseGradientBuckets::Slot> slots = {
+      {DType::Float, {700}}, {DType::Float, {3000}}, {DType::Double, {33}},
+      {DType::Float, {260}}, {DType::Float, {2100}}, {DType::Float, {9}}};
+  for (Communicator* comm : {first.get(), second.get()})
+    for (bool committed : {true, false})
+      for (int step = 0; step < 2; ++step) {
+        DenseGradientBuckets buckets(slots, 4096);
+        std::optional<Communicator::Committed> scope;
+        if (committed) scope.emplace(*comm);
+        buckets.begin(true, comm);
+        std::vector<Tensor> mine, theirs;
+        for (size_t i = 0; i < slots.size(); ++i) {
+          const size_t n = static_cast<size_t>(slots[i].shape[0]);
+          const unsigned seed = static_cast<unsigned>(100 * step + 10 * i);
+          auto values = [&](int rank) {
+            const std::vector<float> v = random_values(n, seed + static_cast<unsigned>(rank));
+            if (slots[i].dtype == DType::Float) return Tensor::from<float>(v, {slots[i].shape[0]});
+            return Tensor::from<double>(std::vector<double>(v.begin(), v.end()),
+                                        {slots[i].shape[0]});
+          };
+          mine.push_back(values(comm->rank()));
+          theirs.push_back(values(1 - comm->rank()));
+          buckets.add(i, mine.back());
+        }
+        buckets.finish();
+        for (size_t i = 0; i < slots.size(); ++i) {
+          const Tensor sum = buckets.gradient(i, 1.0);
+          for (int64_t e = 0; e < sum.numel(); ++e) {
+            const double a = slots[i].dtype == DType::Float ? mine[i].data<float>()[e]
+                                                            : mine[i].data<double>()[e];
+            const double b = slots[i].dtype == DType::Float ? theirs[i].data<float>()[e]
+                                                            : theirs[i].data<double>()[e];
+            const double got =
+                slots[i].dtype == DType::Float ? sum.data<float>()[e] : sum.data<double>()[e];
+            const double want =
+                slots[i].dtype == DType::Float
+                    ? static_cast<double>(static_cast<float>(a) + static_cast<float>(b))
+                    : a + b;
+            ASSERT_EQ(got, want) << "slot " << i << " element " << e
+                                 << (committed ? " committed" : "");
+          }
+        }
+      }
 }
 
 TEST(Distributed, MlpWithMomentumMatchesAccumulation) {

@@ -15,41 +15,12 @@
 namespace volt {
 namespace {
 
-const Tensor* float_constant(const Graph& g, const Node& n, size_t slot, size_t rank) {
-  if (!n.has_input(slot)) return nullptr;
-  const Tensor* t = constant_value(g, n.inputs[slot]);
-  return t && t->dtype() == DType::Float && t->rank() == rank ? t : nullptr;
-}
-
-bool all_equal(const std::vector<int64_t>& v, int64_t want) {
-  return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == want; });
-}
-
-// A Conv in the channels-last region with constant fp32 weights (and bias, if any), reading
-// channels-last X, in fp32, with a residual (input 3) only where `residual` allows.
-bool plain_nhwc_conv(const Graph& g, const Node& n, bool residual) {
-  return is_onnx_op(n, "Conv") && n.attr_string("volt.layout", "") == "NHWC" &&
-         !n.has_attr("volt.input_layout") && !n.has_attr("volt.compute") &&
-         n.inputs.size() <= (residual ? 4u : 3u) && n.outputs.size() == 1 &&
-         float_constant(g, n, 1, 4) && (!n.has_input(2) || float_constant(g, n, 2, 1));
-}
-
-// A 1×1 convolution over `channels` input channels.
-bool pointwise(const Graph& g, const Node& n, int64_t channels, bool residual) {
-  if (!plain_nhwc_conv(g, n, residual)) return false;
-  const Shape& w = float_constant(g, n, 1, 4)->shape();
-  const std::string pad = n.attr_string("auto_pad", "NOTSET");
-  return w[1] == channels && w[2] == 1 && w[3] == 1 && n.attr_int("group", 1) == 1 &&
-         all_equal(n.attr_ints("strides"), 1) && all_equal(n.attr_ints("pads"), 0) &&
-         (pad == "NOTSET" || pad == "VALID");
-}
-
 // The channels of depthwise convolution `n`, or 0 when it is not one.
 int64_t depthwise_channels(const Graph& g, const Node& n) {
-  if (!plain_nhwc_conv(g, n, false)) return 0;
-  const Shape& w = float_constant(g, n, 1, 4)->shape();
+  if (!nhwc_conv_with_constant_weights(g, n, false)) return 0;
+  const Shape& w = constant_float_input(g, n, 1, 4)->shape();
   const bool depthwise = w[1] == 1 && n.attr_int("group", 1) == w[0] && w[0] > 1 &&
-                         all_equal(n.attr_ints("dilations"), 1);
+                         all_of_ints(n.attr_ints("dilations"), 1);
   return depthwise ? w[0] : 0;
 }
 
@@ -73,13 +44,14 @@ Graph fuse_depthwise_block(const Graph& graph) {
     const Node* expand = nullptr;
     if (auto p = uses.producer(dw.inputs[0]); p && uses.sole_reader(dw.inputs[0])) {
       const Node& e = g.nodes[*p];
-      const Tensor* w = float_constant(g, e, 1, 4);
+      const Tensor* w = constant_float_input(g, e, 1, 4);
       if (!rw.removed(&e) && w && w->shape()[0] == channels &&
-          pointwise(g, e, w->shape()[1], false))
+          nhwc_pointwise_conv(g, e, w->shape()[1], false))
         expand = &e;
     }
     const Node* project = rw.sole_reader(dw.outputs[0], "Conv");
-    if (project && (project->inputs[0] != dw.outputs[0] || !pointwise(g, *project, channels, true)))
+    if (project &&
+        (project->inputs[0] != dw.outputs[0] || !nhwc_pointwise_conv(g, *project, channels, true)))
       project = nullptr;
     if (!expand && !project) continue;
     auto input = [](const Node* n, size_t i) { return n && n->has_input(i) ? n->inputs[i] : ""; };

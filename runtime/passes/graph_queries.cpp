@@ -1,5 +1,6 @@
 // Questions passes ask about a graph: who reads a value, what a constant holds, what rank a
 // value is declared with; and the one way passes make new nodes.
+#include <algorithm>
 #include <limits>
 
 #include <map>
@@ -62,6 +63,32 @@ const Tensor* constant_value(const Graph& g, const std::string& name) {
 
 bool is_onnx_op(const Node& n, const char* op) {
   return n.op_type == op && n.domain == kOnnxDomain;
+}
+
+const Tensor* constant_float_input(const Graph& g, const Node& n, size_t slot, size_t rank) {
+  if (!n.has_input(slot)) return nullptr;
+  const Tensor* t = constant_value(g, n.inputs[slot]);
+  return t && t->dtype() == DType::Float && t->rank() == rank ? t : nullptr;
+}
+
+bool all_of_ints(const std::vector<int64_t>& v, int64_t want) {
+  return std::all_of(v.begin(), v.end(), [&](int64_t x) { return x == want; });
+}
+
+bool nhwc_conv_with_constant_weights(const Graph& g, const Node& n, bool residual) {
+  return is_onnx_op(n, "Conv") && n.attr_string("volt.layout", "") == "NHWC" &&
+         !n.has_attr("volt.input_layout") && !n.has_attr("volt.compute") &&
+         n.inputs.size() <= (residual ? 4u : 3u) && n.outputs.size() == 1 &&
+         constant_float_input(g, n, 1, 4) && (!n.has_input(2) || constant_float_input(g, n, 2, 1));
+}
+
+bool nhwc_pointwise_conv(const Graph& g, const Node& n, int64_t channels, bool residual) {
+  if (!nhwc_conv_with_constant_weights(g, n, residual)) return false;
+  const Shape& w = constant_float_input(g, n, 1, 4)->shape();
+  const std::string pad = n.attr_string("auto_pad", "NOTSET");
+  return w[1] == channels && w[2] == 1 && w[3] == 1 && n.attr_int("group", 1) == 1 &&
+         all_of_ints(n.attr_ints("strides"), 1) && all_of_ints(n.attr_ints("pads"), 0) &&
+         (pad == "NOTSET" || pad == "VALID");
 }
 
 // A float scalar the graph holds as a constant, if `name` is one.

@@ -56,6 +56,9 @@ const std::vector<Pass>& optimization_passes() {
        [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
       {"fuse_depthwise_block", 2, fuse_depthwise_block,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
+      // After the depthwise blocks (whose projection the gate keeps apart from them).
+      {"fold_channel_scale_into_conv", 2, fold_channel_scale_into_conv,
+       [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       {"use_blocked_layout", 2, use_blocked_layout,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       // At every level: bf16 is what the user asked for, not an optimization. Where oneDNN has

@@ -42,8 +42,13 @@ Graph use_channels_last(const Graph& graph);
 // The suffix use_channels_last gives the values of its region ("<name>/nhwc"), which later
 // passes go by.
 inline const std::string kChannelsLastSuffix = "/nhwc";
+inline bool is_channels_last_value(const std::string& v) {
+  const std::string& s = kChannelsLastSuffix;
+  return v.size() > s.size() && v.compare(v.size() - s.size(), s.size(), s) == 0;
+}
 Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
+Graph fold_channel_scale_into_conv(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
 Graph compute_fp16_in_fp32(const Graph& graph);
@@ -98,6 +103,16 @@ const Tensor* constant_value(const Graph& g, const std::string& name);
 
 // Whether `n` is the default-domain op `op`.
 bool is_onnx_op(const Node& n, const char* op);
+
+// Input `slot` of `n` if it is a constant fp32 tensor of rank `rank`; else nullptr.
+const Tensor* constant_float_input(const Graph& g, const Node& n, size_t slot, size_t rank);
+// Whether every value of `v` is `want` (true for none).
+bool all_of_ints(const std::vector<int64_t>& v, int64_t want);
+// A Conv in the channels-last region (volt.layout NHWC, reading channels-last X, fp32) with
+// constant fp32 weights (and bias, if any); a residual (input 3) only where `residual` allows.
+bool nhwc_conv_with_constant_weights(const Graph& g, const Node& n, bool residual);
+// Such a Conv that is 1×1 over `channels` input channels: stride 1, no padding, one group.
+bool nhwc_pointwise_conv(const Graph& g, const Node& n, int64_t channels, bool residual);
 
 // A scalar of a float type (fp32, fp16 or fp64, as float) the graph holds as a constant
 // (initializer or Constant node), if `name` is one.
@@ -164,7 +179,6 @@ void cast_graph_boundary(Graph& g, const Graph& original, DType outer, DType inn
 // Conv's geometry attributes (auto_pad, dilations, group, kernel_shape, pads, strides) of `from`
 // onto `to`: a pass that rewrites a convolution into another op keeps its window.
 void copy_conv_geometry(const Node& from, Node& to);
-
 
 // A node of the default domain (or of `domain` set after).
 Node make_node(const std::string& name, const std::string& op, std::vector<std::string> ins,

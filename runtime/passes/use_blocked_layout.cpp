@@ -21,24 +21,20 @@
 namespace volt {
 namespace {
 
-bool region_value(const std::string& v) {
-  const std::string& s = kChannelsLastSuffix;
-  return v.size() > s.size() && v.compare(v.size() - s.size(), s.size(), s) == 0;
-}
-
 // A Concat along the channels of region values (GoogLeNet's inception outputs, a U-Net's skip
 // connections): in blocks, each input is one contiguous run per image.
 bool is_region_concat(const Node& n) {
   if (!is_onnx_op(n, "Concat") || n.attr_int("axis", 0) != 3 || n.outputs.size() != 1 ||
-      !region_value(n.outputs[0]))
+      !is_channels_last_value(n.outputs[0]))
     return false;
   for (const std::string& v : n.inputs)
-    if (!region_value(v)) return false;
+    if (!is_channels_last_value(v)) return false;
   return !n.inputs.empty();
 }
 
 bool is_exit(const Node& n) {
-  return is_onnx_op(n, "Transpose") && n.inputs.size() == 1 && region_value(n.inputs[0]) &&
+  return is_onnx_op(n, "Transpose") && n.inputs.size() == 1 &&
+         is_channels_last_value(n.inputs[0]) &&
          n.attr_ints("perm") == std::vector<int64_t>{0, 3, 1, 2};
 }
 
@@ -62,7 +58,7 @@ Graph use_blocked_layout(const Graph& graph) {
     }
     // Outside the region, only the exits may read its values.
     for (const std::string& v : n.inputs)
-      if (region_value(v) && !is_exit(n)) return graph;
+      if (is_channels_last_value(v) && !is_exit(n)) return graph;
   }
   if (region.empty()) return graph;
   // On AVX-512, blocks pay where the region has convolutions that run faster on them: 1x1

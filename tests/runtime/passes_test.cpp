@@ -1470,6 +1470,88 @@ TEST(Passes, DepthwiseBlockRunsAsOneKernel) {
   }
 }
 
+// A squeeze-and-excitation block as EfficientNet's: x -> Conv (c channels) -> depthwise 3x3 (the
+// region stays channels-last) -> GlobalAveragePool -> 1x1 Relu -> 1x1 Sigmoid (the gate S) ->
+// Mul(depthwise, S) -> 1x1 projection to m channels (+ the block's input when m == c).
+std::string squeeze_excitation_block(int64_t c, int64_t m, bool residual, std::mt19937& rng) {
+  auto values = [&](int64_t n, float scale) {
+    auto v = random_values(static_cast<size_t>(n), rng);
+    for (auto& e : v) e *= scale;
+    return v;
+  };
+  const int64_t squeezed = std::max<int64_t>(c / 4, 1);
+  ModelBuilder b;
+  b.input("x", 1, {-1, c, -1, -1}).output_any("y", 1);
+  b.initializer("Ws", {c, c, 1, 1}, values(c * c, 0.3f))
+      .initializer("Wd", {c, 1, 3, 3}, values(c * 9, 0.5f))
+      .initializer("W1", {squeezed, c, 1, 1}, values(squeezed * c, 0.5f))
+      .initializer("B1", {squeezed}, values(squeezed, 0.1f))
+      .initializer("W2", {c, squeezed, 1, 1}, values(c * squeezed, 0.5f))
+      .initializer("B2", {c}, values(c, 0.1f))
+      .initializer("Wp", {m, c, 1, 1}, values(m * c, 0.2f))
+      .initializer("Bp", {m}, values(m, 0.1f));
+  b.node("Conv", {"x", "Ws"}, {"s"});
+  b.node("Conv", {"s", "Wd"}, {"d"}, [&](auto& n) {
+    ModelBuilder::set_int(n, "group", c);
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("GlobalAveragePool", {"d"}, {"g"});
+  b.node("Conv", {"g", "W1", "B1"}, {"f1"}).node("Relu", {"f1"}, {"r1"});
+  b.node("Conv", {"r1", "W2", "B2"}, {"f2"}).node("Sigmoid", {"f2"}, {"gate"});
+  b.node("Mul", {"d", "gate"}, {"scaled"});
+  b.node("Conv", {"scaled", "Wp", "Bp"}, {residual ? "p" : "y"});
+  if (residual) b.node("Add", {"p", "s"}, {"y"});
+  return b.bytes();
+}
+
+TEST(Passes, ChannelScaleFoldsIntoTheConvolutionAfterIt) {
+  // The weights scaled per image (more pixels than output channels) and X scaled (fewer), with
+  // and without a residual, one image and several.
+  struct Case {
+    int64_t c, m, size, batch;
+    bool residual;
+  };
+  std::mt19937 rng(23);
+  for (const Case k : {Case{24, 24, 12, 1, true}, Case{40, 16, 9, 3, false},
+                       Case{32, 96, 5, 2, false}, Case{48, 48, 3, 3, true}}) {
+    SCOPED_TRACE(std::to_string(k.c) + " -> " + std::to_string(k.m) + " channels, " +
+                 std::to_string(k.size) + "x" + std::to_string(k.size) + ", batch " +
+                 std::to_string(k.batch));
+    const std::string bytes = squeeze_excitation_block(k.c, k.m, k.residual, rng);
+    const Graph g = run_passes(load(bytes), test_options());
+    EXPECT_EQ(count_op(g, "ScaledPointwiseConv"), 1);
+    EXPECT_EQ(count_op(g, "Mul"), 0);
+    // Sums of up to 48 products of values below 1, in another order: float rounding.
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({k.batch, k.c, k.size, k.size}, rng)}},
+                               1e-4f);
+  }
+}
+
+TEST(Passes, ChannelScaleStaysWhereItIsNotOnePerImageAndChannel) {
+  // Mul by a full-size value (not a gate made from a GlobalAveragePool), and a gate whose value
+  // another node reads too: both Muls stay.
+  std::mt19937 rng(24);
+  ModelBuilder b;
+  b.input("x", 1, {1, 8, 6, 6}).output("y", 1, {}).output("z", 1, {});
+  b.initializer("Ws", {8, 8, 1, 1}, random_values(64, rng))
+      .initializer("Wd", {8, 1, 3, 3}, random_values(72, rng))
+      .initializer("Wp", {8, 8, 1, 1}, random_values(64, rng))
+      .initializer("Wq", {8, 8, 1, 1}, random_values(64, rng));
+  b.node("Conv", {"x", "Ws"}, {"s"});
+  b.node("Conv", {"s", "Wd"}, {"d"}, [](auto& n) {
+    ModelBuilder::set_int(n, "group", 8);
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Mul", {"d", "s"}, {"full"}).node("Conv", {"full", "Wp"}, {"y"});
+  b.node("GlobalAveragePool", {"d"}, {"g"}).node("Sigmoid", {"g"}, {"gate"});
+  b.node("Mul", {"d", "gate"}, {"scaled"}).node("Conv", {"scaled", "Wq"}, {"z"});
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  EXPECT_EQ(count_op(g, "ScaledPointwiseConv"), 0);  // (the second gate has no convolution)
+  EXPECT_EQ(count_op(g, "Mul"), 2);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 8, 6, 6}, rng)}}, 1e-4f);
+}
+
 TEST(Passes, DepthwiseBlockTakesOnlyValuesNothingElseReads) {
   std::mt19937 rng(22);
   ModelBuilder b;

@@ -55,9 +55,14 @@ int main(int argc, char** argv) {
     const std::string model = argv[1], input = argv[2];
     const size_t axis = std::strtoul(argv[3], nullptr, 10);
     volt::Shape shape;
-    for (const char* p = argv[4]; *p;) {
+    for (const char* p = argv[4]; *p;) {  // dimensions separated by 'x': 1x64
       char* end = nullptr;
-      shape.push_back(std::strtoll(p, &end, 10));
+      const long long d = std::strtoll(p, &end, 10);
+      if (end == p || d < 0 || (*end != 'x' && *end != '\0'))
+        throw volt::Error(volt::ErrorCode::InvalidArgument,
+                          std::string("SHAPE must be dimensions joined by 'x' (1x64), got '") +
+                              argv[4] + "'");
+      shape.push_back(d);
       p = *end == 'x' ? end + 1 : end;
     }
     const int lo = std::atoi(argv[5]), hi = std::atoi(argv[6]),

@@ -1528,27 +1528,30 @@ TEST(Passes, ChannelScaleFoldsIntoTheConvolutionAfterIt) {
 }
 
 TEST(Passes, ChannelScaleStaysWhereItIsNotOnePerImageAndChannel) {
-  // Mul by a full-size value (not a gate made from a GlobalAveragePool), and a gate whose value
-  // another node reads too: both Muls stay.
+  // Three Muls stay: by a full-size value (not a gate made from a GlobalAveragePool), by a gate
+  // with no 1x1 convolution to tell its channels, and by a true gate whose product is also a
+  // graph output (the convolution cannot take it in).
   std::mt19937 rng(24);
   ModelBuilder b;
   b.input("x", 1, {1, 8, 6, 6}).output("y", 1, {}).output("z", 1, {});
-  b.initializer("Ws", {8, 8, 1, 1}, random_values(64, rng))
-      .initializer("Wd", {8, 1, 3, 3}, random_values(72, rng))
-      .initializer("Wp", {8, 8, 1, 1}, random_values(64, rng))
-      .initializer("Wq", {8, 8, 1, 1}, random_values(64, rng));
+  b.output("v", 1, {}).output("gated", 1, {});
+  for (const char* w : {"Ws", "Wp", "Wq", "Wr", "Wg"})
+    b.initializer(w, {8, 8, 1, 1}, random_values(64, rng));
+  b.initializer("Wd", {8, 1, 3, 3}, random_values(72, rng));
   b.node("Conv", {"x", "Ws"}, {"s"});
   b.node("Conv", {"s", "Wd"}, {"d"}, [](auto& n) {
     ModelBuilder::set_int(n, "group", 8);
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
   b.node("Mul", {"d", "s"}, {"full"}).node("Conv", {"full", "Wp"}, {"y"});
-  b.node("GlobalAveragePool", {"d"}, {"g"}).node("Sigmoid", {"g"}, {"gate"});
-  b.node("Mul", {"d", "gate"}, {"scaled"}).node("Conv", {"scaled", "Wq"}, {"z"});
+  b.node("GlobalAveragePool", {"d"}, {"g"}).node("Sigmoid", {"g"}, {"bare"});
+  b.node("Mul", {"d", "bare"}, {"scaled"}).node("Conv", {"scaled", "Wq"}, {"z"});
+  b.node("Conv", {"g", "Wg"}, {"c"}).node("Sigmoid", {"c"}, {"gate"});
+  b.node("Mul", {"d", "gate"}, {"gated"}).node("Conv", {"gated", "Wr"}, {"v"});
   const std::string bytes = b.bytes();
   const Graph g = run_passes(load(bytes), test_options());
-  EXPECT_EQ(count_op(g, "ScaledPointwiseConv"), 0);  // (the second gate has no convolution)
-  EXPECT_EQ(count_op(g, "Mul"), 2);
+  EXPECT_EQ(count_op(g, "ScaledPointwiseConv"), 0);
+  EXPECT_EQ(count_op(g, "Mul"), 3);
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 8, 6, 6}, rng)}}, 1e-4f);
 }
 

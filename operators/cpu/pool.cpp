@@ -1,7 +1,9 @@
 // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool. f32/bf16 run on oneDNN's
-// pooling primitive; the reference loop covers other dtypes, MaxPool's Indices output and
-// ceil_mode averaging that counts padding. With volt.layout = NHWC (the channels_last pass) the
-// input and output are stored channels-last; with NCHW16C, in nChw16c blocks (use_blocked_layout).
+// pooling primitive, except where volt's loops over stored channels are faster (channel_loop:
+// wide 2-D max pools, global averages); the reference loop covers other dtypes, MaxPool's
+// Indices output and ceil_mode averaging that counts padding. With volt.layout = NHWC (the
+// channels_last pass) the input and output are stored channels-last; with NCHW16C, in nChw16c
+// blocks (use_blocked_layout).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -181,7 +183,8 @@ class Pool final : public Kernel {
   // against 2.2) or on blocks of 16 (ResNet-18 batch 8: 2.5 ms against 3.3) oneDNN's primitive
   // stays, except in a plan built for one of several shapes: there the loop takes any
   // channels-last or blocked data, since it needs no code generated per shape (oneDNN's pooling
-  // primitive costs about 80 us at each new shape, crnn_recognizer has four).
+  // primitive costs about 80 us at each new shape, crnn_recognizer has four). A f32
+  // GlobalAveragePool over channels-last or blocked data always runs the loop (run_global_mean).
   std::shared_ptr<PoolState> channel_loop(const InferContext& ctx, const PoolShapes& s,
                                           const Shape& x) const {
     const bool loop_wins =

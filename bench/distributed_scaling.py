@@ -7,7 +7,7 @@ each, row-sparse gradients, lazy Adam) and the bundled MLP (models/mnist_mlp.onn
 For the DLRM it also reports the bytes each rank exchanges per optimizer step with the sparse
 exchange and with the dense all-reduce of the tables (sparse_allreduce_threshold=0).
 
-  /usr/bin/python3 bench/distributed_scaling.py [--rounds 3] [--steps 30] [--mlp-steps 200]
+  /usr/bin/python3 bench/distributed_scaling.py [--rounds 5] [--steps 30] [--mlp-steps 200]
       [--results FILE]
 """
 import argparse
@@ -70,7 +70,8 @@ def train(model, data, ranks, batch, extra=()):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="alternating rounds (5: single runs on a shared 2-core machine move by half)")
     p.add_argument("--steps", type=int, default=30, help="optimizer steps per epoch (DLRM)")
     p.add_argument("--mlp-steps", type=int, default=200,
                    help="optimizer steps per epoch (MLP: its steps are short, so more of them)")

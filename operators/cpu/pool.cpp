@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <memory>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
@@ -136,7 +135,8 @@ class Pool final : public Kernel {
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const PoolState*>(ctx.state_ptr())) {
       if (st->loop)
-        return run_channel_loop(*st, ctx.input(0).data<float>(), ctx.output(0).data<float>());
+        return run_channel_loop(*st, ctx.input(0).data<float>(), ctx.output(0).data<float>(),
+                                static_cast<float*>(ctx.scratch()));
       dnnl_adapter::execute(st->prim,
                             {{DNNL_ARG_SRC, st->src, ctx.input(0).raw()},
                              {DNNL_ARG_DST, st->dst, ctx.output(0).raw()}},
@@ -185,7 +185,7 @@ class Pool final : public Kernel {
   // channels-last or blocked data, since it needs no code generated per shape (oneDNN's pooling
   // primitive costs about 80 us at each new shape, crnn_recognizer has four). A f32
   // GlobalAveragePool over channels-last or blocked data always runs the loop (run_global_mean).
-  std::shared_ptr<PoolState> channel_loop(const InferContext& ctx, const PoolShapes& s,
+  std::shared_ptr<PoolState> channel_loop(InferContext& ctx, const PoolShapes& s,
                                           const Shape& x) const {
     const bool loop_wins =
         ctx.shapes_vary() || (layout_ == StoredLayout::ChannelsLast && x[1] >= 64);
@@ -206,6 +206,10 @@ class Pool final : public Kernel {
       const int64_t pixels = numel_of(s.win.in);
       st->bands = std::clamp<int64_t>(pixels * st->inner / 8192, 1, std::max<int64_t>(pixels, 1));
       st->bands = std::min<int64_t>(st->bands, 64);
+      // The bands' sums, in the node's scratch (one band writes the output directly).
+      if (st->bands > 1)
+        ctx.request_scratch(static_cast<size_t>(st->planes * st->bands * st->inner) *
+                            sizeof(float));
     }
     return st;
   }
@@ -218,14 +222,9 @@ class Pool final : public Kernel {
   // EfficientNet-B0 batch 1 668 -> 207 us (its 112x112x32 one 155 -> 45), RegNetY-400MF batch 1
   // 263 -> 107, MobileNetV3-Large batch 1 220 -> 91, ResNet-18 batch 8 (blocked) 126 -> 68,
   // MobileNetV3-Small batch 8 188 -> 169, EfficientNet-B0 batch 8 3.02 -> 2.94 ms.
-  static void run_global_mean(const PoolState& st, const float* x, float* y) {
+  static void run_global_mean(const PoolState& st, const float* x, float* y, float* scratch) {
     const int64_t pixels = numel_of(st.win.in), inner = st.inner, bands = st.bands;
-    // With one band an image's sums go straight to the output.
-    std::unique_ptr<float[]> partial;
-    if (bands > 1)
-      partial =
-          std::make_unique_for_overwrite<float[]>(static_cast<size_t>(st.planes * bands * inner));
-    float* sums = bands > 1 ? partial.get() : y;
+    float* sums = bands > 1 ? scratch : y;
     parallel_for(st.planes * bands, st.planes * pixels * inner > 32768, [&](int64_t item) {
       const int64_t plane = item / bands, band = item % bands;
       const int64_t p0 = pixels * band / bands, p1 = pixels * (band + 1) / bands;
@@ -235,8 +234,8 @@ class Pool final : public Kernel {
                         1.0f / static_cast<float>(std::max<int64_t>(pixels, 1)), y);
   }
 
-  static void run_channel_loop(const PoolState& st, const float* x, float* y) {
-    if (st.global_mean) return run_global_mean(st, x, y);
+  static void run_channel_loop(const PoolState& st, const float* x, float* y, float* scratch) {
+    if (st.global_mean) return run_global_mean(st, x, y, scratch);
     const WindowGeometry& w = st.win;
     const int64_t ho = w.out[0];
     parallel_for(st.planes * ho, st.planes * ho * w.out[1] * st.inner > 32768, [&](int64_t row) {

@@ -5,8 +5,9 @@
 // it again; here the scale goes into the weights instead:
 //   Y[n] = (X[n] * S[n]) · Wᵀ = X[n] · (diag(S[n]) · Wᵀ),
 // one [E, M] weight matrix per image, made each run (E·M products against the Mul's 2·E·H·W
-// values moved). On small images (H·W below 4·M) scaling the weights costs more than scaling X,
-// so X is scaled into the scratch (what the Mul did) and the weights stay packed.
+// values moved). On small images (H·W below max(4·M, 512)) scaling the weights costs more than
+// scaling X, so X is scaled into the scratch (what the Mul did) and the weights stay packed,
+// once per session (pack_constant).
 //
 // Inputs: X [N, H, W, E] (channels-last), S [N, 1, 1, E], W [M, E, 1, 1] and B [M] (constant;
 // B optional), R [N, H, W, M] (the residual added before the activation: optional; Y may be
@@ -22,7 +23,6 @@
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/registry.hpp"
-#include "runtime/tensor_alloc.hpp"
 
 namespace volt {
 namespace {
@@ -36,7 +36,8 @@ struct ScaledPointwiseState {
   dnnl::memory::desc src, weights, bias, dst, scratch;
   dnnl::reorder scaled_reorder;  // W into `weights`, times S[n] per input channel
   dnnl::memory::desc plain_weights, scales;
-  Tensor packed;  // W in `weights`, where X is scaled instead
+  Tensor w;       // W as the model holds it, where the weights are scaled
+  Tensor packed;  // W in `weights` (shared by the session's plans), where X is scaled instead
   Tensor b;
   size_t staged_bytes = 0;  // the scaled weights or X, at the start of the scratch
 };
@@ -95,7 +96,6 @@ class ScaledPointwiseConv final : public Kernel {
     float* staged = reinterpret_cast<float*>(scratch);
     if (ctx.has_input(kR) && ctx.input(kR).raw() != y)  // the sum post-op adds to what Y holds
       std::memcpy(y, ctx.input(kR).raw(), ctx.output(0).nbytes());
-    const float* w = ctx.input(kW).data<float>();
     auto convolve = [&](const void* src, const void* weights, void* dst) {
       dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src, src},
                                  {DNNL_ARG_WEIGHTS, st.weights, weights},
@@ -106,7 +106,7 @@ class ScaledPointwiseConv final : public Kernel {
     if (st.scale_weights) {
       for (int64_t image = 0; image < st.n; ++image) {
         dnnl_adapter::execute(st.scaled_reorder,
-                              {{DNNL_ARG_FROM, st.plain_weights, w},
+                              {{DNNL_ARG_FROM, st.plain_weights, st.w.raw()},
                                {DNNL_ARG_TO, st.weights, staged},
                                {DNNL_ARG_ATTR_OUTPUT_SCALES, st.scales, s + image * st.e}});
         convolve(x + image * st.pixels * st.e, staged, y + image * st.pixels * st.m);
@@ -165,6 +165,7 @@ class ScaledPointwiseConv final : public Kernel {
       st->weights = pd.weights_desc();
       st->scratch = pd.scratchpad_desc();
       if (st->scale_weights) {
+        st->w = *ctx.input_tensor(kW);
         dnnl::primitive_attr scaled;
         scaled.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // per input channel
         st->scales = dnnl::memory::desc({st->e}, dt::f32, tag::a);
@@ -172,9 +173,8 @@ class ScaledPointwiseConv final : public Kernel {
                                                  dnnl_adapter::engine(), st->weights, scaled);
         st->scaled_reorder = dnnl::reorder(rpd);
       } else {
-        st->packed = allocate_tensor(DType::UInt8, {static_cast<int64_t>(st->weights.get_size())});
-        dnnl_adapter::reorder_now(st->plain_weights, ctx.input_tensor(kW)->raw(), st->weights,
-                                  st->packed.raw());
+        st->packed = dnnl_adapter::pack_constant(ctx, kW, *ctx.input_tensor(kW), st->plain_weights,
+                                                 st->weights);
       }
       return 0;
     });

@@ -1527,6 +1527,25 @@ TEST(Passes, ChannelScaleFoldsIntoTheConvolutionAfterIt) {
   }
 }
 
+TEST(Passes, ChannelScaleServesPlansOfBothModesInOneSession) {
+  // A first plan on small images scales X and packs W (which the session may then drop: the
+  // packed copy restores it); a plan for larger images scales W itself; then small again.
+  std::mt19937 rng(25);
+  const std::string bytes = squeeze_excitation_block(24, 24, true, rng);
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  Session plain =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
+  for (int64_t size : {5, 24, 5, 26}) {
+    const NamedValues feeds = {{"x", random_tensor({2, 24, size, size}, rng)}};
+    const Tensor a = plain.run(feeds)[0].tensor(), b = opt.run(feeds)[0].tensor();
+    ASSERT_EQ(a.shape(), b.shape());
+    for (int64_t i = 0; i < a.numel(); ++i)
+      ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i],
+                  1e-4f * std::max(1.0f, std::abs(a.data<float>()[i])))
+          << size << "x" << size << " at " << i;
+  }
+}
+
 TEST(Passes, ChannelScaleStaysWhereItIsNotOnePerImageAndChannel) {
   // Three Muls stay: by a full-size value (not a gate made from a GlobalAveragePool), by a gate
   // with no 1x1 convolution to tell its channels, and by a true gate whose product is also a

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -107,14 +108,19 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, ExternalData* external,
                what + " has " + std::to_string(p.raw_data().size()) + " bytes of data, shape " +
                    shape_str(shape) + " of " + dtype_name(dtype) + " needs " +
                    std::to_string(expect_bytes));
-    return Tensor::copy_of(dtype, shape, p.raw_data().data());
+    // A weight lives as long as the session, or until the planner drops it for its packed copy:
+    // outside the pool of per-run buffers (allocate_lasting_tensor).
+    Tensor t = allocate_lasting_tensor(dtype, shape);
+    if (t.nbytes()) std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());
+    return t;
   }
 
   const int64_t count = typed_count(p, dtype);
   VOLT_CHECK(count == numel, InvalidModel,
              what + " has " + std::to_string(count) + " values, shape " + shape_str(shape) +
                  " needs " + std::to_string(numel));
-  Tensor t = allocate_tensor(dtype, shape, false);
+  Tensor t = dtype == DType::String ? allocate_tensor(dtype, shape, false)
+                                    : allocate_lasting_tensor(dtype, shape);
   switch (dtype) {
     case DType::Float:
       copy_field<float>(t, p.float_data());

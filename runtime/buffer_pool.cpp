@@ -48,8 +48,8 @@ struct Pool {
   // Kept at most: an eighth of the machine, and 1 GiB.
   const size_t cap = std::min<size_t>(physical_memory_bytes() / 8, size_t{1} << 30);
   ~Pool() {
-    for (auto& list : free_lists)
-      for (void* p : list) std::free(p);
+    for (size_t k = 0; k < free_lists.size(); ++k)
+      for (void* p : free_lists[k]) ::munmap(p, class_bytes(static_cast<int>(k)));
   }
 };
 Pool& pool() {
@@ -84,16 +84,46 @@ void small_free(void* q) {
   std::free(p - p[-1]);
 }
 
-// `bytes` rounded up to `capacity`: huge pages by the bytes asked for, so that the rounding of a
-// 3 MiB request to 4 MiB does not make all of it resident.
-void* system_allocate(size_t bytes, size_t capacity) {
-  if (bytes < kMinPooled) return small_allocate(capacity);
-  if (bytes < 2 * kHugePage)
-    return std::aligned_alloc(kAlignment, (capacity + kAlignment - 1) / kAlignment * kAlignment);
-  const size_t rounded = (capacity + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, rounded);
-  if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: failure changes nothing
+// Buffers outside the pool: small ones, which malloc's bins serve well, and under
+// AddressSanitizer all of them.
+void* system_allocate(size_t bytes) {
+  if (bytes < kMinPooled) return small_allocate(bytes);
+  return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+}
+void system_free(void* q, size_t bytes) {
+  if (bytes < kMinPooled) return small_free(q);
+  std::free(q);
+}
+
+// Pooled buffers are mappings of their own (page-aligned), so that one can grow in place: see
+// grow_kept. Those of several MiB are aligned to 2 MiB and marked for huge pages by the bytes
+// asked for, so that the rounding of a 3 MiB request to 4 MiB does not make all of it resident.
+void* map_buffer(size_t bytes, size_t capacity) {
+  if (bytes < 2 * kHugePage) {
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  // Over-mapped by a huge page, then trimmed to an aligned start.
+  void* raw = ::mmap(nullptr, capacity + kHugePage, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const size_t tail = kHugePage - (aligned - start);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + capacity), tail);
+  void* p = reinterpret_cast<void*>(aligned);
+  ::madvise(p, capacity, MADV_HUGEPAGE);  // a hint: failure changes nothing
   return p;
+}
+
+void unmap_buffer(void* p, size_t capacity) {
+  ::munmap(p, capacity);
+}
+
+size_t page_multiple(size_t bytes) {
+  constexpr size_t kPage = 4096;
+  return (bytes + kPage - 1) / kPage * kPage;
 }
 
 // A kept buffer of a class in [lo, hi], the smallest first (its bytes in *capacity); nullptr
@@ -113,27 +143,53 @@ void* take_kept(int lo, int hi, size_t* capacity) {
   return nullptr;
 }
 
+// No kept buffer is large enough for class c: the largest smaller one (the arena of a smaller
+// input shape, typically) grown to `capacity`. mremap moves its pages, so only the new tail is
+// faulted in: a run at a larger shape than any before touches the pages earlier runs did, plus
+// what it needs beyond them. nullptr when nothing is kept below c.
+void* grow_kept(int c, size_t capacity) {
+  Pool& p = pool();
+  void* q = nullptr;
+  size_t kept = 0;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    for (int k = std::min(c, static_cast<int>(p.free_lists.size())) - 1; k >= 0 && !q; --k) {
+      auto& list = p.free_lists[static_cast<size_t>(k)];
+      if (list.empty()) continue;
+      q = list.back();
+      list.pop_back();
+      kept = class_bytes(k);
+      p.cached -= kept;
+    }
+  }
+  if (!q) return nullptr;
+  void* grown = ::mremap(q, kept, capacity, MREMAP_MAYMOVE);
+  if (grown == MAP_FAILED) {
+    unmap_buffer(q, kept);
+    return nullptr;
+  }
+  if (capacity >= 2 * kHugePage) ::madvise(grown, capacity, MADV_HUGEPAGE);
+  return grown;
+}
+
 }  // namespace
 
 void* pool_allocate(size_t bytes, size_t* capacity) {
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {
     *capacity = bytes;
-    return system_allocate(bytes, bytes);
+    return system_allocate(bytes);
   }
   const int c = size_class(bytes);
   if (void* q = take_kept(c, c + kStepsPerDoubling, capacity)) return q;
   *capacity = class_bytes((c + kStepsPerDoubling - 1) / kStepsPerDoubling * kStepsPerDoubling);
-  return system_allocate(bytes, *capacity);
+  if (void* q = grow_kept(c, *capacity)) return q;
+  return map_buffer(bytes, *capacity);
 }
 
 void pool_free(void* q, size_t bytes) noexcept {
   if (!q) return;
-  if (bytes < kMinPooled) {
-    small_free(q);
-    return;
-  }
-  if (!VOLT_POOL_ENABLED) {
-    std::free(q);
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {
+    system_free(q, bytes);
     return;
   }
   const int c = size_class(bytes);
@@ -149,7 +205,18 @@ void pool_free(void* q, size_t bytes) noexcept {
       }
     }
   }
-  std::free(q);
+  unmap_buffer(q, bytes);
+}
+
+void* lasting_allocate(size_t bytes) {
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_allocate(bytes);
+  return map_buffer(bytes, page_multiple(bytes));
+}
+
+void lasting_free(void* q, size_t bytes) noexcept {
+  if (!q) return;
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_free(q, bytes);
+  unmap_buffer(q, page_multiple(bytes));
 }
 
 }  // namespace volt

@@ -18,4 +18,9 @@ void* pool_allocate(size_t bytes, size_t* capacity);
 // Gives back a buffer from pool_allocate, with the capacity it gave.
 void pool_free(void* p, size_t bytes) noexcept;
 
+// A 64-byte aligned buffer the pool never keeps: for data that lives as long as a session. Freed
+// (with the bytes asked for), its memory goes back to the system at once.
+void* lasting_allocate(size_t bytes);
+void lasting_free(void* p, size_t bytes) noexcept;
+
 }  // namespace volt

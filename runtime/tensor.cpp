@@ -185,21 +185,28 @@ int64_t numel_of(const Shape& shape) {
 namespace {
 constexpr size_t kAlignment = 64;  // one cache line; what AVX-512 loads like
 
-std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero) {
+// `lasting`: memory for the life of a session (a model's weights), outside the buffer pool.
+std::shared_ptr<void> allocate_bytes(size_t bytes, bool zero, bool lasting = false) {
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   // Inside a run, the bytes count against its memory limit until the tensor is freed.
   std::shared_ptr<MemoryBudget> budget = reserve_in_current_run(rounded, "a tensor");
-  size_t size = 0;
-  void* p = pool_allocate(rounded == 0 ? kAlignment : rounded, &size);
+  size_t size = rounded == 0 ? kAlignment : rounded;
+  void* p = lasting ? lasting_allocate(size) : pool_allocate(size, &size);
   if (!p) {
     if (budget) budget->release(rounded);
     throw Error(ErrorCode::OutOfMemory,
                 "out of memory allocating " + std::to_string(bytes) + " bytes");
   }
   if (zero) std::memset(p, 0, bytes);
-  if (!budget) return std::shared_ptr<void>(p, [size](void* q) { pool_free(q, size); });
-  return std::shared_ptr<void>(p, [budget, rounded, size](void* q) {
-    pool_free(q, size);
+  auto give_back = [size, lasting](void* q) {
+    if (lasting)
+      lasting_free(q, size);
+    else
+      pool_free(q, size);
+  };
+  if (!budget) return std::shared_ptr<void>(p, give_back);
+  return std::shared_ptr<void>(p, [budget, rounded, give_back](void* q) {
+    give_back(q);
     budget->release(rounded);
   });
 }
@@ -237,6 +244,14 @@ Tensor allocate_tensor(DType dtype, Shape shape, bool zero) {
     return Tensor::view(dtype, std::move(shape), owner.get(), owner);
   }
   auto owner = allocate_bytes(checked_bytes(dtype, n), zero);
+  return Tensor::view(dtype, std::move(shape), owner.get(), owner);
+}
+
+Tensor allocate_lasting_tensor(DType dtype, Shape shape) {
+  VOLT_CHECK(dtype != DType::String && dtype != DType::Undefined &&
+                 dtype_is_valid(static_cast<int32_t>(dtype)),
+             InvalidArgument, "a lasting tensor holds numbers");
+  auto owner = allocate_bytes(checked_bytes(dtype, numel_of(shape)), false, true);
   return Tensor::view(dtype, std::move(shape), owner.get(), owner);
 }
 

@@ -74,6 +74,17 @@ class NodeMemo {
   std::vector<std::pair<const void*, std::shared_ptr<const Kernel>>> kernels_;
 };
 
+// A kernel's copy of a constant input, and the way back to the input (keeps_copy_of_input).
+// `exact`: the copy loses nothing and `restore` rebuilds every bit. A bf16 copy of fp32 weights
+// (a product computed in bf16) is not exact: its `restore` rebuilds the weights rounded to bf16,
+// which readers that round them to bf16 themselves cannot tell from the original (rounding to
+// nearest even is idempotent). The planner drops an input only when every reader keeps a copy,
+// and then rebuilds it from an exact copy if any reader has one.
+struct CopyOfInput {
+  std::function<Tensor()> restore;
+  bool exact = true;
+};
+
 class InferContext {
  public:
   virtual ~InferContext() = default;
@@ -92,10 +103,10 @@ class InferContext {
   virtual void request_scratch(size_t bytes) = 0;
   virtual int threads() const = 0;
   // The kernel copied constant input i into its state (weights reordered for its primitive) and
-  // its run() reads that input's shape only, never its data. `restore` rebuilds the input,
-  // exactly, from the kernel's copy: the planner may then drop the original, so that a model's
-  // weights are held once rather than twice. Only for copies that lose nothing (not fp32 -> bf16).
-  virtual void keeps_copy_of_input(size_t i, std::function<Tensor()> restore) = 0;
+  // its run() reads that input's shape only, never its data. `restore` rebuilds the input from
+  // the kernel's copy: the planner may then drop the original, so that a model's weights are held
+  // once rather than twice. See CopyOfInput for copies that round (fp32 -> bf16).
+  virtual void keeps_copy_of_input(size_t i, CopyOfInput copy) = 0;
   // The kernel will run its reference loop for this configuration (no fast primitive took it):
   // profiles then name the node, so that a slow path on a real model shows at once.
   virtual void runs_reference_loop(const std::string& why) { (void)why; }

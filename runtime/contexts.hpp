@@ -57,9 +57,9 @@ class NodeInferContext final : public InferContext {
   int threads() const override { return threads_; }
   bool shapes_vary() const override { return shapes_vary_; }
   NodeMemo* memo() const override { return memo_; }
-  void keeps_copy_of_input(size_t i, std::function<Tensor()> restore) override {
+  void keeps_copy_of_input(size_t i, CopyOfInput copy) override {
     if (i >= restorers.size()) restorers.resize(i + 1);
-    restorers[i] = std::move(restore);
+    restorers[i] = std::move(copy);
   }
 
   void runs_reference_loop(const std::string& why) override {
@@ -79,7 +79,7 @@ class NodeInferContext final : public InferContext {
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
   std::string reference;  // why the kernel runs its reference loop; empty on a fast path
-  std::vector<std::function<Tensor()>> restorers;  // by input: see keeps_copy_of_input
+  std::vector<CopyOfInput> restorers;  // by input: see keeps_copy_of_input
 
  private:
   const Node& node_;

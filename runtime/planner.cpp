@@ -268,13 +268,18 @@ class CopiedInitializers {
 
   // After a node is planned: `restorers` from its kernel (empty for folded or deferred nodes),
   // `step` whether it runs at run time.
-  void planned(int node, bool step, std::vector<std::function<Tensor()>>& restorers) {
+  void planned(int node, bool step, std::vector<CopyOfInput>& restorers) {
     const auto& ids = cg_.node_inputs[node];
     for (size_t i = 0; i < ids.size(); ++i) {
       const int id = ids[i];
       if (id < 0) continue;
-      if (step && i < restorers.size() && restorers[i]) {
-        if (!(state_[id] & kCopied)) restore_.emplace(id, std::move(restorers[i]));
+      if (step && i < restorers.size() && restorers[i].restore) {
+        // The first copy's way back, or an exact one over a rounding one (CopyOfInput).
+        auto kept = restore_.find(id);
+        if (kept == restore_.end())
+          restore_.emplace(id, std::move(restorers[i]));
+        else if (!kept->second.exact && restorers[i].exact)
+          kept->second = std::move(restorers[i]);
         state_[id] |= kCopied;
       } else if (step) {
         state_[id] |= kReadWhole;
@@ -293,7 +298,7 @@ class CopiedInitializers {
     const Tensor& t = plan_.constants[id]->tensor();
     plan_.constants[id] = std::make_shared<const Value>(
         Tensor::view(t.dtype(), t.shape(), nullptr, nullptr, t.device()));
-    auto restore = std::move(restore_.at(id));
+    auto restore = std::move(restore_.at(id).restore);
     if (in_.release) in_.release(id, restore);
     plan_.released.emplace_back(id, std::move(restore));
   }
@@ -303,7 +308,7 @@ class CopiedInitializers {
   Plan& plan_;
   std::vector<int> readers_;  // by value id: nodes (input slots) not planned yet that read it
   std::vector<char> state_;   // by value id: kCopied | kReadWhole
-  std::unordered_map<int, std::function<Tensor()>> restore_;
+  std::unordered_map<int, CopyOfInput> restore_;
 };
 
 std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, int threads) {
@@ -360,7 +365,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   for (size_t id = 0; id < n; ++id) fixed[id] = plan->placement[id] == Placement::Constant;
 
   CopiedInitializers copied(cg, in, *plan);
-  std::vector<std::function<Tensor()>> no_restorers;
+  std::vector<CopyOfInput> no_restorers;
   std::vector<int> step_of_node;  // by node index: its step in `previous`, or -1
   if (previous) {
     step_of_node.assign(g.nodes.size(), -1);

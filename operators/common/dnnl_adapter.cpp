@@ -140,22 +140,26 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
     packed_weights().count_pack();
     packed_weights().remember(data, value.owner(), plain, packed, copy);
   }
-  // The reverse reorder must rebuild every byte of the original: same element type, `plain`
-  // covering the whole tensor (a strided view of part of it would leave the rest unset), and a
-  // reorder oneDNN has from the packed format back (it has none out of some, such as Winograd's
-  // weight layout on AVX-512). The rebuilt tensor is remembered as
-  // this copy's source, so the plan built next (the reason for rebuilding it) finds the copy
-  // instead of packing it again. (Only a session's first plan releases weights; generic plans,
-  // which are never first, skip the check.)
-  if (byte_offset == 0 && plain.data_type() == packed.data_type() &&
-      plain.get_size() == value.nbytes() && !ctx.shapes_vary() && reorder_exists(packed, plain))
+  // The reverse reorder must rebuild the original: the same element type (or a bf16 copy of
+  // fp32, rebuilt rounded: see CopyOfInput), `plain` covering the whole tensor (a strided view of
+  // part of it would leave the rest unset), and a reorder oneDNN has from the packed format back
+  // (it has none out of some, such as Winograd's weight layout on AVX-512). The rebuilt tensor is
+  // remembered as this copy's source, so the plan built next (the reason for rebuilding it) finds
+  // the copy instead of packing it again. (Only a session's first plan releases weights; generic
+  // plans, which are never first, skip the check.)
+  const bool exact = plain.data_type() == packed.data_type();
+  const bool rounded = plain.data_type() == dnnl::memory::data_type::f32 &&
+                       packed.data_type() == dnnl::memory::data_type::bf16;
+  if (byte_offset == 0 && (exact || rounded) && plain.get_size() == value.nbytes() &&
+      !ctx.shapes_vary() && reorder_exists(packed, plain))
     ctx.keeps_copy_of_input(
-        input, [copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
-          Tensor original = allocate_tensor(dtype, shape);
-          reorder_now(packed, copy.raw(), plain, original.raw());
-          packed_weights().remember(original.raw(), original.owner(), plain, packed, copy);
-          return original;
-        });
+        input, {[copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
+                  Tensor original = allocate_tensor(dtype, shape);
+                  reorder_now(packed, copy.raw(), plain, original.raw());
+                  packed_weights().remember(original.raw(), original.owner(), plain, packed, copy);
+                  return original;
+                },
+                exact});
   return copy;
 }
 

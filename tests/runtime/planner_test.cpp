@@ -6,6 +6,7 @@
 
 #include "loaders/loader.hpp"
 #include "model_builder.hpp"
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/packed_weights.hpp"
 #include "runtime/compiled_graph.hpp"
 #include "runtime/executor.hpp"
@@ -251,6 +252,56 @@ TEST(GraphRunner, TheFirstPlanReleasesWeightsAndTheSecondBringsThemBackForGood) 
       }
   }
   EXPECT_EQ(runner->cached_plans(), 3u);
+}
+
+// Weights that every reader copies into bf16 (MatMuls computing in bf16) are released too: the
+// plan holds half the bytes, not the fp32 weight beside its bf16 copy. The second plan rebuilds
+// them rounded to bf16, which the bf16 readers cannot tell from the original; a weight that an
+// fp32 reader also copies (Gemm) is rebuilt exactly, from that reader's copy.
+TEST(GraphRunner, WeightsCopiedIntoBf16AreReleasedAndComeBackRoundedOrExact) {
+  if (!cpu_has_bf16_kernels()) GTEST_SKIP() << "oneDNN has no bf16 kernels on this CPU";
+  std::mt19937 rng(13);
+  const std::vector<float> w = uniform_values(rng, 64 * 32), w2 = uniform_values(rng, 32 * 16);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 64})
+      .output("y", 1, {-1, 16})
+      .output("g", 1, {-1, 32})
+      .initializer("W", {64, 32}, w)
+      .initializer("W2", {32, 16}, w2);
+  b.node("MatMul", {"x", "W"}, {"h"}).node("MatMul", {"h", "W2"}, {"y"});
+  b.node("Gemm", {"x", "W"}, {"g"});  // fp32: use_bf16 takes MatMuls and convolutions only
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  auto graph = std::make_shared<Graph>(use_bf16(m.graph));
+  auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 4);
+  Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  for (int64_t batch : {2, 5}) {
+    Tensor x = Tensor::empty(DType::Float, {batch, 64});
+    const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
+    std::copy(values.begin(), values.end(), x.data<float>());
+    Value xv = x;
+    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
+    fed[runner->compiled().id("x")] = &xv;
+    const auto got = runner->run(fed);
+    if (batch == 2) {
+      EXPECT_EQ(graph->initializers.count("W"), 0u) << "W stayed beside its copies";
+      EXPECT_EQ(graph->initializers.count("W2"), 0u) << "W2 stayed beside its bf16 copy";
+    } else {
+      const Tensor& back = graph->initializers.at("W");
+      EXPECT_EQ(std::memcmp(back.raw(), w.data(), w.size() * sizeof(float)), 0)
+          << "W was not rebuilt exactly from the Gemm's fp32 copy";
+      const Tensor& rounded = graph->initializers.at("W2");
+      for (size_t i = 0; i < w2.size(); ++i)
+        ASSERT_EQ(rounded.data<float>()[i], static_cast<float>(BFloat16(w2[i]))) << i;
+    }
+    // bf16 products of 64 and then 32 terms in [-1, 1]: within 2e-2 of fp32 (bf16 keeps 8 bits).
+    const auto want = reference.run({{"x", x}});
+    for (size_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < want[k].tensor().numel(); ++i)
+        ASSERT_NEAR(got[k].tensor().data<float>()[i], want[k].tensor().data<float>()[i],
+                    k == 0 ? 0.1f : 1e-4f)
+            << "batch " << batch << " output " << k << " element " << i;
+  }
 }
 
 // Plans for new input shapes share the weights the first one packed into a primitive's layout:

@@ -122,9 +122,9 @@ struct PreparedReorder {
 
 // Reorders constant input `input` (`value`, laid out as `plain`, which may start `byte_offset`
 // bytes into it) into `packed`, the layout a primitive chose, once per session (plans share it).
-// When both hold the same data type the copy loses nothing: the kernel then tells the planner it
-// keeps it (InferContext::keeps_copy_of_input), with the reverse reorder as the way back, so the
-// model's copy can be dropped.
+// The kernel then tells the planner it keeps the copy (InferContext::keeps_copy_of_input), with
+// the reverse reorder as the way back, so that the model's copy can be dropped: exact when both
+// hold the same data type, rounded for a bf16 copy of fp32 weights (CopyOfInput).
 Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
                      const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
                      size_t byte_offset = 0);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "runtime/run_control.hpp"
@@ -47,6 +48,9 @@ struct Pool {
   size_t cached = 0;
   // Kept at most: an eighth of the machine, and 1 GiB.
   const size_t cap = std::min<size_t>(physical_memory_bytes() / 8, size_t{1} << 30);
+  // Lasting buffers freed while a plan is built (see RecycleLastingBuffers), with their sizes.
+  std::vector<std::pair<void*, size_t>> recycled;
+  int recycling = 0;  // windows open
   ~Pool() {
     for (size_t k = 0; k < free_lists.size(); ++k)
       for (void* p : free_lists[k]) ::munmap(p, class_bytes(static_cast<int>(k)));
@@ -210,13 +214,56 @@ void pool_free(void* q, size_t bytes) noexcept {
 
 void* lasting_allocate(size_t bytes) {
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_allocate(bytes);
-  return map_buffer(bytes, page_multiple(bytes));
+  const size_t size = page_multiple(bytes);
+  Pool& p = pool();
+  void* q = nullptr;
+  size_t held = 0;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    auto best = p.recycled.end();
+    for (auto it = p.recycled.begin(); it != p.recycled.end(); ++it)
+      if (it->second >= size && (best == p.recycled.end() || it->second < best->second)) best = it;
+    if (best != p.recycled.end()) {
+      std::tie(q, held) = *best;
+      p.recycled.erase(best);
+    }
+  }
+  if (!q) return map_buffer(bytes, size);
+  // The pages past the request go back now: the buffer is then exactly what lasting_free expects.
+  if (held > size) unmap_buffer(static_cast<char*>(q) + size, held - size);
+  return q;
 }
 
 void lasting_free(void* q, size_t bytes) noexcept {
   if (!q) return;
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_free(q, bytes);
-  unmap_buffer(q, page_multiple(bytes));
+  const size_t size = page_multiple(bytes);
+  Pool& p = pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (p.recycling > 0) try {
+        p.recycled.emplace_back(q, size);
+        return;
+      } catch (...) {  // no room to remember it: give it back
+      }
+  }
+  unmap_buffer(q, size);
+}
+
+RecycleLastingBuffers::RecycleLastingBuffers() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  ++p.recycling;
+}
+
+RecycleLastingBuffers::~RecycleLastingBuffers() {
+  Pool& p = pool();
+  std::vector<std::pair<void*, size_t>> left;
+  {
+    std::lock_guard<std::mutex> lock(p.mutex);
+    if (--p.recycling == 0) left.swap(p.recycled);
+  }
+  for (const auto& [q, size] : left) unmap_buffer(q, size);
 }
 
 }  // namespace volt

@@ -11,16 +11,31 @@ namespace volt {
 // A 64-byte aligned buffer of at least `bytes` (nullptr when memory is exhausted); `*capacity`
 // is what it holds: pass that to pool_free. Sizes change from call to call (a plan's arena and
 // outputs at each new input shape), so a request takes a kept buffer up to twice as large, or
-// else a fresh one rounded up to a power of two: a run at a larger shape than before then mostly
-// reuses pages that earlier runs faulted in. Untouched pages of the rounding cost address space
-// only; a kept buffer's pages are resident whether it is reused or waits in the pool.
+// else one rounded up to a power of two: the largest smaller kept buffer grown in place (its
+// pages, which earlier runs faulted in, come along; only the new tail faults), or a fresh one.
+// Untouched pages of the rounding cost address space only; a kept buffer's pages are resident
+// whether it is reused or waits in the pool.
 void* pool_allocate(size_t bytes, size_t* capacity);
 // Gives back a buffer from pool_allocate, with the capacity it gave.
 void pool_free(void* p, size_t bytes) noexcept;
 
-// A 64-byte aligned buffer the pool never keeps: for data that lives as long as a session. Freed
-// (with the bytes asked for), its memory goes back to the system at once.
+// A 64-byte aligned buffer the pool never keeps: for data that lives as long as a session (a
+// model's weights, their packed copies). Freed (with the bytes asked for), its memory goes back to
+// the system, except while a RecycleLastingBuffers scope is open anywhere.
 void* lasting_allocate(size_t bytes);
 void lasting_free(void* p, size_t bytes) noexcept;
+
+// While one lives, freed lasting buffers are held for lasting_allocate to take (the smallest
+// that fits, trimmed to the request) instead of given back; when the last one ends, the ones left
+// are given back. Planning opens one: the weights it drops for their packed copies become the
+// next weights' packed copies (BERT in bf16: half of each dropped buffer), with no fresh pages
+// to fault, and nothing outlives the plan.
+class RecycleLastingBuffers {
+ public:
+  RecycleLastingBuffers();
+  ~RecycleLastingBuffers();
+  RecycleLastingBuffers(const RecycleLastingBuffers&) = delete;
+  RecycleLastingBuffers& operator=(const RecycleLastingBuffers&) = delete;
+};
 
 }  // namespace volt

@@ -1,5 +1,6 @@
 #include "runtime/graph_runner.hpp"
 
+#include "runtime/buffer_pool.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/passes/passes.hpp"
 #include "runtime/run_control.hpp"
@@ -167,6 +168,8 @@ std::shared_ptr<const Plan> GraphRunner::specialize(const std::string& key,
 
 std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>& fed,
                                                 bool shape_generic) const {
+  // Weights the plan drops become the packed copies of the next ones (RecycleLastingBuffers).
+  const RecycleLastingBuffers recycle;
   restore_released();
   const CompiledGraph& cg = compiled_for(fed);
   PlanInputs in;

@@ -135,7 +135,8 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
   if (cached) {
     copy = std::move(*cached);
   } else {
-    copy = allocate_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
+    // (Lasting: a packed copy lives as long as the plans that share it.)
+    copy = allocate_lasting_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
     reorder_now(plain, data, packed, copy.raw());
     packed_weights().count_pack();
     packed_weights().remember(data, value.owner(), plain, packed, copy);
@@ -154,7 +155,7 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
       !ctx.shapes_vary() && reorder_exists(packed, plain))
     ctx.keeps_copy_of_input(
         input, {[copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
-                  Tensor original = allocate_tensor(dtype, shape);
+                  Tensor original = allocate_lasting_tensor(dtype, shape);
                   reorder_now(packed, copy.raw(), plain, original.raw());
                   packed_weights().remember(original.raw(), original.owner(), plain, packed, copy);
                   return original;

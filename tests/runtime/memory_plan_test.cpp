@@ -104,5 +104,24 @@ TEST(BufferPool, ALargerRequestGrowsAKeptBufferWithItsPages) {
 #endif
 }
 
+// While planning recycles lasting buffers, a dropped weight's buffer becomes the next packed
+// copy that fits in it (cut to that copy's size), with the pages it has.
+TEST(BufferPool, PlanningRecyclesLastingBuffers) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer lasting buffers are plain allocations";
+#else
+  const RecycleLastingBuffers recycle;
+  auto* weight = static_cast<unsigned char*>(lasting_allocate(3 << 20));
+  ASSERT_NE(weight, nullptr);
+  weight[0] = 42;
+  lasting_free(weight, 3 << 20);
+  auto* copy = static_cast<unsigned char*>(lasting_allocate(1 << 20));
+  EXPECT_EQ(copy, weight) << "the freed weight's buffer was not reused";
+  EXPECT_EQ(copy[0], 42) << "its pages did not come along";
+  copy[(1 << 20) - 1] = 1;  // all of it is the caller's
+  lasting_free(copy, 1 << 20);
+#endif
+}
+
 }  // namespace
 }  // namespace volt

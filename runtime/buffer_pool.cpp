@@ -52,8 +52,8 @@ struct Pool {
   std::vector<std::pair<void*, size_t>> recycled;
   int recycling = 0;  // windows open
   ~Pool() {
-    for (size_t k = 0; k < free_lists.size(); ++k)
-      for (void* p : free_lists[k]) ::munmap(p, class_bytes(static_cast<int>(k)));
+    for (auto& list : free_lists)
+      for (void* p : list) std::free(p);
   }
 };
 Pool& pool() {
@@ -88,20 +88,27 @@ void small_free(void* q) {
   std::free(p - p[-1]);
 }
 
-// Buffers outside the pool: small ones, which malloc's bins serve well, and under
-// AddressSanitizer all of them.
-void* system_allocate(size_t bytes) {
-  if (bytes < kMinPooled) return small_allocate(bytes);
-  return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+// `bytes` rounded up to `capacity`: huge pages by the bytes asked for, so that the rounding of a
+// 3 MiB request to 4 MiB does not make all of it resident. (From malloc's heap, not mappings of
+// their own: in a stream of mixed shapes the heap serves a request from freed memory of another
+// size, where a pool of mappings faulted in 44% more pages — GPT-2 step, 200 random pasts.)
+void* system_allocate(size_t bytes, size_t capacity) {
+  if (bytes < kMinPooled) return small_allocate(capacity);
+  if (bytes < 2 * kHugePage)
+    return std::aligned_alloc(kAlignment, (capacity + kAlignment - 1) / kAlignment * kAlignment);
+  const size_t rounded = (capacity + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p) ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: failure changes nothing
+  return p;
 }
 void system_free(void* q, size_t bytes) {
   if (bytes < kMinPooled) return small_free(q);
   std::free(q);
 }
 
-// Pooled buffers are mappings of their own (page-aligned), so that one can grow in place: see
-// grow_kept. Those of several MiB are aligned to 2 MiB and marked for huge pages by the bytes
-// asked for, so that the rounding of a 3 MiB request to 4 MiB does not make all of it resident.
+// Lasting buffers are mappings of their own (page-aligned), given back to the system when freed
+// and cut to size when recycled. Those of several MiB are aligned to 2 MiB and marked for huge
+// pages.
 void* map_buffer(size_t bytes, size_t capacity) {
   if (bytes < 2 * kHugePage) {
     void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -147,47 +154,17 @@ void* take_kept(int lo, int hi, size_t* capacity) {
   return nullptr;
 }
 
-// No kept buffer is large enough for class c: the largest smaller one (the arena of a smaller
-// input shape, typically) grown to `capacity`. mremap moves its pages, so only the new tail is
-// faulted in: a run at a larger shape than any before touches the pages earlier runs did, plus
-// what it needs beyond them. nullptr when nothing is kept below c.
-void* grow_kept(int c, size_t capacity) {
-  Pool& p = pool();
-  void* q = nullptr;
-  size_t kept = 0;
-  {
-    std::lock_guard<std::mutex> lock(p.mutex);
-    for (int k = std::min(c, static_cast<int>(p.free_lists.size())) - 1; k >= 0 && !q; --k) {
-      auto& list = p.free_lists[static_cast<size_t>(k)];
-      if (list.empty()) continue;
-      q = list.back();
-      list.pop_back();
-      kept = class_bytes(k);
-      p.cached -= kept;
-    }
-  }
-  if (!q) return nullptr;
-  void* grown = ::mremap(q, kept, capacity, MREMAP_MAYMOVE);
-  if (grown == MAP_FAILED) {
-    unmap_buffer(q, kept);
-    return nullptr;
-  }
-  if (capacity >= 2 * kHugePage) ::madvise(grown, capacity, MADV_HUGEPAGE);
-  return grown;
-}
-
 }  // namespace
 
 void* pool_allocate(size_t bytes, size_t* capacity) {
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {
     *capacity = bytes;
-    return system_allocate(bytes);
+    return system_allocate(bytes, bytes);
   }
   const int c = size_class(bytes);
   if (void* q = take_kept(c, c + kStepsPerDoubling, capacity)) return q;
   *capacity = class_bytes((c + kStepsPerDoubling - 1) / kStepsPerDoubling * kStepsPerDoubling);
-  if (void* q = grow_kept(c, *capacity)) return q;
-  return map_buffer(bytes, *capacity);
+  return system_allocate(bytes, *capacity);
 }
 
 void pool_free(void* q, size_t bytes) noexcept {
@@ -209,11 +186,11 @@ void pool_free(void* q, size_t bytes) noexcept {
       }
     }
   }
-  unmap_buffer(q, bytes);
+  std::free(q);
 }
 
 void* lasting_allocate(size_t bytes) {
-  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_allocate(bytes);
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return system_allocate(bytes, bytes);
   const size_t size = page_multiple(bytes);
   Pool& p = pool();
   void* q = nullptr;

@@ -80,30 +80,6 @@ TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
   pool_free(tiny, small);
 }
 
-// A request beyond twice every kept buffer grows the largest kept one instead of taking fresh
-// pages: its contents (the pages earlier runs faulted in) come along. (Sizes no other test keeps
-// buffers of, so that the grown buffer is this one when the tests share a process.)
-TEST(BufferPool, ALargerRequestGrowsAKeptBufferWithItsPages) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "under AddressSanitizer the pool keeps nothing";
-#else
-  size_t capacity = 0;
-  auto* first = static_cast<unsigned char*>(pool_allocate(size_t{40} << 20, &capacity));
-  ASSERT_NE(first, nullptr);
-  for (size_t i = 0; i < capacity; i += 4096) first[i] = static_cast<unsigned char>(i / 4096 + 1);
-  pool_free(first, capacity);
-  size_t grown_capacity = 0;
-  auto* grown = static_cast<unsigned char*>(pool_allocate(5 * capacity, &grown_capacity));
-  ASSERT_NE(grown, nullptr);
-  EXPECT_GE(grown_capacity, 5 * capacity);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(grown) % 64, 0u);
-  for (size_t i = 0; i < capacity; i += 4096)
-    ASSERT_EQ(grown[i], static_cast<unsigned char>(i / 4096 + 1)) << "page " << i / 4096;
-  grown[grown_capacity - 1] = 1;  // all of it is the caller's
-  pool_free(grown, grown_capacity);
-#endif
-}
-
 // While planning recycles lasting buffers, a dropped weight's buffer becomes the next packed
 // copy that fits in it (cut to that copy's size), with the pages it has.
 TEST(BufferPool, PlanningRecyclesLastingBuffers) {

@@ -22,6 +22,8 @@ const std::vector<Pass>& optimization_passes() {
       {"keep_sparse_weights", 1, keep_sparse_weights},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fold_pad_into_conv", 2, fold_pad_into_conv},
+      // Before the layout passes, which keep pools (not ReduceMean) in the convolutions' layout.
+      {"reduce_mean_as_global_pool", 2, reduce_mean_as_global_pool, on_cpu},
       // precision = int8 asks for it at every level: float layers in the form dynamic
       // quantizers write, which lower_quantized then puts on oneDNN's int8 primitives (before
       // the fusions, so their activations are still nodes lower_quantized takes in).

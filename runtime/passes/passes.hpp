@@ -29,6 +29,7 @@ Graph remove_identities(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
 Graph fold_conv_batchnorm(const Graph& graph);
 Graph fold_pad_into_conv(const Graph& graph);
+Graph reduce_mean_as_global_pool(const Graph& graph);
 Graph fold_clamped_gates(const Graph& graph);
 Graph fuse_gelu(const Graph& graph);
 Graph fuse_layer_norm(const Graph& graph);

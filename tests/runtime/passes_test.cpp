@@ -455,6 +455,87 @@ TEST(Passes, ZeroPadFoldsIntoThePool) {
   EXPECT_EQ(count_op(fold_pad_into_conv(load(model("AveragePool", some, 1))), "Pad"), 1);
 }
 
+// Global average pooling written as ReduceMean over the spatial axes (MNASNet's x.mean([2, 3]))
+// becomes GlobalAveragePool (and Flatten when the axes are dropped), which the layout passes
+// keep in the convolutions' layout: no reorder of the last activation back to NCHW. Its rank is
+// the convolution's, found through the Relu and the residual Add; the same values as level 0.
+// ReduceMean over other axes, or of a value whose rank is not known, stays.
+TEST(Passes, SpatialReduceMeanBecomesGlobalAveragePool) {
+  auto model = [](std::vector<int64_t> axes, int64_t keepdims, bool opset18, bool declared) {
+    ModelBuilder b(opset18 ? 18 : 13);
+    std::mt19937 rng(12);
+    b.input("x", 1, {2, 16, 6, 7}).output_any("y", 1);
+    b.initializer("W", {16, 16, 3, 3}, random_values(16 * 16 * 9, rng));
+    b.node("Conv", {"x", "W"}, {"c"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    b.node("Relu", {"c"}, {"r"});
+    b.node("Add", {"r", "x"}, {"s"});
+    const std::string in = declared ? "x" : "s";
+    if (opset18) {
+      b.initializer_i64("axes", {static_cast<int64_t>(axes.size())}, axes);
+      b.node("ReduceMean", {in, "axes"}, {"y"},
+             [&](auto& n) { ModelBuilder::set_int(n, "keepdims", keepdims); });
+    } else {
+      b.node("ReduceMean", {in}, {"y"}, [&](auto& n) {
+        ModelBuilder::set_ints(n, "axes", axes);
+        ModelBuilder::set_int(n, "keepdims", keepdims);
+      });
+    }
+    return b.bytes();
+  };
+  std::mt19937 rng(13);
+  for (const bool opset18 : {false, true})
+    for (const int64_t keepdims : {0, 1}) {
+      const std::string bytes = model({-1, 2}, keepdims, opset18, false);
+      const Graph g = reduce_mean_as_global_pool(load(bytes));
+      EXPECT_EQ(count_op(g, "ReduceMean"), 0);
+      EXPECT_EQ(count_op(g, "GlobalAveragePool"), 1);
+      EXPECT_EQ(count_op(g, "Flatten"), keepdims ? 0 : 1);
+      const Graph all = run_passes(load(bytes), test_options());
+      EXPECT_EQ(count_op(all, "Transpose") + count_op(all, "ChannelsFirst"), 1);  // after the pool
+      expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 16, 6, 7}, rng)}});
+      // A declared graph input of rank 4.
+      EXPECT_EQ(count_op(reduce_mean_as_global_pool(load(model({2, 3}, keepdims, opset18, true))),
+                         "GlobalAveragePool"),
+                1);
+    }
+  EXPECT_EQ(
+      count_op(reduce_mean_as_global_pool(load(model({1, 2}, 0, false, false))), "ReduceMean"), 1);
+  EXPECT_EQ(count_op(reduce_mean_as_global_pool(load(model({3}, 1, true, false))), "ReduceMean"),
+            1);
+  // Keras through tf2onnx: the mean over axes 1 and 2 of the image transposed to channels-last.
+  auto keras = [](std::vector<int64_t> axes, int64_t keepdims) {
+    ModelBuilder b(13);
+    std::mt19937 rng(14);
+    b.input("x", 1, {2, 8, 5, 6}).output_any("y", 1);
+    b.initializer("W", {16, 8, 3, 3}, random_values(16 * 8 * 9, rng));
+    b.node("Conv", {"x", "W"}, {"c"});
+    b.node("Relu", {"c"}, {"r"});
+    b.node("Transpose", {"r"}, {"t"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "perm", {0, 2, 3, 1});
+    });
+    b.node("ReduceMean", {"t"}, {"y"}, [&](auto& n) {
+      ModelBuilder::set_ints(n, "axes", axes);
+      ModelBuilder::set_int(n, "keepdims", keepdims);
+    });
+    return b.bytes();
+  };
+  for (const int64_t keepdims : {0, 1}) {
+    const std::string bytes = keras({1, -2}, keepdims);
+    const Graph g = eliminate_dead_nodes(reduce_mean_as_global_pool(load(bytes)));
+    EXPECT_EQ(count_op(g, "ReduceMean"), 0);
+    EXPECT_EQ(count_op(g, "Transpose"), keepdims ? 1 : 0);  // of the pooled [2, 16, 1, 1]
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 8, 5, 6}, rng)}});
+  }
+  EXPECT_EQ(count_op(reduce_mean_as_global_pool(load(keras({2, 3}, 0))), "ReduceMean"), 1);
+  // The rank of a graph input without a declared shape is not known.
+  ModelBuilder b(13);
+  b.input_any("x", 1).output_any("y", 1);
+  b.node("ReduceMean", {"x"}, {"y"}, [](auto& n) { ModelBuilder::set_ints(n, "axes", {2, 3}); });
+  EXPECT_EQ(count_op(reduce_mean_as_global_pool(load(b.bytes())), "ReduceMean"), 1);
+}
+
 // If branches go through the passes too: a Conv -> Relu inside a branch runs fused, with the
 // same values as level 0, on either branch.
 TEST(Passes, SubgraphBodiesAreOptimizedToo) {
@@ -732,8 +813,9 @@ TEST(Passes, DenseNetsBatchNormReluRunsChannelsLastAfterTheConcat) {
 TEST(Passes, TensorFlowsTransposesAroundConvolutionsCostNothing) {
   // As tf2onnx writes a Keras network: NHWC input -> Transpose to NCHW -> Conv+Relu -> Transpose
   // to NHWC -> Transpose to NCHW -> Conv -> Transpose to NHWC (a graph output), and a ReduceMean
-  // over H and W of the NHWC value between the convolutions. No Transpose is left to run: the
-  // graph output is an Identity of the second Conv's channels-last value.
+  // over H and W of the NHWC value between the convolutions. No Transpose of an image is left to
+  // run: the graph output is an Identity of the second Conv's channels-last value, and the mean
+  // is a GlobalAveragePool in the region whose [2, 5, 1, 1] result alone leaves it.
   ModelBuilder b;
   std::mt19937 rng(16);
   b.input("x", 1, {2, 6, 6, 3}).output("y", 1, {2, 6, 6, 4}).output("m", 1, {2, 5});
@@ -757,7 +839,8 @@ TEST(Passes, TensorFlowsTransposesAroundConvolutionsCostNothing) {
   transpose("c2", "y", {0, 2, 3, 1});
   const std::string bytes = b.bytes();
   const Graph g = run_passes(load(bytes), test_options());
-  EXPECT_EQ(count_op(g, "Transpose"), 0);
+  EXPECT_EQ(count_op(g, "Transpose"), 1);
+  EXPECT_EQ(count_op(g, "GlobalAveragePool"), 1);
   EXPECT_EQ(count_op(g, "Identity"), 1);
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 6, 6, 3}, rng)}}, 1e-5f);
 }

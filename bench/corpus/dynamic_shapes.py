@@ -11,7 +11,7 @@ Two measurements per model, each in a fresh process per side, sides alternating 
   the 200 runs. Floor: volt's total <= ORT's.
 - recurring: three of the new sizes in turn, 100 times each (300 runs), after the warm-up at
   the recipe's shape; the total time. What a service fed a few shapes again and again sees
-  (volt specializes a shape's plan at its fourth run). Reported, no floor.
+  (volt specializes a shape's plan at its eighth run). Reported, no floor.
 Batch 1, the recipe's value ranges, 2 threads. The node binding adds 20-30 us to each ORT call,
 which favours volt by at most 200 x 30 us = 6 ms on a stream total.
 

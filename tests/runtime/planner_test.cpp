@@ -376,7 +376,7 @@ TEST(GraphRunner, WinogradWeightsServeNewShapes) {
 }
 
 // Plans for a session's later shapes are shape-generic (cheaper to build: MatMuls with run-time
-// dimensions); a shape that comes back gets, at its fourth run, a plan specialized
+// dimensions); a shape that comes back gets, at its eighth run, a plan specialized
 // to it in the generic one's place. The first shape's plan is specialized from the start. Every
 // run, whichever plan it took, computes what an unoptimized session computes.
 TEST(GraphRunner, RecurringShapesGetSpecializedPlans) {
@@ -415,7 +415,9 @@ TEST(GraphRunner, RecurringShapesGetSpecializedPlans) {
   run(12, false);
   run(12, false);
   run(20, true);  // built generic (its first run), then its second run
-  run(20, true);  // its third run; the fourth is the specialized plan's
+  run(20, true);  // its third and fourth runs
+  run(20, true);  // the fifth and sixth
+  run(20, true);  // the seventh; the eighth is the specialized plan's
   run(20, false);
   run(16, true);
   EXPECT_EQ(runner->cached_plans(), 3u);

@@ -1,10 +1,12 @@
 #include "operators/common/dnnl_adapter.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
 #include "operators/common/packed_weights.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/strided_gather.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt::dnnl_adapter {
@@ -119,10 +121,59 @@ void reorder_now(const dnnl::memory::desc& from_md, const void* from,
   stream().wait();
 }
 
+namespace {
+
+// The strides of a plain (unblocked) descriptor with no offset; empty for anything else.
+std::vector<int64_t> plain_strides(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.offset0 != 0)
+    return {};
+  return std::vector<int64_t>(d.format_desc.blocking.strides,
+                              d.format_desc.blocking.strides + d.ndims);
+}
+
+// PreparedReorder's interleave: both layouts plain, 4-byte elements of one type, 2 to 4
+// channels (axis 1), `to` dense in the order of its strides with the channels innermost and
+// `from` holding them apart (planes). Fills the gather's output shape
+// (to's dimensions in storage order) and input strides; false where it does not apply.
+bool plan_interleave(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
+                     std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
+  const std::vector<int64_t> in = plain_strides(from), out = plain_strides(to);
+  const dnnl::memory::dims dims = to.dims();
+  if (in.empty() || out.empty() || from.dims() != dims || dims.size() < 3 ||
+      from.data_type() != to.data_type() || dnnl::memory::data_type_size(to.data_type()) != 4 ||
+      dims[1] < 2 || dims[1] > 4)
+    return false;
+  std::vector<size_t> order(dims.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return out[a] > out[b]; });
+  if (order.back() != 1 || in[1] == 1) return false;  // into channels-last, from planes
+  int64_t dense = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    if (dims[order[k]] != 1 && out[order[k]] != dense) return false;
+    dense *= dims[order[k]];
+  }
+  shape.clear();
+  strides.clear();
+  for (size_t a : order) {
+    shape.push_back(dims[a]);
+    strides.push_back(in[a]);
+  }
+  return true;
+}
+
+}  // namespace
+
 PreparedReorder::PreparedReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to)
-    : prim(dnnl::reorder::primitive_desc(engine(), from, engine(), to)), from_md(from), to_md(to) {}
+    : from_md(from), to_md(to) {
+  if (!plan_interleave(from, to, gather_shape, gather_strides))
+    prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+}
 
 void PreparedReorder::operator()(const void* from, void* to) const {
+  if (!gather_shape.empty())
+    return strided_gather(static_cast<const uint32_t*>(from), static_cast<uint32_t*>(to),
+                          gather_shape, gather_strides);
   execute(prim, {{DNNL_ARG_FROM, from_md, from}, {DNNL_ARG_TO, to_md, to}});
 }
 

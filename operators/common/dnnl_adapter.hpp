@@ -112,9 +112,15 @@ void reorder_now(const dnnl::memory::desc& from_md, const void* from,
                  const dnnl::memory::desc& to_md, void* to);
 
 // A reorder made once (per plan) and run many times: `from` laid out as `from_md` into `to`.
+// Between two plain layouts of a tensor with a few channels (a model's 3-channel image into a
+// channels-last convolution), volt's strided_gather interleaves the channel planes at about
+// three times the speed of oneDNN's reorder; other reorders are oneDNN's.
 struct PreparedReorder {
   dnnl::reorder prim;
   dnnl::memory::desc from_md, to_md;
+  // The interleave: `to`'s dimensions in its storage order and `from`'s strides along them
+  // (empty: oneDNN's reorder).
+  std::vector<int64_t> gather_shape, gather_strides;
   PreparedReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
   PreparedReorder() = default;
   void operator()(const void* from, void* to) const;

@@ -4,6 +4,8 @@
 // arguments with one descriptor get two; the cache starting over loses nothing.
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstdint>
 #include <vector>
 
 #include "operators/common/dnnl_adapter.hpp"
@@ -96,6 +98,43 @@ TEST(DnnlArgs, ManyDescriptorsOutliveTheCacheStartingOver) {
     dnnl_adapter::execute(prims[static_cast<size_t>(n - 1)],
                           {{DNNL_ARG_SRC, src_md, x.data()}, {DNNL_ARG_DST, dst_mds[i], y.data()}});
     expect_affine(x, y);
+  }
+}
+
+// PreparedReorder interleaves an image's few channel planes into channels-last itself (volt's
+// strided_gather) and leaves every other reorder to oneDNN: element for element the same as
+// oneDNN's reorder, for 2-4 channels (float and int32), 2-D and 3-D images, odd sizes, a batch,
+// and the ways back and into blocks, which stay oneDNN's.
+TEST(DnnlArgs, PreparedReorderInterleavesFewChannelsLikeOneDnn) {
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  struct Case {
+    dnnl::memory::dims dims;
+    tag from, to;
+    dt type;
+    bool interleaved;
+  };
+  const Case cases[] = {
+      {{1, 3, 224, 224}, tag::nchw, tag::nhwc, dt::f32, true},
+      {{2, 3, 7, 5}, tag::nchw, tag::nhwc, dt::f32, true},
+      {{3, 2, 33, 9}, tag::nchw, tag::nhwc, dt::s32, true},
+      {{1, 4, 1, 4099}, tag::nchw, tag::nhwc, dt::f32, true},
+      {{2, 3, 4, 5, 6}, tag::ncdhw, tag::ndhwc, dt::f32, true},
+      {{2, 3, 7, 5}, tag::nhwc, tag::nchw, dt::f32, false},     // planes out of pixels
+      {{2, 8, 7, 5}, tag::nchw, tag::nhwc, dt::f32, false},     // many channels
+      {{2, 3, 7, 5}, tag::nchw, tag::nChw16c, dt::f32, false},  // blocks
+  };
+  for (const Case& c : cases) {
+    const dnnl::memory::desc from(c.dims, c.type, c.from), to(c.dims, c.type, c.to);
+    std::vector<int32_t> x(from.get_size() / 4), want(to.get_size() / 4, -1), got(want);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>(i * 7 + 1);
+    if (c.type == dt::f32)
+      for (auto& v : x) v = std::bit_cast<int32_t>(static_cast<float>(v) * 0.5f);
+    dnnl_adapter::reorder_now(from, x.data(), to, want.data());
+    const dnnl_adapter::PreparedReorder prepared(from, to);
+    EXPECT_EQ(!prepared.gather_shape.empty(), c.interleaved) << "case with dims[1] " << c.dims[1];
+    prepared(x.data(), got.data());
+    ASSERT_EQ(got, want) << "case with dims[1] " << c.dims[1];
   }
 }
 

@@ -135,7 +135,8 @@ std::vector<int64_t> plain_strides(const dnnl::memory::desc& md) {
 // PreparedReorder's interleave: both layouts plain, 4-byte elements of one type, 2 to 4
 // channels (axis 1), `to` dense in the order of its strides with the channels innermost and
 // `from` holding them apart (planes). Fills the gather's output shape
-// (to's dimensions in storage order) and input strides; false where it does not apply.
+// (to's dimensions in storage order, merged where contiguous) and input strides; false where it
+// does not apply.
 bool plan_interleave(const dnnl::memory::desc& from, const dnnl::memory::desc& to,
                      std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
   const std::vector<int64_t> in = plain_strides(from), out = plain_strides(to);
@@ -159,6 +160,8 @@ bool plan_interleave(const dnnl::memory::desc& from, const dnnl::memory::desc& t
     shape.push_back(dims[a]);
     strides.push_back(in[a]);
   }
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return false;  // (nothing to copy)
+  merge_contiguous_axes(shape, strides);                                      // once, not per run
   return true;
 }
 
@@ -172,8 +175,8 @@ PreparedReorder::PreparedReorder(const dnnl::memory::desc& from, const dnnl::mem
 
 void PreparedReorder::operator()(const void* from, void* to) const {
   if (!gather_shape.empty())
-    return strided_gather(static_cast<const uint32_t*>(from), static_cast<uint32_t*>(to),
-                          gather_shape, gather_strides);
+    return strided_gather_merged(static_cast<const uint32_t*>(from), static_cast<uint32_t*>(to),
+                                 gather_shape, gather_strides);
   execute(prim, {{DNNL_ARG_FROM, from_md, from}, {DNNL_ARG_TO, to_md, to}});
 }
 

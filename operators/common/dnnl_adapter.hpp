@@ -118,8 +118,8 @@ void reorder_now(const dnnl::memory::desc& from_md, const void* from,
 struct PreparedReorder {
   dnnl::reorder prim;
   dnnl::memory::desc from_md, to_md;
-  // The interleave: `to`'s dimensions in its storage order and `from`'s strides along them
-  // (empty: oneDNN's reorder).
+  // The interleave: `to`'s dimensions in its storage order and `from`'s strides along them,
+  // merged once (empty: oneDNN's reorder).
   std::vector<int64_t> gather_shape, gather_strides;
   PreparedReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
   PreparedReorder() = default;

@@ -40,13 +40,13 @@ inline void merge_contiguous_axes(std::vector<int64_t>& shape, std::vector<int64
 // 4 bytes: compiled for AVX-512 and AVX2 too (strided_gather.cpp).
 void interleave_4byte(const void* src, void* dst, int64_t len, int64_t stride, int64_t channels);
 
+// strided_gather on axes merge_contiguous_axes has already merged (non-empty, none of length 0):
+// for a copy made many times with one geometry (PreparedReorder), without the two vectors per call.
 template <class T>
-void strided_gather(const T* src, T* dst, std::vector<int64_t> shape,
-                    std::vector<int64_t> strides) {
+void strided_gather_merged(const T* src, T* dst, const std::vector<int64_t>& shape,
+                           const std::vector<int64_t>& strides) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  if (n == 0) return;
-  merge_contiguous_axes(shape, strides);
   const size_t r = shape.size();
   const int64_t inner = shape[r - 1], inner_stride = strides[r - 1];
   const int64_t rows = n / inner;
@@ -99,6 +99,15 @@ void strided_gather(const T* src, T* dst, std::vector<int64_t> shape,
     }
     for (int64_t i = 0; i < inner; ++i) o[i] = s[i * inner_stride];
   });
+}
+
+template <class T>
+void strided_gather(const T* src, T* dst, std::vector<int64_t> shape,
+                    std::vector<int64_t> strides) {
+  for (int64_t d : shape)
+    if (d == 0) return;
+  merge_contiguous_axes(shape, strides);
+  strided_gather_merged(src, dst, shape, strides);
 }
 
 }  // namespace volt

@@ -190,10 +190,30 @@ std::optional<GatedActivation> gated_activation(const Graph& g, const ValueUses&
 int declared_rank(const Graph& g, const std::string& name) {
   auto it = g.initializers.find(name);
   if (it != g.initializers.end()) return static_cast<int>(it->second.rank());
+  const ValueInfo* v = declared_value(g, name);
+  return v && v->has_shape ? static_cast<int>(v->shape.size()) : -1;
+}
+
+const ValueInfo* declared_value(const Graph& g, const std::string& name) {
   for (const auto* list : {&g.inputs, &g.value_info})
     for (const ValueInfo& v : *list)
-      if (v.name == name && v.has_shape) return static_cast<int>(v.shape.size());
-  return -1;
+      if (v.name == name) return &v;
+  return nullptr;
+}
+
+std::set<std::string> value_names(const Graph& g) {
+  std::set<std::string> names;
+  for (const Node& node : g.nodes)
+    for (const auto& o : node.outputs) names.insert(o);
+  for (const auto& v : g.inputs) names.insert(v.name);
+  return names;
+}
+
+std::string unique_name(const Graph& g, const std::set<std::string>& taken, std::string base) {
+  std::string name = base;
+  for (int k = 1; taken.count(name) || g.is_initializer(name); ++k)
+    name = base + "." + std::to_string(k);
+  return name;
 }
 
 Node* PatternRewrite::sole_reader(const std::string& v, const char* op) {

@@ -138,6 +138,13 @@ std::optional<GatedActivation> gated_activation(const Graph& g, const ValueUses&
 // The rank of a value when the graph declares it (initializers, graph inputs, value_info); -1
 // when it does not.
 int declared_rank(const Graph& g, const std::string& name);
+// The graph input or value_info entry that declares `name`; nullptr when none does.
+const ValueInfo* declared_value(const Graph& g, const std::string& name);
+
+// The names of the graph's values (node outputs and graph inputs), and `base` or `base.k` (k = 1,
+// 2, ...), the first that is neither among `taken` nor an initializer: for values a pass adds.
+std::set<std::string> value_names(const Graph& g);
+std::string unique_name(const Graph& g, const std::set<std::string>& taken, std::string base);
 
 // The working state of a pass that replaces patterns of nodes: a copy of the graph, who reads
 // what (as of the original), and which nodes are gone.

@@ -55,13 +55,6 @@ bool is_shape_arithmetic(const Node& n) {
   return n.domain == kOnnxDomain && ops.count(n.op_type) != 0;
 }
 
-std::string unique_name(const Graph& g, const std::set<std::string>& taken, std::string base) {
-  std::string name = base;
-  for (int k = 1; taken.count(name) || g.is_initializer(name); ++k)
-    name = base + "." + std::to_string(k);
-  return name;
-}
-
 }  // namespace
 
 Graph place_on_device(const Graph& graph, Device device,
@@ -107,10 +100,7 @@ Graph place_on_device(const Graph& graph, Device device,
         for (const auto& r : uses.readers(out))
           if (r.slot == ValueUses::kSubgraph) on_device[i] = 0;
 
-  std::set<std::string> taken;
-  for (const Node& node : g.nodes)
-    for (const auto& o : node.outputs) taken.insert(o);
-  for (const auto& v : g.inputs) taken.insert(v.name);
+  std::set<std::string> taken = value_names(g);
 
   auto produced_on_device = [&](const std::string& v) {
     const auto p = uses.producer(v);

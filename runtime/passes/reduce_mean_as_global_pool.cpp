@@ -31,12 +31,10 @@ std::optional<int> float_rank(const Graph& g, const ValueUses& uses, const std::
   if (depth > kMaxDepth) return std::nullopt;
   if (const Tensor* c = constant_value(g, v))
     return float_type(c->dtype()) ? std::optional<int>(static_cast<int>(c->rank())) : std::nullopt;
-  for (const auto* list : {&g.inputs, &g.value_info})
-    for (const ValueInfo& info : *list)
-      if (info.name == v)
-        return info.has_shape && info.kind == ValueInfo::Kind::Tensor && float_type(info.dtype)
-                   ? std::optional<int>(static_cast<int>(info.shape.size()))
-                   : std::nullopt;
+  if (const ValueInfo* info = declared_value(g, v))
+    return info->has_shape && info->kind == ValueInfo::Kind::Tensor && float_type(info->dtype)
+               ? std::optional<int>(static_cast<int>(info->shape.size()))
+               : std::nullopt;
   const auto p = uses.producer(v);
   if (!p) return std::nullopt;
   const Node& n = g.nodes[*p];
@@ -109,11 +107,7 @@ std::vector<int64_t> as_channels_first_axes(std::vector<int64_t> axes, int rank)
 
 Graph reduce_mean_as_global_pool(const Graph& graph) {
   const ValueUses uses(graph);
-  auto unused = [&](std::string name) {
-    while (uses.producer(name) || !uses.readers(name).empty() || graph.is_initializer(name))
-      name += "_";
-    return name;
-  };
+  std::set<std::string> taken;  // (made at the first rewrite that adds a value)
   Graph g = graph;
   std::vector<Node> out;
   out.reserve(g.nodes.size());
@@ -152,7 +146,9 @@ Graph reduce_mean_as_global_pool(const Graph& graph) {
       out.push_back(make_node(n.name, "GlobalAveragePool", {image}, {result}, 1));
       continue;
     }
-    const std::string pooled = unused(result + "/pooled");
+    if (taken.empty()) taken = value_names(graph);
+    const std::string pooled = unique_name(graph, taken, result + "/pooled");
+    taken.insert(pooled);
     out.push_back(make_node(n.name, "GlobalAveragePool", {image}, {pooled}, 1));
     // [N, C, 1...]: without the axes, [N, C]; kept channels-last, [N, 1..., C].
     Node after = keep ? make_node(n.name + "/channels_last", "Transpose", {pooled}, {result}, 13)

@@ -117,6 +117,11 @@ class InferContext {
   virtual bool shapes_vary() const { return false; }
   // This node's memo (see NodeMemo); null where plans are not kept for a session.
   virtual NodeMemo* memo() const { return nullptr; }
+  // Output 0 will be a view of input 0 for these shapes (a contiguous block of it: a Gather of
+  // one index, a Slice of whole trailing axes), which run() sets with RunContext::set_output:
+  // the planner allocates nothing for it and keeps input 0's buffer alive while the view is.
+  // (Kernels whose output always views input 0 say so in KernelDef::output_aliases_input.)
+  virtual void output_views_input() {}
 
   // Helpers.
   const Tensor* input_tensor(size_t i) const {

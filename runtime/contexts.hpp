@@ -57,6 +57,7 @@ class NodeInferContext final : public InferContext {
   int threads() const override { return threads_; }
   bool shapes_vary() const override { return shapes_vary_; }
   NodeMemo* memo() const override { return memo_; }
+  void output_views_input() override { output_is_view = true; }
   void keeps_copy_of_input(size_t i, CopyOfInput copy) override {
     if (i >= restorers.size()) restorers.resize(i + 1);
     restorers[i] = std::move(copy);
@@ -76,6 +77,7 @@ class NodeInferContext final : public InferContext {
   std::vector<TypeShape> outputs;
   std::vector<Value> output_values;  // empty unless has_values
   bool has_values = false;
+  bool output_is_view = false;  // see output_views_input
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
   std::string reference;  // why the kernel runs its reference loop; empty on a fast path

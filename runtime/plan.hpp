@@ -29,6 +29,9 @@ struct PlanStep {
   std::span<const int> inputs;
   std::span<const int> outputs;
   bool shapes_static = true;  // false: infer() runs again at run time with the real inputs
+  // Output 0 is a view of input 0 (KernelDef::output_aliases_input, or the kernel said so for
+  // these shapes: InferContext::output_views_input).
+  bool output_is_view = false;
   // Runs on the compiled graph's accelerator: the node was placed there and a device kernel
   // took it (else its host kernel runs, inputs copied over by the executor).
   bool on_accelerator = false;

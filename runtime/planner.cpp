@@ -442,6 +442,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     step.inputs = std::span<const int>(ids).first(node.inputs.size());
     step.outputs = cg.node_outputs[node_index];
     step.on_accelerator = c.deferred ? cg.on_accelerator(node) : c.on_accelerator;
+    step.output_is_view = c.def && c.def->output_aliases_input;
     if (c.deferred) {
       step.shapes_static = false;
       for (const int id : step.outputs)
@@ -481,6 +482,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.scratch_bytes = ictx.scratch_bytes;
       step.reference = std::move(ictx.reference);
       step.shapes_static = ictx.all_known();
+      step.output_is_view = step.output_is_view || ictx.output_is_view;
       for (size_t i = 0; i < step.outputs.size(); ++i)
         if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = std::move(ictx.outputs[i]);
     }
@@ -518,7 +520,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       const int id = st.outputs[j];
       if (id < 0) continue;
       const TypeShape& t = plan->types[id];
-      const bool alias = st.def && st.def->output_aliases_input && j == 0;
+      const bool alias = st.output_is_view && j == 0;
       if (alias) {
         plan->placement[id] = Placement::View;
         const int src = st.inputs.empty() ? -1 : st.inputs[0];

@@ -6,6 +6,39 @@
 
 namespace volt {
 
+std::optional<int64_t> contiguous_offset(const Shape& in, const SliceWindow& w) {
+  if (numel_of(w.out) == 0) return std::nullopt;
+  size_t whole_from = in.size();  // the trailing axes read whole
+  while (whole_from > 0 && w.out[whole_from - 1] == in[whole_from - 1] &&
+         w.step[whole_from - 1] == 1)
+    --whole_from;
+  for (size_t i = 0; i + 1 < whole_from; ++i)
+    if (w.out[i] != 1) return std::nullopt;
+  if (whole_from > 0 && w.out[whole_from - 1] != 1 && w.step[whole_from - 1] != 1)
+    return std::nullopt;
+  int64_t offset = 0, stride = 1;  // (the whole axes start at 0)
+  for (size_t i = in.size(); i-- > 0;) {
+    offset += w.start[i] * stride;
+    stride *= in[i];
+  }
+  return offset;
+}
+
+void plan_contiguous_view(InferContext& ctx, const SliceWindow& w, const Shape& out) {
+  if (ctx.dtype(0) == DType::String) return;
+  if (const auto offset = contiguous_offset(ctx.shape(0), w)) {
+    ctx.set_state(std::make_shared<ContiguousView>(ContiguousView{*offset, out}));
+    ctx.output_views_input();
+  }
+}
+
+void output_contiguous_view(RunContext& ctx, const ContiguousView& view) {
+  const Tensor& in = ctx.input(0);
+  char* first = static_cast<char*>(const_cast<void*>(in.raw())) +
+                view.offset * static_cast<int64_t>(dtype_size(in.dtype()));
+  ctx.set_output(0, Tensor::view(in.dtype(), view.out, first, in.owner(), in.device()));
+}
+
 SliceWindow slice_window(const Shape& in, const std::vector<int64_t>& starts,
                          const std::vector<int64_t>& ends, std::vector<int64_t> axes,
                          const std::vector<int64_t>& steps, const Node& node) {

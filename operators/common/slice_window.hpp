@@ -18,6 +18,24 @@ SliceWindow slice_window(const Shape& in, const std::vector<int64_t>& starts,
                          const std::vector<int64_t>& ends, std::vector<int64_t> axes,
                          const std::vector<int64_t>& steps, const Node& node);
 
+// A window that is one contiguous run of its input — every axis before some axis has one
+// element, that axis is read with step 1 and every axis after it whole (a Slice of one image of
+// a batch, a Gather of one layer of a stacked cache): Slice and Gather then output a view of
+// their input, copying nothing.
+struct ContiguousView {
+  int64_t offset = 0;  // elements into the input
+  Shape out;
+};
+// The offset of the window's first element where the window is such a run (and holds an
+// element); nullopt otherwise.
+std::optional<int64_t> contiguous_offset(const Shape& in, const SliceWindow& w);
+// Where `w` is a contiguous run of input 0 (not strings), plans output 0 — of shape `out`, as
+// many elements as the window — as a view of it (InferContext::output_views_input) and keeps the
+// ContiguousView as the node's state.
+void plan_contiguous_view(InferContext& ctx, const SliceWindow& w, const Shape& out);
+// At run time: output 0 as the view its state describes.
+void output_contiguous_view(RunContext& ctx, const ContiguousView& view);
+
 // A Slice node's starts, ends, axes and steps: attributes before opset 10, inputs 1 to 4 after.
 class SliceParameters {
  public:

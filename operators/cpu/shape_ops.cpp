@@ -10,6 +10,7 @@
 #include "operators/common/layout.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/slice_window.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
 
@@ -383,9 +384,24 @@ class Gather final : public Kernel {
     const Shape& idx = ctx.shape(1);
     out.insert(out.end(), idx.begin(), idx.end());
     out.insert(out.end(), data.begin() + axis + 1, data.end());
-    ctx.set_output(0, ctx.dtype(0), out);
+    // One index known now: a block of data, which is one contiguous run where the axes before
+    // the gathered one have one element (a layer of a stacked cache: GPT-2's past).
+    if (const Tensor* indices = ctx.input_tensor(1); indices && indices->numel() == 1) {
+      const int64_t n = data[static_cast<size_t>(axis)],
+                    i = to_int64_vector(*indices, ctx.node(), "indices")[0];
+      if (i >= -n && i < n) {  // (else run() reports the index)
+        SliceWindow block{std::vector<int64_t>(data.size(), 0),
+                          std::vector<int64_t>(data.size(), 1), data};
+        block.start[static_cast<size_t>(axis)] = i < 0 ? i + n : i;
+        block.out[static_cast<size_t>(axis)] = 1;
+        plan_contiguous_view(ctx, block, out);
+      }
+    }
+    ctx.set_output(0, ctx.dtype(0), std::move(out));
   }
   void run(RunContext& ctx) const override {
+    if (const auto* view = static_cast<const ContiguousView*>(ctx.state_ptr()))
+      return output_contiguous_view(ctx, *view);
     const Tensor& data = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     Tensor& out = ctx.output(0);

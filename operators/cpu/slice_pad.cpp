@@ -46,8 +46,11 @@ class Slice final : public Kernel {
     const auto w = params_.window(ctx);
     if (!w) return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(0, ctx.dtype(0), w->out);
+    plan_contiguous_view(ctx, *w, w->out);
   }
   void run(RunContext& ctx) const override {
+    if (const auto* view = static_cast<const ContiguousView*>(ctx.state_ptr()))
+      return output_contiguous_view(ctx, *view);
     const Tensor& in = ctx.input(0);
     const SliceWindow w = params_.window(ctx);
     Tensor& out = ctx.output(0);

@@ -86,6 +86,74 @@ TEST(Planner, ShapeArithmeticIsFoldedAtPlanTime) {
   EXPECT_EQ(out[0].tensor().shape(), (Shape{2, 12}));
 }
 
+// A Gather of one index and a Slice whose window is one contiguous run of the input output a
+// view of it (GPT-2's layers of a stacked past cost a copy each otherwise); the others copy.
+// A view of an arena value keeps that value's bytes from being reused while the view is read,
+// and a view that is a graph output reaches the caller as a copy of its own.
+TEST(Planner, ContiguousGathersAndSlicesAreViews) {
+  ModelBuilder b;
+  b.input("x", 1, {1, 3, 4, 5})
+      .input("m", 1, {2, 8})
+      .output("layer", 1, {1, 4, 5})
+      .output("rows", 1, {1, 2, 4, 5})
+      .output("columns", 1, {1, 3, 2, 5})
+      .output("last", 1, {1, 3, 5})
+      .output("sum", 1, {8})
+      .initializer_i64("one", {}, {1})
+      .initializer_i64("minus_one", {}, {-1})
+      .initializer_i64("zero", {}, {0})
+      .initializer_i64("starts", {1}, {1})
+      .initializer_i64("ends", {1}, {3})
+      .initializer_i64("axis1", {1}, {1})
+      .initializer_i64("axis2", {1}, {2});
+  auto axis = [](int64_t a) { return [a](auto& n) { ModelBuilder::set_int(n, "axis", a); }; };
+  b.node("Gather", {"x", "one"}, {"layer"}, axis(1))
+      .node("Slice", {"x", "starts", "ends", "axis1"}, {"rows"})
+      .node("Slice", {"x", "starts", "ends", "axis2"}, {"columns"})
+      .node("Gather", {"x", "minus_one"}, {"last"}, axis(2))
+      // a = Relu(m) is read through a view of its second row after Neg(m) is computed: its
+      // bytes must still be a's then.
+      .node("Relu", {"m"}, {"a"})
+      .node("Gather", {"a", "one"}, {"a_row"}, axis(0))
+      .node("Neg", {"m"}, {"n"})
+      .node("Gather", {"n", "zero"}, {"n_row"}, axis(0))
+      .node("Add", {"a_row", "n_row"}, {"sum"});
+  const std::string bytes = b.bytes();
+  Model model = load_model_from_bytes(bytes.data(), bytes.size());
+  CompiledGraph cg = compile_graph(std::make_shared<const Graph>(model.graph), "test", "cpu");
+  auto plan = plan_of(cg, {{"x", {1, 3, 4, 5}}, {"m", {2, 8}}});
+  for (const char* view : {"layer", "rows", "a_row", "n_row"})
+    EXPECT_EQ(plan->placement[cg.id(view)], Placement::View) << view << "\n" << plan->describe();
+  EXPECT_EQ(plan->placement[cg.id("a")], Placement::Arena) << plan->describe();
+  for (const char* copy : {"columns", "last"})
+    EXPECT_NE(plan->placement[cg.id(copy)], Placement::View) << copy;
+
+  std::vector<float> xs(60), ms(16);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i);
+  for (size_t i = 0; i < ms.size(); ++i) ms[i] = static_cast<float>(i) - 4.0f;
+  Value x = Tensor::from(xs, {1, 3, 4, 5}), m = Tensor::from(ms, {2, 8});
+  std::vector<const Value*> fed(cg.names.size(), nullptr);
+  fed[cg.id("x")] = &x;
+  fed[cg.id("m")] = &m;
+  const std::vector<Value> out = execute_plan(*plan, fed);
+  auto at = [&](size_t output, int64_t i) { return out[output].tensor().data<float>()[i]; };
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(at(0, i), xs[20 + i]) << "layer " << i;
+  for (int64_t i = 0; i < 40; ++i) EXPECT_EQ(at(1, i), xs[20 + i]) << "rows " << i;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t j = 0; j < 10; ++j)
+      EXPECT_EQ(at(2, c * 10 + j), xs[c * 20 + 5 + j]) << "columns " << c << " " << j;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(at(3, c * 5 + j), xs[c * 20 + 15 + j]) << "last";
+  for (int64_t j = 0; j < 8; ++j)
+    EXPECT_EQ(at(4, j), std::max(ms[8 + j], 0.0f) - ms[j]) << "sum " << j;
+  // The outputs are the caller's: none points into the input.
+  const char* x_begin = static_cast<const char*>(x.tensor().raw());
+  for (const Value& v : out) {
+    const char* p = static_cast<const char*>(v.tensor().raw());
+    EXPECT_FALSE(p >= x_begin && p < x_begin + x.tensor().nbytes());
+  }
+}
+
 TEST(Passes, DeadNodesAndUnusedInitializersAreRemoved) {
   ModelBuilder b;
   b.input("x", 1, {2}).output("y", 1, {2}).initializer("unused", {1}, {1.0f});

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "loaders/loader.hpp"
+#include "operators/common/gemm_warmup.hpp"
 #include "runtime/calibration.hpp"
 #include "runtime/device.hpp"
 #include "runtime/feeds.hpp"
@@ -40,10 +41,27 @@ void check_options(const SessionOptions& o) {
         "precision '" + o.precision + "' is not supported on " + o.device + " (use fp32 or fp16)");
 }
 
+// Whether runs will likely come in several shapes and multiply matrices in fp32 on the CPU: a
+// model input with a dimension past the first that is not a fixed number (a sentence's length,
+// a crop's width, a decoder's past) and a MatMul or Gemm. Plans after the first then run their
+// products on oneDNN's gemm (operators/common/gemm_warmup.hpp).
+bool expects_generic_products(const Graph& g, const SessionOptions& o) {
+  if (o.device != "cpu" || o.precision != "fp32") return false;
+  const bool varies = std::any_of(g.inputs.begin(), g.inputs.end(), [&](const ValueInfo& v) {
+    return !g.is_initializer(v.name) && v.kind == ValueInfo::Kind::Tensor && v.has_shape &&
+           std::any_of(v.shape.begin() + std::min<size_t>(1, v.shape.size()), v.shape.end(),
+                       [](const Dim& d) { return !d.is_fixed(); });
+  });
+  return varies && std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
+           return n.domain == kOnnxDomain && (n.op_type == "MatMul" || n.op_type == "Gemm");
+         });
+}
+
 }  // namespace
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
+  if (expects_generic_products(model.graph, options)) gemm_warmup = start_gemm_warmup();
   Graph optimized =
       options.precision == "int8" && !options.calibration.empty()
           ? run_passes(quantize_static(model.graph, calibrate(model, options)), options)

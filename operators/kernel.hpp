@@ -122,6 +122,13 @@ class InferContext {
   // the planner allocates nothing for it and keeps input 0's buffer alive while the view is.
   // (Kernels whose output always views input 0 say so in KernelDef::output_aliases_input.)
   virtual void output_views_input() {}
+  // Input i may be computed straight into output 0, at this byte offset (a Concat's part that is
+  // one contiguous run of its output): the planner may place it there, and run() then finds its
+  // data in place and copies nothing for it.
+  virtual void input_may_live_in_output(size_t i, size_t byte_offset) {
+    (void)i;
+    (void)byte_offset;
+  }
 
   // Helpers.
   const Tensor* input_tensor(size_t i) const {

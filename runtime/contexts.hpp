@@ -58,6 +58,9 @@ class NodeInferContext final : public InferContext {
   bool shapes_vary() const override { return shapes_vary_; }
   NodeMemo* memo() const override { return memo_; }
   void output_views_input() override { output_is_view = true; }
+  void input_may_live_in_output(size_t i, size_t byte_offset) override {
+    inputs_in_output.emplace_back(static_cast<int>(i), byte_offset);
+  }
   void keeps_copy_of_input(size_t i, CopyOfInput copy) override {
     if (i >= restorers.size()) restorers.resize(i + 1);
     restorers[i] = std::move(copy);
@@ -78,6 +81,7 @@ class NodeInferContext final : public InferContext {
   std::vector<Value> output_values;  // empty unless has_values
   bool has_values = false;
   bool output_is_view = false;  // see output_views_input
+  std::vector<std::pair<int, size_t>> inputs_in_output;  // see input_may_live_in_output
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
   std::string reference;  // why the kernel runs its reference loop; empty on a fast path

@@ -32,6 +32,9 @@ struct PlanStep {
   // Output 0 is a view of input 0 (KernelDef::output_aliases_input, or the kernel said so for
   // these shapes: InferContext::output_views_input).
   bool output_is_view = false;
+  // Inputs that may be computed straight into output 0, with their byte offsets there
+  // (InferContext::input_may_live_in_output).
+  std::vector<std::pair<int, size_t>> inputs_in_output;
   // Runs on the compiled graph's accelerator: the node was placed there and a device kernel
   // took it (else its host kernel runs, inputs copied over by the executor).
   bool on_accelerator = false;

@@ -483,6 +483,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.reference = std::move(ictx.reference);
       step.shapes_static = ictx.all_known();
       step.output_is_view = step.output_is_view || ictx.output_is_view;
+      step.inputs_in_output = std::move(ictx.inputs_in_output);
       for (size_t i = 0; i < step.outputs.size(); ++i)
         if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = std::move(ictx.outputs[i]);
     }
@@ -510,9 +511,32 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   std::vector<int> buffer_of(n, -1);
   // By buffer: the last step that reads one of its values (or writes one no step reads).
   std::vector<int> last_of_buffer;
+  // By buffer: the buffer it lies in (a Concat's part computed in place: PlanStep::
+  // inputs_in_output) and where, or -1. Only buffers without one are laid out; one that has
+  // parts lives from the first part's step to the last read of any of them.
+  std::vector<int> parent;
+  std::vector<size_t> offset_in_parent;
   auto join = [&](int b, int id) {
     buffer_of[id] = b;
-    last_of_buffer[b] = std::max(last_of_buffer[b], last_use[id] < 0 ? producer[id] : last_use[id]);
+    const int last = last_use[id] < 0 ? producer[id] : last_use[id];
+    for (int x = b; x >= 0; x = parent[x]) last_of_buffer[x] = std::max(last_of_buffer[x], last);
+  };
+  // Puts input buffers of step s in its output's buffer `out` where the kernel offered it and
+  // the input is exactly one buffer of its own (not a part of another value, not already placed).
+  auto place_parts = [&](const PlanStep& st, int s, int out) {
+    for (const auto& [i, at] : st.inputs_in_output) {
+      const int id = static_cast<size_t>(i) < st.inputs.size() ? st.inputs[i] : -1;
+      if (id < 0 || at % 64 != 0) continue;  // (kernels read their inputs 64-byte aligned)
+      const int b = buffer_of[id];
+      if (b < 0 || b == out || parent[b] >= 0 || buffers[b].first > s ||
+          (plan->placement[id] != Placement::Arena && plan->placement[id] != Placement::View) ||
+          buffers[b].bytes != checked_bytes(plan->types[id].dtype, numel_of(plan->types[id].shape)))
+        continue;
+      parent[b] = out;
+      offset_in_parent[b] = at;
+      buffers[out].first = std::min(buffers[out].first, buffers[b].first);
+      last_of_buffer[out] = std::max(last_of_buffer[out], last_of_buffer[b]);
+    }
   };
   for (int s = 0; s < end; ++s) {
     PlanStep& st = plan->steps[s];
@@ -538,7 +562,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           static_cast<size_t>(st.def->inplace_input) < st.inputs.size()) {
         const int src = st.inputs[st.def->inplace_input];
         if (src >= 0 && buffer_of[src] >= 0 && plan->placement[src] == Placement::Arena &&
-            buffers[buffer_of[src]].bytes == bytes && last_of_buffer[buffer_of[src]] <= s) {
+            buffers[buffer_of[src]].bytes == bytes && last_of_buffer[buffer_of[src]] <= s &&
+            parent[buffer_of[src]] < 0) {  // (a part of another value is not written over)
           join(buffer_of[src], id);
           continue;
         }
@@ -546,7 +571,10 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       buffer_of[id] = static_cast<int>(buffers.size());
       buffers.push_back({bytes, s, s});
       last_of_buffer.push_back(-1);
+      parent.push_back(-1);
+      offset_in_parent.push_back(0);
       join(buffer_of[id], id);
+      if (j == 0) place_parts(st, s, buffer_of[id]);
     }
   }
   for (size_t b = 0; b < buffers.size(); ++b)
@@ -559,13 +587,27 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       buffers.push_back({plan->steps[s].scratch_bytes, s, s});
     }
   }
-  const ArenaLayout layout = layout_arena(buffers);
+  parent.resize(buffers.size(), -1);
+  offset_in_parent.resize(buffers.size(), 0);
+  std::vector<BufferLifetime> laid_out;  // the buffers in no other
+  std::vector<int> laid_out_as(buffers.size(), -1);
+  for (size_t b = 0; b < buffers.size(); ++b)
+    if (parent[b] < 0) {
+      laid_out_as[b] = static_cast<int>(laid_out.size());
+      laid_out.push_back(buffers[b]);
+    }
+  const ArenaLayout layout = layout_arena(laid_out);
+  auto offset_of = [&](int b) {
+    int64_t at = 0;
+    for (; parent[b] >= 0; b = parent[b]) at += static_cast<int64_t>(offset_in_parent[b]);
+    return layout.offsets[laid_out_as[b]] + at;
+  };
   plan->arena_bytes = layout.total_bytes;
   for (size_t id = 0; id < n; ++id)
     if (buffer_of[id] >= 0 && plan->placement[id] == Placement::Arena)
-      plan->arena_offset[id] = layout.offsets[buffer_of[id]];
+      plan->arena_offset[id] = offset_of(buffer_of[id]);
   for (int s = 0; s < end; ++s)
-    if (scratch_buffer[s] >= 0) plan->steps[s].scratch_offset = layout.offsets[scratch_buffer[s]];
+    if (scratch_buffer[s] >= 0) plan->steps[s].scratch_offset = offset_of(scratch_buffer[s]);
 
   // Heap values (and views of them) are dropped after their last use to keep peak memory low.
   for (size_t id = 0; id < n; ++id) {

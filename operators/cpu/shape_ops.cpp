@@ -327,6 +327,17 @@ class Concat final : public Kernel {
                      " on axis " + std::to_string(axis_));
       out[axis] += s[axis];
     }
+    // One image (or nothing before the axis): each input is one contiguous run of the output,
+    // where its producer may write it (blocked layouts store channel blocks outermost).
+    int64_t outer = 1;
+    for (int64_t d = 0; d < (block_ ? 1 : axis); ++d) outer *= out[static_cast<size_t>(d)];
+    if (outer == 1 && ctx.dtype(0) != DType::String) {
+      size_t at = 0;
+      for (size_t i = 0; i < ctx.input_count(); ++i) {
+        ctx.input_may_live_in_output(i, at);
+        at += static_cast<size_t>(numel_of(ctx.shape(i))) * dtype_size(ctx.dtype(i));
+      }
+    }
     ctx.set_output(0, ctx.dtype(0), out);
   }
   void run(RunContext& ctx) const override {
@@ -361,7 +372,8 @@ class Concat final : public Kernel {
           int64_t start = 0;  // of this input's part in the row
           for (int64_t j = 0; j < i; ++j) start += row_of(j);
           const T* src = static_cast<const T*>(ctx.input(i).raw()) + o * row;
-          std::copy(src, src + row, dst + o * out_row + start);
+          // (An input the planner placed in its part: computed there already.)
+          if (src != dst + o * out_row + start) std::copy(src, src + row, dst + o * out_row + start);
         });
       }
     });

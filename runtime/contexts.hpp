@@ -80,7 +80,7 @@ class NodeInferContext final : public InferContext {
   std::vector<TypeShape> outputs;
   std::vector<Value> output_values;  // empty unless has_values
   bool has_values = false;
-  bool output_is_view = false;  // see output_views_input
+  bool output_is_view = false;                           // see output_views_input
   std::vector<std::pair<int, size_t>> inputs_in_output;  // see input_may_live_in_output
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;

@@ -373,7 +373,8 @@ class Concat final : public Kernel {
           for (int64_t j = 0; j < i; ++j) start += row_of(j);
           const T* src = static_cast<const T*>(ctx.input(i).raw()) + o * row;
           // (An input the planner placed in its part: computed there already.)
-          if (src != dst + o * out_row + start) std::copy(src, src + row, dst + o * out_row + start);
+          if (src != dst + o * out_row + start)
+            std::copy(src, src + row, dst + o * out_row + start);
         });
       }
     });

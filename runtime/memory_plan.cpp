@@ -26,32 +26,35 @@ ArenaLayout layout_arena(const std::vector<BufferLifetime>& buffers) {
     size_t begin, end;
     int first, last;
   };
+  // Kept in order of their offsets, so that the intervals taken by buffers alive at the same
+  // time come in order without a sort per buffer (a new shape lays out every buffer again).
   std::vector<Placed> placed;
   placed.reserve(buffers.size());
-  std::vector<std::pair<size_t, size_t>> busy;  // (one allocation for every buffer's search)
   for (size_t idx : order) {
     const BufferLifetime& b = buffers[idx];
     const size_t size = align_up(std::max<size_t>(b.bytes, 1));
-    // Intervals of the arena taken by buffers alive at the same time, sorted by start.
-    busy.clear();
-    for (const Placed& p : placed)
-      if (p.first <= b.last && b.first <= p.last) busy.push_back({p.begin, p.end});
-    std::sort(busy.begin(), busy.end());
-    // The smallest gap that fits; else after the last busy interval.
+    // The smallest gap between intervals taken by buffers alive at the same time that fits;
+    // else after the last of them.
     size_t best = SIZE_MAX, best_gap = SIZE_MAX, cursor = 0;
-    for (const auto& [begin, end] : busy) {
-      if (begin > cursor && begin - cursor >= size && begin - cursor < best_gap) {
+    for (const Placed& p : placed) {
+      if (p.first > b.last || b.first > p.last) continue;
+      if (p.begin > cursor && p.begin - cursor >= size && p.begin - cursor < best_gap) {
         best = cursor;
-        best_gap = begin - cursor;
+        best_gap = p.begin - cursor;
       }
-      cursor = std::max(cursor, end);
+      cursor = std::max(cursor, p.end);
     }
     if (best == SIZE_MAX) best = cursor;
     // Past 2^62 bytes no machine has the memory; refusing here also keeps the sums exact.
     VOLT_CHECK(best <= (SIZE_MAX >> 2) && size <= (SIZE_MAX >> 2) - best, OutOfMemory,
                "the intermediate values need more than 2^62 bytes");
     out.offsets[idx] = static_cast<int64_t>(best);
-    placed.push_back({best, best + size, b.first, b.last});
+    const Placed p{best, best + size, b.first, b.last};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), p,
+                                   [](const Placed& x, const Placed& y) {
+                                     return x.begin < y.begin;
+                                   }),
+                  p);
     out.total_bytes = std::max(out.total_bytes, best + size);
   }
   return out;

@@ -24,12 +24,15 @@ std::optional<int64_t> contiguous_offset(const Shape& in, const SliceWindow& w) 
   return offset;
 }
 
-void plan_contiguous_view(InferContext& ctx, const SliceWindow& w, const Shape& out) {
-  if (ctx.dtype(0) == DType::String) return;
-  if (const auto offset = contiguous_offset(ctx.shape(0), w)) {
-    ctx.set_state(std::make_shared<ContiguousView>(ContiguousView{*offset, out}));
-    ctx.output_views_input();
-  }
+bool worth_a_view(const InferContext& ctx, const Shape& out) {
+  constexpr int64_t kMinViewBytes = 1024;
+  return ctx.dtype(0) != DType::String &&
+         numel_of(out) * static_cast<int64_t>(dtype_size(ctx.dtype(0))) >= kMinViewBytes;
+}
+
+void plan_view(InferContext& ctx, int64_t offset, Shape out) {
+  ctx.set_state(std::make_shared<ContiguousView>(ContiguousView{offset, std::move(out)}));
+  ctx.output_views_input();
 }
 
 void output_contiguous_view(RunContext& ctx, const ContiguousView& view) {

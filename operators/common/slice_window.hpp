@@ -29,10 +29,13 @@ struct ContiguousView {
 // The offset of the window's first element where the window is such a run (and holds an
 // element); nullopt otherwise.
 std::optional<int64_t> contiguous_offset(const Shape& in, const SliceWindow& w);
-// Where `w` is a contiguous run of input 0 (not strings), plans output 0 — of shape `out`, as
-// many elements as the window — as a view of it (InferContext::output_views_input) and keeps the
-// ContiguousView as the node's state.
-void plan_contiguous_view(InferContext& ctx, const SliceWindow& w, const Shape& out);
+// Whether an output of this shape, of input 0's dtype, is worth a view rather than a copy:
+// not strings, and at least 1 KiB (below a few cache lines a copy costs what a view does:
+// shape arithmetic).
+bool worth_a_view(const InferContext& ctx, const Shape& out);
+// Plans output 0, of shape `out`, as the view of input 0 from element `offset` on
+// (InferContext::output_views_input), with the ContiguousView as the node's state.
+void plan_view(InferContext& ctx, int64_t offset, Shape out);
 // At run time: output 0 as the view its state describes.
 void output_contiguous_view(RunContext& ctx, const ContiguousView& view);
 

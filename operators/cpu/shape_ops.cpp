@@ -328,10 +328,13 @@ class Concat final : public Kernel {
       out[axis] += s[axis];
     }
     // One image (or nothing before the axis): each input is one contiguous run of the output,
-    // where its producer may write it (blocked layouts store channel blocks outermost).
+    // where its producer may write it (blocked layouts store channel blocks outermost). (Not
+    // shape arithmetic: folded at plan time, or a few bytes to copy.)
     int64_t outer = 1;
     for (int64_t d = 0; d < (block_ ? 1 : axis); ++d) outer *= out[static_cast<size_t>(d)];
-    if (outer == 1 && ctx.dtype(0) != DType::String) {
+    constexpr int64_t kMinPartsBytes = 4096;
+    if (outer == 1 && ctx.dtype(0) != DType::String &&
+        numel_of(out) * static_cast<int64_t>(dtype_size(ctx.dtype(0))) >= kMinPartsBytes) {
       size_t at = 0;
       for (size_t i = 0; i < ctx.input_count(); ++i) {
         ctx.input_may_live_in_output(i, at);
@@ -397,18 +400,16 @@ class Gather final : public Kernel {
     const Shape& idx = ctx.shape(1);
     out.insert(out.end(), idx.begin(), idx.end());
     out.insert(out.end(), data.begin() + axis + 1, data.end());
-    // One index known now: a block of data, which is one contiguous run where the axes before
-    // the gathered one have one element (a layer of a stacked cache: GPT-2's past).
-    if (const Tensor* indices = ctx.input_tensor(1); indices && indices->numel() == 1) {
+    // One index known now, and the axes before the gathered one of one element: the output is
+    // one contiguous run of data (a layer of a stacked cache: GPT-2's past).
+    const Tensor* indices = ctx.input_tensor(1);
+    const bool one_outer =
+        std::all_of(data.begin(), data.begin() + axis, [](int64_t d) { return d == 1; });
+    if (indices && indices->numel() == 1 && one_outer && worth_a_view(ctx, out)) {
       const int64_t n = data[static_cast<size_t>(axis)],
                     i = to_int64_vector(*indices, ctx.node(), "indices")[0];
-      if (i >= -n && i < n) {  // (else run() reports the index)
-        SliceWindow block{std::vector<int64_t>(data.size(), 0),
-                          std::vector<int64_t>(data.size(), 1), data};
-        block.start[static_cast<size_t>(axis)] = i < 0 ? i + n : i;
-        block.out[static_cast<size_t>(axis)] = 1;
-        plan_contiguous_view(ctx, block, out);
-      }
+      if (i >= -n && i < n)  // (else run() reports the index; the block is numel(out) long)
+        plan_view(ctx, (i < 0 ? i + n : i) * numel_of(out), out);
     }
     ctx.set_output(0, ctx.dtype(0), std::move(out));
   }

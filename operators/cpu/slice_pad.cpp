@@ -46,7 +46,8 @@ class Slice final : public Kernel {
     const auto w = params_.window(ctx);
     if (!w) return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(0, ctx.dtype(0), w->out);
-    plan_contiguous_view(ctx, *w, w->out);
+    if (worth_a_view(ctx, w->out))
+      if (const auto offset = contiguous_offset(ctx.shape(0), *w)) plan_view(ctx, *offset, w->out);
   }
   void run(RunContext& ctx) const override {
     if (const auto* view = static_cast<const ContiguousView*>(ctx.state_ptr()))

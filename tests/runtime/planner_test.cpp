@@ -92,14 +92,15 @@ TEST(Planner, ShapeArithmeticIsFoldedAtPlanTime) {
 // A view of an arena value keeps that value's bytes from being reused while the view is read,
 // and a view that is a graph output reaches the caller as a copy of its own.
 TEST(Planner, ContiguousGathersAndSlicesAreViews) {
+  constexpr int64_t kPlane = 16 * 20;  // (views start at 1 KiB: below, a copy costs as much)
   ModelBuilder b;
-  b.input("x", 1, {1, 3, 4, 5})
-      .input("m", 1, {2, 8})
-      .output("layer", 1, {1, 4, 5})
-      .output("rows", 1, {1, 2, 4, 5})
-      .output("columns", 1, {1, 3, 2, 5})
-      .output("last", 1, {1, 3, 5})
-      .output("sum", 1, {8})
+  b.input("x", 1, {1, 3, 16, 20})
+      .input("m", 1, {2, 256})
+      .output("layer", 1, {1, 16, 20})
+      .output("rows", 1, {1, 2, 16, 20})
+      .output("columns", 1, {1, 3, 2, 20})
+      .output("last", 1, {1, 3, 20})
+      .output("sum", 1, {256})
       .initializer_i64("one", {}, {1})
       .initializer_i64("minus_one", {}, {-1})
       .initializer_i64("zero", {}, {0})
@@ -122,31 +123,32 @@ TEST(Planner, ContiguousGathersAndSlicesAreViews) {
   const std::string bytes = b.bytes();
   Model model = load_model_from_bytes(bytes.data(), bytes.size());
   CompiledGraph cg = compile_graph(std::make_shared<const Graph>(model.graph), "test", "cpu");
-  auto plan = plan_of(cg, {{"x", {1, 3, 4, 5}}, {"m", {2, 8}}});
+  auto plan = plan_of(cg, {{"x", {1, 3, 16, 20}}, {"m", {2, 256}}});
   for (const char* view : {"layer", "rows", "a_row", "n_row"})
     EXPECT_EQ(plan->placement[cg.id(view)], Placement::View) << view << "\n" << plan->describe();
   EXPECT_EQ(plan->placement[cg.id("a")], Placement::Arena) << plan->describe();
   for (const char* copy : {"columns", "last"})
     EXPECT_NE(plan->placement[cg.id(copy)], Placement::View) << copy;
 
-  std::vector<float> xs(60), ms(16);
+  std::vector<float> xs(3 * kPlane), ms(512);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i);
-  for (size_t i = 0; i < ms.size(); ++i) ms[i] = static_cast<float>(i) - 4.0f;
-  Value x = Tensor::from(xs, {1, 3, 4, 5}), m = Tensor::from(ms, {2, 8});
+  for (size_t i = 0; i < ms.size(); ++i) ms[i] = static_cast<float>(i) - 100.0f;
+  Value x = Tensor::from(xs, {1, 3, 16, 20}), m = Tensor::from(ms, {2, 256});
   std::vector<const Value*> fed(cg.names.size(), nullptr);
   fed[cg.id("x")] = &x;
   fed[cg.id("m")] = &m;
   const std::vector<Value> out = execute_plan(*plan, fed);
   auto at = [&](size_t output, int64_t i) { return out[output].tensor().data<float>()[i]; };
-  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(at(0, i), xs[20 + i]) << "layer " << i;
-  for (int64_t i = 0; i < 40; ++i) EXPECT_EQ(at(1, i), xs[20 + i]) << "rows " << i;
+  for (int64_t i = 0; i < kPlane; ++i) ASSERT_EQ(at(0, i), xs[kPlane + i]) << "layer " << i;
+  for (int64_t i = 0; i < 2 * kPlane; ++i) ASSERT_EQ(at(1, i), xs[kPlane + i]) << "rows " << i;
   for (int64_t c = 0; c < 3; ++c)
-    for (int64_t j = 0; j < 10; ++j)
-      EXPECT_EQ(at(2, c * 10 + j), xs[c * 20 + 5 + j]) << "columns " << c << " " << j;
+    for (int64_t j = 0; j < 40; ++j)
+      ASSERT_EQ(at(2, c * 40 + j), xs[c * kPlane + 20 + j]) << "columns " << c << " " << j;
   for (int64_t c = 0; c < 3; ++c)
-    for (int64_t j = 0; j < 5; ++j) EXPECT_EQ(at(3, c * 5 + j), xs[c * 20 + 15 + j]) << "last";
-  for (int64_t j = 0; j < 8; ++j)
-    EXPECT_EQ(at(4, j), std::max(ms[8 + j], 0.0f) - ms[j]) << "sum " << j;
+    for (int64_t j = 0; j < 20; ++j)
+      ASSERT_EQ(at(3, c * 20 + j), xs[c * kPlane + 15 * 20 + j]) << "last " << c << " " << j;
+  for (int64_t j = 0; j < 256; ++j)
+    ASSERT_EQ(at(4, j), std::max(ms[256 + j], 0.0f) - ms[j]) << "sum " << j;
   // The outputs are the caller's: none points into the input.
   const char* x_begin = static_cast<const char*>(x.tensor().raw());
   for (const Value& v : out) {
@@ -161,7 +163,8 @@ TEST(Planner, ContiguousGathersAndSlicesAreViews) {
 // before the second Concat reads it).
 TEST(Planner, ConcatPartsAreComputedInPlace) {
   ModelBuilder b;
-  b.input("x", 1, {1, 16}).output("y", 1, {1, 48}).output("z", 1, {1, 16});
+  constexpr int64_t kWidth = 1024;  // (parts are offered from 4 KiB of output)
+  b.input("x", 1, {1, kWidth}).output("y", 1, {1, 3 * kWidth}).output("z", 1, {1, kWidth});
   auto axis1 = [](auto& n) { ModelBuilder::set_int(n, "axis", 1); };
   b.node("Relu", {"x"}, {"a"})
       .node("Sigmoid", {"x"}, {"s"})
@@ -175,17 +178,17 @@ TEST(Planner, ConcatPartsAreComputedInPlace) {
   const std::string bytes = b.bytes();
   Model model = load_model_from_bytes(bytes.data(), bytes.size());
   CompiledGraph cg = compile_graph(std::make_shared<const Graph>(model.graph), "test", "cpu");
-  auto plan = plan_of(cg, {{"x", {1, 16}}});
+  auto plan = plan_of(cg, {{"x", {1, kWidth}}});
   const int64_t at = plan->arena_offset[cg.id("c2")];
   ASSERT_GE(at, 0) << plan->describe();
   EXPECT_EQ(plan->arena_offset[cg.id("c")], at) << plan->describe();
   EXPECT_EQ(plan->arena_offset[cg.id("a")], at) << plan->describe();
-  EXPECT_EQ(plan->arena_offset[cg.id("s")], at + 64) << plan->describe();
-  EXPECT_EQ(plan->arena_offset[cg.id("e")], at + 128) << plan->describe();
+  EXPECT_EQ(plan->arena_offset[cg.id("s")], at + 4 * kWidth) << plan->describe();
+  EXPECT_EQ(plan->arena_offset[cg.id("e")], at + 8 * kWidth) << plan->describe();
 
-  std::vector<float> xs(16);
-  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i) / 4.0f - 2.0f;
-  Value x = Tensor::from(xs, {1, 16});
+  std::vector<float> xs(kWidth);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 16) / 4.0f - 2.0f;
+  Value x = Tensor::from(xs, {1, kWidth});
   std::vector<const Value*> fed(cg.names.size(), nullptr);
   fed[cg.id("x")] = &x;
   float total = 0;
@@ -194,11 +197,12 @@ TEST(Planner, ConcatPartsAreComputedInPlace) {
     const std::vector<Value> out = execute_plan(*plan, fed);
     const float* y = out[0].tensor().data<float>();
     const float* z = out[1].tensor().data<float>();
-    for (size_t i = 0; i < 16; ++i) {
-      EXPECT_FLOAT_EQ(y[i], std::tanh(std::max(xs[i], 0.0f))) << i;
-      EXPECT_FLOAT_EQ(y[16 + i], std::tanh(1.0f / (1.0f + std::exp(-xs[i])))) << i;
-      EXPECT_NEAR(y[32 + i], std::tanh(std::exp(std::max(xs[i], 0.0f) - total)), 1e-6f) << i;
-      EXPECT_NEAR(z[i], std::max(xs[i], 0.0f) - total, 1e-4f) << i;
+    for (size_t i = 0; i < kWidth; ++i) {
+      ASSERT_NEAR(y[i], std::tanh(std::max(xs[i], 0.0f)), 1e-6f) << i;
+      ASSERT_NEAR(y[kWidth + i], std::tanh(1.0f / (1.0f + std::exp(-xs[i]))), 1e-6f) << i;
+      ASSERT_NEAR(y[2 * kWidth + i], std::tanh(std::exp(std::max(xs[i], 0.0f) - total)), 1e-6f)
+          << i;
+      ASSERT_NEAR(z[i], std::max(xs[i], 0.0f) - total, total * 1e-6f) << i;
     }
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "operators/common/axes_input.hpp"
 #include "operators/common/dispatch.hpp"
@@ -264,13 +265,34 @@ class Constant final : public Kernel {
 };
 
 // --- data movement -------------------------------------------------------------------------------
+// A Transpose that moves only axes of one element (PyTorch's sequence-first/batch-first swaps
+// at batch 1) leaves every element where it is: its output is a view of its input. Else
+// oneDNN's reorder or volt's row copies.
+struct TransposeState {
+  std::optional<ContiguousView> view;
+  std::optional<dnnl_adapter::PreparedReorder> reorder;
+};
+
 class Transpose final : public Kernel {
  public:
   explicit Transpose(const Node& n) : perm_(n.attr_ints("perm")) {}
   void infer(InferContext& ctx) const override {
-    const auto perm = resolve_perm(perm_, ctx.shape(0).size(), ctx.node());
-    const Shape out = permuted_shape(ctx.shape(0), perm);
+    const Shape& in = ctx.shape(0);
+    const auto perm = resolve_perm(perm_, in.size(), ctx.node());
+    Shape out = permuted_shape(in, perm);
     ctx.set_output(0, ctx.dtype(0), out);
+    int64_t previous = -1;  // the last axis of more than one element, in the output's order
+    bool moves_data = false;
+    for (const int64_t axis : perm)
+      if (in[static_cast<size_t>(axis)] != 1) {
+        moves_data = moves_data || axis < previous;
+        previous = axis;
+      }
+    if (!moves_data && ctx.dtype(0) != DType::String) {
+      ctx.set_state(std::make_shared<TransposeState>(TransposeState{ContiguousView{0, out}, {}}));
+      ctx.output_views_input();
+      return;
+    }
     // oneDNN's reorder (a JIT-compiled strided copy) for the types it knows, such as the
     // channels-last conversions around convolutions and the head split of attention. Not where
     // input shapes vary and the last axis stays last: row copies are as fast, and need no code
@@ -282,12 +304,14 @@ class Transpose final : public Kernel {
         const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
         const auto src = dnnl_adapter::strided_md(out, permuted_strides(ctx.shape(0), perm), dt);
         const auto dst = dnnl_adapter::plain_md(out, dt);
-        ctx.set_state(std::make_shared<dnnl_adapter::PreparedReorder>(src, dst));
+        ctx.set_state(std::make_shared<TransposeState>(
+            TransposeState{{}, dnnl_adapter::PreparedReorder(src, dst)}));
       });
   }
   void run(RunContext& ctx) const override {
-    if (const auto* reorder = static_cast<const dnnl_adapter::PreparedReorder*>(ctx.state_ptr()))
-      return (*reorder)(ctx.input(0).raw(), ctx.output(0).raw());
+    if (const auto* st = static_cast<const TransposeState*>(ctx.state_ptr()))
+      return st->view ? output_contiguous_view(ctx, *st->view)
+                      : (*st->reorder)(ctx.input(0).raw(), ctx.output(0).raw());
     permute_into(ctx.input(0), resolve_perm(perm_, ctx.input(0).rank(), ctx.node()), ctx.output(0));
   }
 

@@ -88,7 +88,8 @@ TEST(Planner, ShapeArithmeticIsFoldedAtPlanTime) {
 }
 
 // A Gather of one index and a Slice whose window is one contiguous run of the input output a
-// view of it (GPT-2's layers of a stacked past cost a copy each otherwise); the others copy.
+// view of it (GPT-2's layers of a stacked past cost a copy each otherwise), as does a Transpose
+// that moves only axes of one element; the others copy.
 // A view of an arena value keeps that value's bytes from being reused while the view is read,
 // and a view that is a graph output reaches the caller as a copy of its own.
 TEST(Planner, ContiguousGathersAndSlicesAreViews) {
@@ -101,6 +102,8 @@ TEST(Planner, ContiguousGathersAndSlicesAreViews) {
       .output("columns", 1, {1, 3, 2, 20})
       .output("last", 1, {1, 3, 20})
       .output("sum", 1, {256})
+      .output("swapped", 1, {3, 1, 16, 20})
+      .output("transposed", 1, {1, 3, 20, 16})
       .initializer_i64("one", {}, {1})
       .initializer_i64("minus_one", {}, {-1})
       .initializer_i64("zero", {}, {0})
@@ -119,15 +122,22 @@ TEST(Planner, ContiguousGathersAndSlicesAreViews) {
       .node("Gather", {"a", "one"}, {"a_row"}, axis(0))
       .node("Neg", {"m"}, {"n"})
       .node("Gather", {"n", "zero"}, {"n_row"}, axis(0))
-      .node("Add", {"a_row", "n_row"}, {"sum"});
+      .node("Add", {"a_row", "n_row"}, {"sum"})
+      .node("Transpose", {"x"}, {"swapped"},
+            [](auto& n) {
+              ModelBuilder::set_ints(n, "perm", {1, 0, 2, 3});
+            })
+      .node("Transpose", {"x"}, {"transposed"}, [](auto& n) {
+        ModelBuilder::set_ints(n, "perm", {0, 1, 3, 2});
+      });
   const std::string bytes = b.bytes();
   Model model = load_model_from_bytes(bytes.data(), bytes.size());
   CompiledGraph cg = compile_graph(std::make_shared<const Graph>(model.graph), "test", "cpu");
   auto plan = plan_of(cg, {{"x", {1, 3, 16, 20}}, {"m", {2, 256}}});
-  for (const char* view : {"layer", "rows", "a_row", "n_row"})
+  for (const char* view : {"layer", "rows", "a_row", "n_row", "swapped"})
     EXPECT_EQ(plan->placement[cg.id(view)], Placement::View) << view << "\n" << plan->describe();
   EXPECT_EQ(plan->placement[cg.id("a")], Placement::Arena) << plan->describe();
-  for (const char* copy : {"columns", "last"})
+  for (const char* copy : {"columns", "last", "transposed"})
     EXPECT_NE(plan->placement[cg.id(copy)], Placement::View) << copy;
 
   std::vector<float> xs(3 * kPlane), ms(512);
@@ -149,6 +159,11 @@ TEST(Planner, ContiguousGathersAndSlicesAreViews) {
       ASSERT_EQ(at(3, c * 20 + j), xs[c * kPlane + 15 * 20 + j]) << "last " << c << " " << j;
   for (int64_t j = 0; j < 256; ++j)
     ASSERT_EQ(at(4, j), std::max(ms[256 + j], 0.0f) - ms[j]) << "sum " << j;
+  for (int64_t i = 0; i < 3 * kPlane; ++i) ASSERT_EQ(at(5, i), xs[i]) << "swapped " << i;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t w = 0; w < 20; ++w)
+      for (int64_t h = 0; h < 16; ++h)
+        ASSERT_EQ(at(6, c * kPlane + w * 16 + h), xs[c * kPlane + h * 20 + w]) << "transposed";
   // The outputs are the caller's: none points into the input.
   const char* x_begin = static_cast<const char*>(x.tensor().raw());
   for (const Value& v : out) {

@@ -50,11 +50,10 @@ ArenaLayout layout_arena(const std::vector<BufferLifetime>& buffers) {
                "the intermediate values need more than 2^62 bytes");
     out.offsets[idx] = static_cast<int64_t>(best);
     const Placed p{best, best + size, b.first, b.last};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), p,
-                                   [](const Placed& x, const Placed& y) {
-                                     return x.begin < y.begin;
-                                   }),
-                  p);
+    placed.insert(
+        std::upper_bound(placed.begin(), placed.end(), p,
+                         [](const Placed& x, const Placed& y) { return x.begin < y.begin; }),
+        p);
     out.total_bytes = std::max(out.total_bytes, best + size);
   }
   return out;

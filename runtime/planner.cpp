@@ -521,14 +521,14 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     const int last = last_use[id] < 0 ? producer[id] : last_use[id];
     for (int x = b; x >= 0; x = parent[x]) last_of_buffer[x] = std::max(last_of_buffer[x], last);
   };
-  // Puts input buffers of step s in its output's buffer `out` where the kernel offered it and
+  // Puts input buffers of a step in its output's buffer `out` where the kernel offered it and
   // the input is exactly one buffer of its own (not a part of another value, not already placed).
-  auto place_parts = [&](const PlanStep& st, int s, int out) {
+  auto place_parts = [&](const PlanStep& st, int out) {
     for (const auto& [i, at] : st.inputs_in_output) {
       const int id = static_cast<size_t>(i) < st.inputs.size() ? st.inputs[i] : -1;
       if (id < 0 || at % 64 != 0) continue;  // (kernels read their inputs 64-byte aligned)
       const int b = buffer_of[id];
-      if (b < 0 || b == out || parent[b] >= 0 || buffers[b].first > s ||
+      if (b < 0 || b == out || parent[b] >= 0 ||
           (plan->placement[id] != Placement::Arena && plan->placement[id] != Placement::View) ||
           buffers[b].bytes != checked_bytes(plan->types[id].dtype, numel_of(plan->types[id].shape)))
         continue;
@@ -574,7 +574,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       parent.push_back(-1);
       offset_in_parent.push_back(0);
       join(buffer_of[id], id);
-      if (j == 0) place_parts(st, s, buffer_of[id]);
+      if (j == 0) place_parts(st, buffer_of[id]);
     }
   }
   for (size_t b = 0; b < buffers.size(); ++b)

@@ -1,9 +1,11 @@
 // oneDNN generates the code of its f32 gemm — the kernels behind every matmul with run-time
 // dimensions, which is what shape-generic plans use (cpu/matmul.cpp) — on its first use in the
-// process: 40-70 ms and about 7 MiB on this project's AVX-512 machine, paid by the first run at
-// a model's second input shape (a text classifier's stream of 200 sentence lengths: 70 of its
-// 436 ms). A session whose model will likely see several shapes starts that generation on a
-// thread of its own while it loads, so that the first new shape finds the code made.
+// process: 40-70 ms and about 7 MiB on this project's AVX-512 machine, paid by the first run
+// that multiplies with it: the first run at a model's second input shape where the first plan's
+// products took other kernels (the CRNN recognizer's second width; a text classifier, whose
+// attention multiplies activations, pays it in its first run anyway). A session whose model
+// will likely see several shapes starts that generation on a thread of its own while it loads,
+// so that the first product finds the code made, or waits only for what is left of it.
 #pragma once
 #include <thread>
 

@@ -117,11 +117,14 @@ class InferContext {
   virtual bool shapes_vary() const { return false; }
   // This node's memo (see NodeMemo); null where plans are not kept for a session.
   virtual NodeMemo* memo() const { return nullptr; }
-  // Output 0 will be a view of input 0 for these shapes (a contiguous block of it: a Gather of
-  // one index, a Slice of whole trailing axes), which run() sets with RunContext::set_output:
-  // the planner allocates nothing for it and keeps input 0's buffer alive while the view is.
-  // (Kernels whose output always views input 0 say so in KernelDef::output_aliases_input.)
-  virtual void output_views_input() {}
+  // Asks for output 0 as a view of input 0 at these shapes (one contiguous run of it: a Gather
+  // of one index, a Slice of whole trailing axes), which run() then sets with
+  // RunContext::set_output. True where the planner places it so: it allocates nothing for it
+  // and keeps input 0's buffer alive while the view is. False for a step whose shapes are known
+  // only at run time (the buffers are laid out by then): run() writes the output it is given.
+  // (Kernels whose output always views input 0, whatever the shapes, say so in
+  // KernelDef::output_aliases_input, which holds for those steps too.)
+  virtual bool output_views_input() { return false; }
   // Input i may be computed straight into output 0, at this byte offset (a Concat's part that is
   // one contiguous run of its output): the planner may place it there, and run() then finds its
   // data in place and copies nothing for it.

@@ -57,7 +57,10 @@ class NodeInferContext final : public InferContext {
   int threads() const override { return threads_; }
   bool shapes_vary() const override { return shapes_vary_; }
   NodeMemo* memo() const override { return memo_; }
-  void output_views_input() override { output_is_view = true; }
+  bool output_views_input() override {
+    output_is_view = views_allowed;
+    return views_allowed;
+  }
   void input_may_live_in_output(size_t i, size_t byte_offset) override {
     inputs_in_output.emplace_back(static_cast<int>(i), byte_offset);
   }
@@ -80,7 +83,8 @@ class NodeInferContext final : public InferContext {
   std::vector<TypeShape> outputs;
   std::vector<Value> output_values;  // empty unless has_values
   bool has_values = false;
-  bool output_is_view = false;                           // see output_views_input
+  bool views_allowed = true;    // false at run time (the executor's contexts)
+  bool output_is_view = false;  // see output_views_input
   std::vector<std::pair<int, size_t>> inputs_in_output;  // see input_may_live_in_output
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;

@@ -251,6 +251,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
             // (The node's memo keeps the kernel for the session.)
             const Kernel& k = *cg.memos[st.node].kernel(def, [&] { return def->create(node); });
             run_infer.emplace(node, in_type_ptrs, ins, plan.threads);
+            run_infer->views_allowed = false;  // (the plan laid the buffers out without it)
             try {
               k.infer(*run_infer);
             } catch (const KernelUnsupported& u) {

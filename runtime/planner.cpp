@@ -482,7 +482,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       step.scratch_bytes = ictx.scratch_bytes;
       step.reference = std::move(ictx.reference);
       step.shapes_static = ictx.all_known();
-      step.output_is_view = step.output_is_view || ictx.output_is_view;
+      // (A view whose shapes are known only at run time is not one: see output_views_input.)
+      step.output_is_view = step.output_is_view || (ictx.output_is_view && step.shapes_static);
       step.inputs_in_output = std::move(ictx.inputs_in_output);
       for (size_t i = 0; i < step.outputs.size(); ++i)
         if (step.outputs[i] >= 0) plan->types[step.outputs[i]] = std::move(ictx.outputs[i]);

@@ -3,26 +3,9 @@
 #include <algorithm>
 
 #include "operators/common/shape_util.hpp"
+#include "operators/common/strided_gather.hpp"
 
 namespace volt {
-
-std::optional<int64_t> contiguous_offset(const Shape& in, const SliceWindow& w) {
-  if (numel_of(w.out) == 0) return std::nullopt;
-  size_t whole_from = in.size();  // the trailing axes read whole
-  while (whole_from > 0 && w.out[whole_from - 1] == in[whole_from - 1] &&
-         w.step[whole_from - 1] == 1)
-    --whole_from;
-  for (size_t i = 0; i + 1 < whole_from; ++i)
-    if (w.out[i] != 1) return std::nullopt;
-  if (whole_from > 0 && w.out[whole_from - 1] != 1 && w.step[whole_from - 1] != 1)
-    return std::nullopt;
-  int64_t offset = 0, stride = 1;  // (the whole axes start at 0)
-  for (size_t i = in.size(); i-- > 0;) {
-    offset += w.start[i] * stride;
-    stride *= in[i];
-  }
-  return offset;
-}
 
 bool worth_a_view(const InferContext& ctx, const Shape& out) {
   constexpr int64_t kMinViewBytes = 1024;
@@ -30,9 +13,13 @@ bool worth_a_view(const InferContext& ctx, const Shape& out) {
          numel_of(out) * static_cast<int64_t>(dtype_size(ctx.dtype(0))) >= kMinViewBytes;
 }
 
-void plan_view(InferContext& ctx, int64_t offset, Shape out) {
-  ctx.set_state(std::make_shared<ContiguousView>(ContiguousView{offset, std::move(out)}));
-  ctx.output_views_input();
+std::optional<ContiguousView> view_if_one_run(InferContext& ctx, int64_t offset,
+                                              std::vector<int64_t> shape,
+                                              std::vector<int64_t> strides, const Shape& out) {
+  if (numel_of(out) == 0 || !is_one_run(std::move(shape), std::move(strides)) ||
+      !ctx.output_views_input())
+    return std::nullopt;
+  return ContiguousView{offset, out};
 }
 
 void output_contiguous_view(RunContext& ctx, const ContiguousView& view) {

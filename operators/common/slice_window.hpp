@@ -18,24 +18,24 @@ SliceWindow slice_window(const Shape& in, const std::vector<int64_t>& starts,
                          const std::vector<int64_t>& ends, std::vector<int64_t> axes,
                          const std::vector<int64_t>& steps, const Node& node);
 
-// A window that is one contiguous run of its input — every axis before some axis has one
-// element, that axis is read with step 1 and every axis after it whole (a Slice of one image of
-// a batch, a Gather of one layer of a stacked cache): Slice and Gather then output a view of
-// their input, copying nothing.
+// An output that is one contiguous run of its input (a Slice of one image of a batch, a Gather
+// of one layer of a stacked cache, a Transpose that moves axes of one element only): Slice,
+// Gather and Transpose then output a view of their input, copying nothing.
 struct ContiguousView {
   int64_t offset = 0;  // elements into the input
   Shape out;
 };
-// The offset of the window's first element where the window is such a run (and holds an
-// element); nullopt otherwise.
-std::optional<int64_t> contiguous_offset(const Shape& in, const SliceWindow& w);
 // Whether an output of this shape, of input 0's dtype, is worth a view rather than a copy:
 // not strings, and at least 1 KiB (below a few cache lines a copy costs what a view does:
 // shape arithmetic).
 bool worth_a_view(const InferContext& ctx, const Shape& out);
-// Plans output 0, of shape `out`, as the view of input 0 from element `offset` on
-// (InferContext::output_views_input), with the ContiguousView as the node's state.
-void plan_view(InferContext& ctx, int64_t offset, Shape out);
+// Output 0, of shape `out`, as the view of input 0 from element `offset` on, where reading the
+// input at `strides` along `shape` (the output's elements in order) is one run (is_one_run) and
+// the planner places a view (InferContext::output_views_input: not for a step whose shapes are
+// known only at run time); the caller keeps it in the node's state. nullopt otherwise.
+std::optional<ContiguousView> view_if_one_run(InferContext& ctx, int64_t offset,
+                                              std::vector<int64_t> shape,
+                                              std::vector<int64_t> strides, const Shape& out);
 // At run time: output 0 as the view its state describes.
 void output_contiguous_view(RunContext& ctx, const ContiguousView& view);
 

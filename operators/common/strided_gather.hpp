@@ -36,6 +36,14 @@ inline void merge_contiguous_axes(std::vector<int64_t>& shape, std::vector<int64
   if (kept == 0) shape[0] = strides[0] = 1;
 }
 
+// Whether reading the input along output `shape` at `strides` is one contiguous run of it, in
+// order: what strided_gather copies as one block, and what Slice, Gather and Transpose output
+// as a view instead (ContiguousView).
+inline bool is_one_run(std::vector<int64_t> shape, std::vector<int64_t> strides) {
+  merge_contiguous_axes(shape, strides);
+  return shape.size() == 1 && (strides[0] == 1 || shape[0] == 1);
+}
+
 // dst[j * channels + c] = src[c * stride + j] for j < len and c < channels (2 to 4), elements of
 // 4 bytes: compiled for AVX-512 and AVX2 too (strided_gather.cpp).
 void interleave_4byte(const void* src, void* dst, int64_t len, int64_t stride, int64_t channels);

@@ -265,8 +265,8 @@ class Constant final : public Kernel {
 };
 
 // --- data movement -------------------------------------------------------------------------------
-// A Transpose that moves only axes of one element (PyTorch's sequence-first/batch-first swaps
-// at batch 1) leaves every element where it is: its output is a view of its input. Else
+// A Transpose that leaves every element where it is (it moves only axes of one element:
+// PyTorch's sequence-first/batch-first swaps at batch 1) outputs a view of its input. Else
 // oneDNN's reorder or volt's row copies.
 struct TransposeState {
   std::optional<ContiguousView> view;
@@ -279,20 +279,12 @@ class Transpose final : public Kernel {
   void infer(InferContext& ctx) const override {
     const Shape& in = ctx.shape(0);
     const auto perm = resolve_perm(perm_, in.size(), ctx.node());
-    Shape out = permuted_shape(in, perm);
+    const Shape out = permuted_shape(in, perm);
     ctx.set_output(0, ctx.dtype(0), out);
-    int64_t previous = -1;  // the last axis of more than one element, in the output's order
-    bool moves_data = false;
-    for (const int64_t axis : perm)
-      if (in[static_cast<size_t>(axis)] != 1) {
-        moves_data = moves_data || axis < previous;
-        previous = axis;
-      }
-    if (!moves_data && ctx.dtype(0) != DType::String) {
-      ctx.set_state(std::make_shared<TransposeState>(TransposeState{ContiguousView{0, out}, {}}));
-      ctx.output_views_input();
-      return;
-    }
+    if (ctx.dtype(0) != DType::String)
+      if (auto view = view_if_one_run(ctx, 0, out, permuted_strides(in, perm), out))
+        return ctx.set_state(
+            std::make_shared<TransposeState>(TransposeState{std::move(*view), {}}));
     // oneDNN's reorder (a JIT-compiled strided copy) for the types it knows, such as the
     // channels-last conversions around convolutions and the head split of attention. Not where
     // input shapes vary and the last axis stays last: row copies are as fast, and need no code
@@ -424,16 +416,22 @@ class Gather final : public Kernel {
     const Shape& idx = ctx.shape(1);
     out.insert(out.end(), idx.begin(), idx.end());
     out.insert(out.end(), data.begin() + axis + 1, data.end());
-    // One index known now, and the axes before the gathered one of one element: the output is
-    // one contiguous run of data (a layer of a stacked cache: GPT-2's past).
+    // One index known now: the output is data's block at that index, a view where it is one
+    // contiguous run (the axes before the gathered one of one element: a layer of a stacked
+    // cache, GPT-2's past).
     const Tensor* indices = ctx.input_tensor(1);
-    const bool one_outer =
-        std::all_of(data.begin(), data.begin() + axis, [](int64_t d) { return d == 1; });
-    if (indices && indices->numel() == 1 && one_outer && worth_a_view(ctx, out)) {
+    if (indices && indices->numel() == 1 && worth_a_view(ctx, out)) {
       const int64_t n = data[static_cast<size_t>(axis)],
                     i = to_int64_vector(*indices, ctx.node(), "indices")[0];
-      if (i >= -n && i < n)  // (else run() reports the index; the block is numel(out) long)
-        plan_view(ctx, (i < 0 ? i + n : i) * numel_of(out), out);
+      if (i >= -n && i < n) {  // (else run() reports the index)
+        const std::vector<int64_t> strides = strides_of(data);
+        Shape block = data;
+        block[static_cast<size_t>(axis)] = 1;
+        if (auto view =
+                view_if_one_run(ctx, (i < 0 ? i + n : i) * strides[static_cast<size_t>(axis)],
+                                std::move(block), strides, out))
+          ctx.set_state(std::make_shared<ContiguousView>(std::move(*view)));
+      }
     }
     ctx.set_output(0, ctx.dtype(0), std::move(out));
   }

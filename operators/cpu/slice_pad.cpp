@@ -46,8 +46,17 @@ class Slice final : public Kernel {
     const auto w = params_.window(ctx);
     if (!w) return ctx.set_output_unknown(0, ctx.dtype(0));
     ctx.set_output(0, ctx.dtype(0), w->out);
-    if (worth_a_view(ctx, w->out))
-      if (const auto offset = contiguous_offset(ctx.shape(0), *w)) plan_view(ctx, *offset, w->out);
+    if (worth_a_view(ctx, w->out)) {
+      const std::vector<int64_t> in_strides = strides_of(ctx.shape(0));
+      std::vector<int64_t> strides(in_strides.size());
+      int64_t offset = 0;
+      for (size_t d = 0; d < strides.size(); ++d) {
+        offset += w->start[d] * in_strides[d];
+        strides[d] = w->step[d] * in_strides[d];
+      }
+      if (auto view = view_if_one_run(ctx, offset, w->out, std::move(strides), w->out))
+        ctx.set_state(std::make_shared<ContiguousView>(std::move(*view)));
+    }
   }
   void run(RunContext& ctx) const override {
     if (const auto* view = static_cast<const ContiguousView*>(ctx.state_ptr()))

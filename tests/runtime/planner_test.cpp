@@ -10,6 +10,7 @@
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/packed_weights.hpp"
 #include "runtime/compiled_graph.hpp"
+#include "runtime/contexts.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph_runner.hpp"
 #include "runtime/passes/passes.hpp"
@@ -169,6 +170,68 @@ TEST(Planner, ContiguousGathersAndSlicesAreViews) {
   for (const Value& v : out) {
     const char* p = static_cast<const char*>(v.tensor().raw());
     EXPECT_FALSE(p >= x_begin && p < x_begin + x.tensor().nbytes());
+  }
+}
+
+// A view is only what the plan made room for: a Slice whose starts come at run time is chosen
+// then, and its output must not be a view of an arena value the plan lets a later step reuse.
+// The contract (a run-time context refuses, the kernel then keeps no view state), then a model
+// with such a Slice, whose values must hold for several starts.
+TEST(Planner, ViewsDecidedAtRunTimeAreCopies) {
+  {
+    ModelBuilder one;
+    one.input("x", 1, {4, 256}).output("s", 1, {2, 256});
+    one.initializer_i64("starts", {1}, {1}).initializer_i64("ends", {1}, {3});
+    one.node("Slice", {"x", "starts", "ends"}, {"s"});
+    const std::string bytes = one.bytes();
+    Model model = load_model_from_bytes(bytes.data(), bytes.size());
+    const Node& node = model.graph.nodes[0];
+    const TypeShape x{ValueInfo::Kind::Tensor, DType::Float, {4, 256}, true};
+    const Value starts = model.graph.initializers.at("starts"),
+                ends = model.graph.initializers.at("ends");
+    const TypeShape starts_type = TypeShape::of(starts), ends_type = TypeShape::of(ends);
+    const std::vector<const TypeShape*> types = {&x, &starts_type, &ends_type};
+    const std::vector<const Value*> values = {nullptr, &starts, &ends};
+    const KernelDef* def = KernelRegistry::instance().candidates(node, "cpu", DType::Float)[0];
+    const auto kernel = def->create(node);
+    for (const bool planning : {true, false}) {
+      NodeInferContext ctx(node, types, values, 1);
+      ctx.views_allowed = planning;
+      kernel->infer(ctx);
+      EXPECT_EQ(ctx.output_is_view, planning);
+      EXPECT_EQ(ctx.state != nullptr, planning) << "a view's state where no view is placed";
+    }
+  }
+  ModelBuilder b;
+  b.input("x", 1, {4, 256})
+      .input("starts", 7, {1})
+      .output("y", 1, {-1, 256})
+      .initializer_i64("ends", {1}, {3})
+      .initializer_i64("axis0", {1}, {0})
+      .initializer_i64("zero", {}, {0});
+  b.node("Relu", {"x"}, {"a"})
+      .node("Slice", {"a", "starts", "ends", "axis0"}, {"s"})
+      .node("ReduceSum", {"s"}, {"total"})
+      .node("Sub", {"x", "total"}, {"n"})
+      .node("Gather", {"n", "zero"}, {"row"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 0); })
+      .node("Add", {"s", "row"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Session session = Session::from_bytes(bytes.data(), bytes.size());
+  std::vector<float> xs(4 * 256);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) - 3.0f;
+  for (const int64_t start : {1, 0, 2}) {
+    NamedValues feeds;
+    feeds.emplace_back("x", Tensor::from(xs, {4, 256}));
+    feeds.emplace_back("starts", Tensor::from(std::vector<int64_t>{start}, {1}));
+    const Tensor y = session.run(feeds)[0].tensor();
+    ASSERT_EQ(y.shape(), (Shape{3 - start, 256}));
+    float total = 0;
+    for (int64_t i = start * 256; i < 3 * 256; ++i) total += std::max(xs[i], 0.0f);
+    for (int64_t r = 0; r < 3 - start; ++r)
+      for (int64_t j = 0; j < 256; ++j)
+        ASSERT_FLOAT_EQ(y.data<float>()[r * 256 + j],
+                        std::max(xs[(start + r) * 256 + j], 0.0f) + xs[j] - total)
+            << "start " << start << " row " << r << " column " << j;
   }
 }
 

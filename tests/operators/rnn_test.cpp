@@ -204,8 +204,11 @@ namespace volt {
 namespace {
 
 // A new sequence length builds a plan; the LSTM's constant weights, brought into oneDNN's gate
-// order and layout by the first plan, serve the next ones (packed once per session), and a
-// length seen after another computes what a fresh session computes.
+// order and layout by the first plan, serve the next ones: packed once per session and weight
+// format (the whole-sequence primitive and the chunks of later lengths share one on AVX-512; on
+// AVX2 oneDNN picks its packed-gemm format for the chunks, a second pack), never per length. A
+// length seen after another computes what a fresh session computes, within 1e-6 (the same
+// arithmetic per step; bit-identical where both use one format, 1.5e-8 apart on AVX2).
 TEST(Recurrent, PlansForNewLengthsShareTheWeights) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
@@ -235,10 +238,15 @@ TEST(Recurrent, PlansForNewLengthsShareTheWeights) {
   const size_t before = dnnl_adapter::packed_weights().packs();
   s.run({{"x", x5}});
   const Tensor got = s.run({{"x", x9}})[0].tensor();
-  EXPECT_EQ(dnnl_adapter::packed_weights().packs() - before, 1u)
+  const size_t packs = dnnl_adapter::packed_weights().packs() - before;
+  EXPECT_GE(packs, 1u);
+  EXPECT_LE(packs, 2u) << "the weights were prepared again for a new length";
+  for (int64_t t : {7, 13, 70}) s.run({{"x", input(t)}});
+  EXPECT_EQ(dnnl_adapter::packed_weights().packs() - before, packs)
       << "the weights were prepared again for a new length";
   ASSERT_EQ(got.shape(), want.shape());
-  EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0);
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-6) << "element " << i;
 }
 
 }  // namespace

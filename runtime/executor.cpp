@@ -293,7 +293,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           vals[id] = Tensor::view(t.dtype, t.shape, arena + plan.arena_offset[id], lease.arena);
         } else if (p != Placement::View && t.kind == ValueInfo::Kind::Tensor && t.shape_known &&
                    t.dtype != DType::Undefined) {
-          vals[id] = on_accelerator
+          // (Strings live on the host only: a copy node passes them through.)
+          vals[id] = on_accelerator && t.dtype != DType::String
                          ? allocate_on_device(step_device, t.dtype, t.shape, stream.stream)
                          : allocate_tensor(t.dtype, t.shape, t.dtype == DType::String);
           out_fresh[j] = 1;
@@ -318,7 +319,13 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       for (size_t i = node.inputs.size(); i < all_inputs.size(); ++i)
         captured.emplace_back(&cg.names[all_inputs[i]], slot[all_inputs[i]]);
       NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads, &captured);
-      if (on_accelerator) ctx.place_on(step_device, stream.stream);
+      if (on_accelerator)
+        ctx.place_on(step_device, stream.stream);
+      else if (stream.stream && chosen && chosen->moves_between_devices)
+        // A copy to the host runs on the host but reads what the run's stream computes: it
+        // copies on that stream, after the producer (the legacy default stream does not wait
+        // for a non-blocking one: it read values before they were written).
+        ctx.place_on(cg.accelerator, stream.stream);
       if (profile) {
         const double start = control->elapsed_us();
         kernel->run(ctx);

@@ -117,8 +117,9 @@ const CompiledGraph& GraphRunner::compiled_for(const std::vector<const Value*>& 
         std::make_shared<const Graph>(densify_sparse_inputs(*compiled_.graph, sparse, spmm_ok));
     std::vector<std::string> outer;
     for (int id : compiled_.outer_scope) outer.push_back(compiled_.names[id]);
+    // (compiled_.device is the host kernels' "cpu"; the variant runs on the session's device.)
     variant = std::make_unique<CompiledGraph>(
-        compile_graph(graph, compiled_.source, compiled_.device, outer));
+        compile_graph(graph, compiled_.source, compiled_.accelerator.str(), outer));
   }
   return *variant;
 }

@@ -117,6 +117,10 @@ class CudaBackend final : public DeviceBackend {
             void* stream) {
     DeviceScope scope(index);
     const auto s = static_cast<cudaStream_t>(stream);
+    // A copy that names no stream (Tensor::to, clone, a value moved for a host kernel) cannot
+    // know which stream wrote its source, and runs use non-blocking streams that the legacy
+    // default stream does not wait for: everything queued on the device finishes first.
+    if (!s) VOLT_CUDA_CALL(cudaDeviceSynchronize());
     VOLT_CUDA_CALL(cudaMemcpyAsync(dst, src, bytes, kind, s));
     VOLT_CUDA_CALL(cudaStreamSynchronize(s));
   }

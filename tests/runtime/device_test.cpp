@@ -41,10 +41,11 @@ class StandInDevice final : public DeviceBackend {
     std::memcpy(dst, src, bytes);
     ++to_device;
   }
-  void copy_to_host(int, void* dst, const void* src, size_t bytes, void*) override {
+  void copy_to_host(int, void* dst, const void* src, size_t bytes, void* stream) override {
     EXPECT_TRUE(owns(src) && !owns(dst));
     std::memcpy(dst, src, bytes);
     ++to_host;
+    if (stream != &stream_token) ++to_host_off_stream;
   }
   void copy_on_device(int, void* dst, const void* src, size_t bytes, void*) override {
     std::memcpy(dst, src, bytes);
@@ -66,6 +67,9 @@ class StandInDevice final : public DeviceBackend {
   }
 
   std::atomic<int> to_device{0}, to_host{0}, streams{0};
+  // Copies to the host on another stream than the run's: on CUDA such a copy (the legacy
+  // default stream) does not wait for the run's non-blocking stream and reads stale memory.
+  std::atomic<int> to_host_off_stream{0};
   int stream_token = 0;
 
  private:
@@ -276,6 +280,7 @@ TEST_F(DeviceTest, RunsAcrossHostAndDeviceWithWeightsUploadedOncePerPlan) {
   // The weight went up once, when the plan was built.
   EXPECT_EQ(device_.to_device.load(), 1 + 3 * 2);
   EXPECT_EQ(device_.to_host.load(), 3 * 2);
+  EXPECT_EQ(device_.to_host_off_stream.load(), 0) << "copies to the host race the run's stream";
   EXPECT_EQ(device_.streams.load(), 3);
 }
 
@@ -352,6 +357,26 @@ TEST_F(DeviceTest, HostInputsOfDeviceKernelsStayOnTheHost) {
   auto out = s.run({{"x", Tensor::from<float>({1, 2, 3}, {3})}});
   EXPECT_FLOAT_EQ(out[0].tensor().data<float>()[2], 9.f);
   EXPECT_FLOAT_EQ(out[1].tensor().data<float>()[2], 18.f);
+  EXPECT_EQ(g_wrong_side.load(), 0);
+}
+
+// A CSR input compiles a variant of the graph (the sparse input multiplied as it is); on a device
+// session the variant runs there too (it was compiled for the host's "cpu" and asked the device
+// tool for a 'cpu' backend).
+TEST_F(DeviceTest, SparseInputsRunOnTheSessionsDevice) {
+  testing::ModelBuilder b;
+  auto* op = b.proto().add_opset_import();
+  op->set_domain(kDomain);
+  op->set_version(1);
+  b.input("x", 1, {2, 3}).initializer("w", {3, 2}, {1, 0, 0, 1, 1, 1}).output("y", 1, {2, 2});
+  b.node("MatMul", {"x", "w"}, {"m"});
+  b.node("Twice", {"m"}, {"y"}, [](onnx::NodeProto& n) { n.set_domain(kDomain); });
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.device = "cuda:0"});
+  const Tensor x = Tensor::from<float>({1, 0, 2, 0, 3, 0}, {2, 3});
+  const auto out = s.run({{"x", CsrTensor::from_dense(x)}});
+  const float want[] = {2 * 3, 2 * 2, 0, 2 * 3};  // 2 * x @ w
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(out[0].tensor().data<float>()[i], want[i]) << i;
   EXPECT_EQ(g_wrong_side.load(), 0);
 }
 

@@ -6,14 +6,25 @@
 namespace volt {
 namespace {
 
-void infer_same(InferContext& ctx) {
-  const TypeShape& t = ctx.input(0);
+// Strings, sequences and optionals live on the host only: the placement pass routes values by
+// their producer's device before types are known, so a copy node may meet one. It passes such a
+// value through where it is, and the kernels reading it choose the host (a device kernel
+// declines them at plan time).
+bool stays_on_host(const TypeShape& t) {
   const bool movable = t.kind == ValueInfo::Kind::Tensor || t.kind == ValueInfo::Kind::SparseTensor;
-  if (!movable || t.dtype == DType::String)
-    ctx.input_error(
-        std::string("only numeric tensors and CSR matrices move between devices, not ") +
-        (movable ? "strings" : "sequences or optionals"));
-  ctx.set_output(0, t);
+  return !movable || t.dtype == DType::String;
+}
+
+void infer_same(InferContext& ctx) {
+  ctx.set_output(0, ctx.input(0));
+}
+
+// Passes a host-only value through (see stays_on_host); returns whether it was one.
+bool passed_through(RunContext& ctx) {
+  const Value& x = ctx.input_value(0);
+  if (!stays_on_host(TypeShape::of(x))) return false;
+  ctx.set_output(0, x);
+  return true;
 }
 
 // A CSR matrix (a sparse graph input that a device kernel multiplies as it is) moves as its
@@ -31,7 +42,7 @@ class CopyToDevice final : public Kernel {
   explicit CopyToDevice(const Node&) {}
   void infer(InferContext& ctx) const override { infer_same(ctx); }
   void run(RunContext& ctx) const override {
-    if (moved_csr(ctx, ctx.device())) return;
+    if (passed_through(ctx) || moved_csr(ctx, ctx.device())) return;
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (x.device() == y.device()) {  // fed on the device already: no copy
@@ -55,7 +66,7 @@ class CopyToHost final : public Kernel {
   explicit CopyToHost(const Node&) {}
   void infer(InferContext& ctx) const override { infer_same(ctx); }
   void run(RunContext& ctx) const override {
-    if (moved_csr(ctx, Device{})) return;
+    if (passed_through(ctx) || moved_csr(ctx, Device{})) return;
     const Tensor& x = ctx.input(0);
     if (x.device().is_cpu()) {
       ctx.set_output(0, x);

@@ -319,12 +319,11 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       for (size_t i = node.inputs.size(); i < all_inputs.size(); ++i)
         captured.emplace_back(&cg.names[all_inputs[i]], slot[all_inputs[i]]);
       NodeRunContext ctx(node, ins, outs, &out_fresh, state, scratch, plan.threads, &captured);
-      if (on_accelerator)
-        ctx.place_on(step_device, stream.stream);
-      else if (stream.stream && chosen && chosen->moves_between_devices)
-        // A copy to the host runs on the host but reads what the run's stream computes: it
-        // copies on that stream, after the producer (the legacy default stream does not wait
-        // for a non-blocking one: it read values before they were written).
+      // Device kernels and the copy nodes work on the run's stream. (A copy to the host runs
+      // on the host but reads what that stream computes; on another stream it read values
+      // before they were written: the legacy default stream does not wait for a non-blocking
+      // one.)
+      if (on_accelerator || (stream.stream && chosen && chosen->moves_between_devices))
         ctx.place_on(cg.accelerator, stream.stream);
       if (profile) {
         const double start = control->elapsed_us();

@@ -6,23 +6,19 @@
 namespace volt {
 namespace {
 
-// Strings, sequences and optionals live on the host only: the placement pass routes values by
-// their producer's device before types are known, so a copy node may meet one. It passes such a
-// value through where it is, and the kernels reading it choose the host (a device kernel
-// declines them at plan time).
-bool stays_on_host(const TypeShape& t) {
-  const bool movable = t.kind == ValueInfo::Kind::Tensor || t.kind == ValueInfo::Kind::SparseTensor;
-  return !movable || t.dtype == DType::String;
-}
-
 void infer_same(InferContext& ctx) {
   ctx.set_output(0, ctx.input(0));
 }
 
-// Passes a host-only value through (see stays_on_host); returns whether it was one.
+// Strings, sequences and optionals live on the host only: the placement pass routes values by
+// their producer's device before types are known, so a copy node may meet one. It passes such a
+// value through where it is, and the kernels reading it choose the host (a device kernel
+// declines them at plan time). Returns whether the input was one. (Read off the value: no
+// TypeShape, and so no shape copied, per copy and run.)
 bool passed_through(RunContext& ctx) {
   const Value& x = ctx.input_value(0);
-  if (!stays_on_host(TypeShape::of(x))) return false;
+  const bool movable = x.is_csr() || (x.is_tensor() && x.tensor().dtype() != DType::String);
+  if (movable) return false;
   ctx.set_output(0, x);
   return true;
 }

@@ -208,21 +208,33 @@ RuntimeDims runtime_dims(const dnnl::memory::desc& a, const dnnl::memory::desc& 
 // Zen 3 with 2 threads (a /tmp benchmark of oneDNN's matmul, M x K x N): transposed is faster
 // where K <= N (197x768x3072 27 -> 8.3 ms, 8x512x2048 0.65 -> 0.45, 1x768x3072 0.19 -> 0.09,
 // 197x768x768 3.7 -> 3.2, 128x512x512 1.7 -> 1.2) and slower where K > N (1x3072x768 0.08 ->
-// 0.13, 8x2048x512 0.55 -> 0.71, 32x4096x1000 5.6 -> 6.9). One matrix (no batch of weights).
-bool transposed_weights_are_faster(const dnnl::memory::desc& b,
-                                   dnnl::memory::data_type weights_dt) {
-  if (cpu_has_avx512() || weights_dt != dnnl::memory::data_type::f32) return false;
+// 0.13, 8x2048x512 0.55 -> 0.71, 32x4096x1000 5.6 -> 6.9). One matrix (no batch of weights),
+// and only for products of 32 rows or more (this plan's rows; a shape-generic primitive made for
+// fewer keeps row-major weights, one for more transposed ones): the GPT-2 step's one-row
+// products were slower transposed (`volt bench --profile`, alternating: its MatMul+Bias
+// 0.29-0.35 -> 0.43-0.46 ms a run, its bias-free MatMuls with the 256 x 8000 head 0.30 -> 0.50).
+bool transposed_weights_are_faster(const dnnl::memory::desc& b, dnnl::memory::data_type weights_dt,
+                                   int64_t rows) {
+  if (rows < 32 || cpu_has_avx512() || weights_dt != dnnl::memory::data_type::f32) return false;
   const auto d = b.dims();
   for (size_t i = 0; i + 2 < d.size(); ++i)
     if (d[i] != 1) return false;
   return d.size() >= 2 && d[d.size() - 2] <= d.back();
 }
 
+// A's rows in this plan's shape (every dimension but the last).
+int64_t rows_of(const dnnl::memory::desc& a) {
+  const auto d = a.dims();
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < d.size(); ++i) rows *= d[i];
+  return rows;
+}
+
 // Constant weights as the primitive is made on them: in the layout it prefers (format any), or
-// transposed where that is faster (above).
+// transposed where that is faster (above) for A's `rows`.
 dnnl::memory::desc packed_weights_md(const dnnl::memory::desc& b,
-                                     dnnl::memory::data_type weights_dt) {
-  if (!transposed_weights_are_faster(b, weights_dt))
+                                     dnnl::memory::data_type weights_dt, int64_t rows) {
+  if (!transposed_weights_are_faster(b, weights_dt, rows))
     return dnnl::memory::desc(b.dims(), weights_dt, dnnl::memory::format_tag::any);
   const auto d = b.dims();
   const size_t r = d.size();
@@ -234,10 +246,11 @@ dnnl::memory::desc packed_weights_md(const dnnl::memory::desc& b,
 ProductDescs product_descs(const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                            const dnnl::memory::desc& out, bool b_const,
                            dnnl::memory::data_type weights_dt, bool shape_generic) {
-  if (!shape_generic) return {a, b_const ? packed_weights_md(b, weights_dt) : b, out};
+  if (!shape_generic) return {a, b_const ? packed_weights_md(b, weights_dt, rows_of(a)) : b, out};
   const RuntimeDims r = runtime_dims(a, b, b_const);
   return {dnnl_adapter::with_runtime_dims(a, r.a),
-          b_const ? packed_weights_md(b, weights_dt) : dnnl_adapter::with_runtime_dims(b, r.b),
+          b_const ? packed_weights_md(b, weights_dt, rows_of(a))
+                  : dnnl_adapter::with_runtime_dims(b, r.b),
           dnnl_adapter::with_runtime_dims(out, r.out)};
 }
 dnnl::matmul::primitive_desc matmul_pd(const ProductDescs& p, const dnnl::memory::desc* bias,
@@ -276,7 +289,7 @@ std::shared_ptr<MatMulState> make_matmul(
       const RuntimeDims r = runtime_dims(a, b, b_const);
       dnnl_adapter::append_md_key(key, a, r.a);
       if (b_const)
-        dnnl_adapter::append_md_key(key, packed_weights_md(b, weights_dt));
+        dnnl_adapter::append_md_key(key, packed_weights_md(b, weights_dt, rows_of(a)));
       else
         dnnl_adapter::append_md_key(key, b, r.b);
       dnnl_adapter::append_md_key(key, out, r.out);

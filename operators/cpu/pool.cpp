@@ -6,6 +6,7 @@
 // blocks (use_blocked_layout).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
@@ -22,23 +23,116 @@ namespace {
 
 enum class PoolKind { Max, Average, Lp };
 
+// The taps [first, last) of a window axis that fall inside the input, for the output position
+// whose first tap reads input position `base` (negative inside the leading padding).
+[[gnu::always_inline]] inline std::pair<int64_t, int64_t> live_taps(int64_t base, int64_t kernel,
+                                                                    int64_t dilation, int64_t in) {
+  const int64_t first = base >= 0 ? 0 : (-base + dilation - 1) / dilation;
+  const int64_t last = in - base <= 0 ? 0 : std::min(kernel, (in - base + dilation - 1) / dilation);
+  return {first, std::max(first, last)};
+}
+
+// Eight floats, one AVX2 register (two SSE registers in the baseline clone, half an AVX-512
+// one): the compiler left the per-channel loop of max_pixel in scalar code.
+typedef float Floats8 __attribute__((vector_size(32)));
+
+// kPixels output pixels of a 2-D max pool side by side, `pixel_step` floats apart in the input
+// (the stride) and `inner` apart in the output, 8 x kVectors channels at a time: the running
+// maxima stay in registers over the window's taps and are stored once. One pixel's maxima are a
+// chain of dependent max operations, one per tap, so pixels are taken several at a time to keep
+// independent chains in flight (a 3x3 pool over blocks of 8 channels, one pixel at a time: 2.3
+// ms for [8, 192, 28, 28] on one Zen 3 core, where copying it takes 0.3). `inner` >= 8 x kVectors;
+// where it is not a multiple, the last chunk overlaps the one before (the maxima it writes again
+// are the same). A NaN input is passed over, as by the comparison the reference loop makes.
+template <int64_t kVectors, int64_t kPixels>
+[[gnu::always_inline]] inline void max_pixels(const float* plane, int64_t row_pitch, int64_t inner,
+                                              int64_t ih0, std::pair<int64_t, int64_t> rows,
+                                              int64_t dh, int64_t iw0, int64_t pixel_step,
+                                              std::pair<int64_t, int64_t> cols, int64_t dw,
+                                              float* out) {
+  constexpr int64_t kWidth = 8 * kVectors;
+  for (int64_t c0 = 0; c0 < inner; c0 += kWidth) {
+    const int64_t c = std::min(c0, inner - kWidth);
+    Floats8 acc[kPixels][kVectors];
+    for (auto& pixel : acc)
+      for (Floats8& a : pixel) a = Floats8{} - std::numeric_limits<float>::infinity();
+    for (int64_t i = rows.first; i < rows.second; ++i) {
+      const float* row = plane + (ih0 + i * dh) * row_pitch + c;
+      for (int64_t j = cols.first; j < cols.second; ++j) {
+        const float* in = row + (iw0 + j * dw) * inner;
+        for (int64_t p = 0; p < kPixels; ++p)
+          for (int64_t v = 0; v < kVectors; ++v) {
+            Floats8 x;
+            std::memcpy(&x, in + p * pixel_step + 8 * v, sizeof x);
+            acc[p][v] = x > acc[p][v] ? x : acc[p][v];
+          }
+      }
+    }
+    for (int64_t p = 0; p < kPixels; ++p) std::memcpy(out + p * inner + c, acc[p], sizeof acc[p]);
+  }
+}
+
+// The same for fewer than 8 channels a pixel, one pixel.
+[[gnu::always_inline]] inline void max_pixel_narrow(const float* plane, int64_t row_pitch,
+                                                    int64_t inner, int64_t ih0,
+                                                    std::pair<int64_t, int64_t> rows, int64_t dh,
+                                                    int64_t iw0, std::pair<int64_t, int64_t> cols,
+                                                    int64_t dw, float* out) {
+  for (int64_t c = 0; c < inner; ++c) {
+    float acc = -std::numeric_limits<float>::infinity();
+    for (int64_t i = rows.first; i < rows.second; ++i)
+      for (int64_t j = cols.first; j < cols.second; ++j) {
+        const float x = plane[(ih0 + i * dh) * row_pitch + (iw0 + j * dw) * inner + c];
+        acc = x > acc ? x : acc;
+      }
+    out[c] = acc;
+  }
+}
+
+// Output pixels [begin, end) of row `oh`, kPixels at a time where the window is whole, one at a
+// time at the edges.
+template <int64_t kVectors>
+[[gnu::always_inline]] inline void max_pool_pixels(const WindowGeometry& w, int64_t inner,
+                                                   const float* plane, int64_t oh, float* out_row) {
+  constexpr int64_t kPixels = 8 / kVectors;  // eight chains in flight
+  const int64_t ih0 = oh * w.strides[0] - w.pad_begin[0], row_pitch = w.in[1] * inner;
+  const int64_t dh = w.dilations[0], dw = w.dilations[1], sw = w.strides[1], kw = w.kernel[1];
+  const int64_t pad = w.pad_begin[1], out_w = w.out[1];
+  const auto rows = live_taps(ih0, w.kernel[0], dh, w.in[0]);
+  // The outputs whose window lies inside the row: [whole_begin, whole_end).
+  const int64_t whole_begin = std::min(out_w, (pad + sw - 1) / sw);
+  const int64_t last_start = w.in[1] - 1 - (kw - 1) * dw + pad;  // largest ow * sw allowed
+  const int64_t whole_end =
+      std::clamp<int64_t>(last_start < 0 ? 0 : last_start / sw + 1, whole_begin, out_w);
+  // (A lambda for the edge pixels would be compiled once, for the baseline, not in each clone.)
+  for (int64_t ow = 0; ow < out_w;) {
+    const int64_t iw0 = ow * sw - pad;
+    if (ow >= whole_begin && ow + kPixels <= whole_end) {
+      max_pixels<kVectors, kPixels>(plane, row_pitch, inner, ih0, rows, dh, iw0, sw * inner,
+                                    {0, kw}, dw, out_row + ow * inner);
+      ow += kPixels;
+    } else {
+      max_pixels<kVectors, 1>(plane, row_pitch, inner, ih0, rows, dh, iw0, 0,
+                              live_taps(iw0, kw, dw, w.in[1]), dw, out_row + ow * inner);
+      ++ow;
+    }
+  }
+}
+
 // Output row `oh` of a 2-D max pool over one plane of H x W pixels of `inner` channels each
 // (channels-last, or a block of channels), stored the same way: padding taken as absent.
 VOLT_SIMD_CLONES void max_pool_row(const WindowGeometry& w, int64_t inner, const float* plane,
                                    int64_t oh, float* out_row) {
+  if (inner >= 32) return max_pool_pixels<4>(w, inner, plane, oh, out_row);
+  if (inner >= 16) return max_pool_pixels<2>(w, inner, plane, oh, out_row);
+  if (inner >= 8) return max_pool_pixels<1>(w, inner, plane, oh, out_row);
+  const int64_t ih0 = oh * w.strides[0] - w.pad_begin[0];
+  const auto rows = live_taps(ih0, w.kernel[0], w.dilations[0], w.in[0]);
   for (int64_t ow = 0; ow < w.out[1]; ++ow) {
-    float* out = out_row + ow * inner;
-    for (int64_t c = 0; c < inner; ++c) out[c] = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < w.kernel[0]; ++i) {
-      const int64_t ih = oh * w.strides[0] - w.pad_begin[0] + i * w.dilations[0];
-      if (ih < 0 || ih >= w.in[0]) continue;
-      for (int64_t j = 0; j < w.kernel[1]; ++j) {
-        const int64_t iw = ow * w.strides[1] - w.pad_begin[1] + j * w.dilations[1];
-        if (iw < 0 || iw >= w.in[1]) continue;
-        const float* in = plane + (ih * w.in[1] + iw) * inner;
-        for (int64_t c = 0; c < inner; ++c) out[c] = in[c] > out[c] ? in[c] : out[c];
-      }
-    }
+    const int64_t iw0 = ow * w.strides[1] - w.pad_begin[1];
+    max_pixel_narrow(plane, w.in[1] * inner, inner, ih0, rows, w.dilations[0], iw0,
+                     live_taps(iw0, w.kernel[1], w.dilations[1], w.in[1]), w.dilations[1],
+                     out_row + ow * inner);
   }
 }
 
@@ -175,20 +269,21 @@ class Pool final : public Kernel {
     int64_t planes = 0, inner = 0, bands = 1;
   };
 
-  // A 2-D f32 MaxPool over channels-last data of 64 channels or more runs volt's loop: the
-  // maximum over the window for a pixel's channels at once (contiguous, so the compiler
-  // vectorizes it). There it beats oneDNN's jit pooling here (median per node, 2 threads:
-  // GoogLeNet batch 1 113 -> 73 us for inception3a's, SqueezeNet batch 8 2.45 -> 1.45 ms for its
-  // first, DenseNet's 2.8 -> 1.7 ms); with fewer channels per pixel (ShuffleNet's 24: 1.2 ms
-  // against 2.2) or on blocks of 16 (ResNet-18 batch 8: 2.5 ms against 3.3) oneDNN's primitive
-  // stays, except in a plan built for one of several shapes: there the loop takes any
-  // channels-last or blocked data, since it needs no code generated per shape (oneDNN's pooling
-  // primitive costs about 80 us at each new shape, crnn_recognizer has four). A f32
-  // GlobalAveragePool over channels-last or blocked data always runs the loop (run_global_mean).
+  // A 2-D f32 MaxPool over channels-last or blocked data of 8 channels a pixel or more runs
+  // volt's loop (max_pool_row: the window's maxima for 8 pixels' channels at a time, held in
+  // registers). oneDNN 2.6's jit pooling on AVX2 runs one pixel's chain of maxima at a time;
+  // GoogLeNet's 13 pools at batch 8, 2 threads, Zen 3, took 31-47 ms a run against ONNX Runtime's
+  // 7 (per node 1.6-4.4 ms against 0.2-1.7). Per node with the loop, alternating: a 3x3 pool of
+  // [8, 192, 28, 28] in blocks of 8, 2.7 -> 0.7 ms; ResNet-18 batch 8's 4.1-4.3 -> 2.3-2.7 ms. With
+  // fewer channels a pixel, oneDNN's primitive stays, except in a plan built for one of several
+  // shapes: there the loop takes any channels-last or blocked data, since it needs no code
+  // generated per shape (oneDNN's pooling primitive costs about 80 us at each new shape,
+  // crnn_recognizer has four). A f32 GlobalAveragePool over channels-last or blocked data always
+  // runs the loop (run_global_mean).
   std::shared_ptr<PoolState> channel_loop(InferContext& ctx, const PoolShapes& s,
                                           const Shape& x) const {
-    const bool loop_wins =
-        ctx.shapes_vary() || (layout_ == StoredLayout::ChannelsLast && x[1] >= 64);
+    const int64_t block = block_channels(layout_), inner = block ? block : x[1];
+    const bool loop_wins = ctx.shapes_vary() || inner >= 8;
     const bool global_mean = global_ && kind_ == PoolKind::Average;
     if (!last_ || ctx.dtype(0) != DType::Float ||
         !(global_mean || (loop_wins && kind_ == PoolKind::Max && s.win.in.size() == 2)))
@@ -197,8 +292,7 @@ class Pool final : public Kernel {
     st->loop = true;
     st->global_mean = global_mean;
     st->win = s.win;
-    const int64_t block = block_channels(layout_);
-    st->inner = block ? block : x[1];
+    st->inner = inner;
     st->planes = x[0] * (x[1] / st->inner);
     if (global_mean) {
       // Bands of about 32 KiB of pixels, so that both threads share an image (batch 1); their

@@ -1,15 +1,17 @@
 // ConvTranspose: oneDNN's deconvolution for f32/bf16 up to 3 spatial axes (groups, dilations,
 // output_padding, output_shape, auto_pad; a fused activation from fuse_conv_activation), its
-// weights reordered once per plan; where the kernel equals the strides, on channels-last or blocked
-// data, a 1x1 convolution and a scatter into patches (DeconvState::patches); a reference scatter
-// loop for every other float case.
+// weights reordered once per plan; in 2-D on channels-last or blocked data, a 1x1 convolution
+// and a gather of each output's taps (conv_transpose_gather.hpp); a reference
+// scatter loop for every other float case.
+#include <cstdlib>
+
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/layout.hpp"
-#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/cpu/conv_transpose_gather.hpp"
 #include "operators/cpu/conv_transpose_geometry.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -21,21 +23,20 @@ namespace {
 // decoder, between channels-last convolutions and Concats); the primitive picks its own layouts,
 // and X and Y are reordered into and out of the run's scratch around it where they differ.
 struct DeconvState {
-  dnnl::primitive prim;  // the deconvolution, or for patches (below) the 1x1 convolution
+  dnnl::primitive prim;  // the deconvolution, or the product of a gathered one (below)
   dnnl::memory::desc scratch, weights, bias, user_weights;
   dnnl_adapter::Staged src, dst;
   Tensor packed_weights;
   bool has_bias = false;
-  // Patches: kernel == strides, no padding or dilation, one group (a U-Net's 2x2 stride-2
-  // upsampling). Each input pixel then writes its own kh x kw patch of Y alone, so the
-  // deconvolution is a 1x1 convolution to M x kh x kw channels (channel m * K + tap, K = kh x kw:
-  // W's own bytes, read transposed) whose output Z, in Y's layout, is scattered into the
-  // patches. oneDNN 2.6's jit deconvolution on AVX2 ran these at 12-32 GFLOP/s.
-  bool patches = false;
+  // Or as a product and a gather (conv_transpose_gather.hpp): the 1x1 convolution `prim` to
+  // Z, in the run's scratch, then each output pixel's taps gathered from it. oneDNN 2.6's jit
+  // deconvolution on AVX2 ran a U-Net's 2x2 stride-2 upsamplings at 12-32 GFLOP/s.
+  bool gathered = false;
+  bool epilogue_in_product = false;  // bias and activation in the 1x1 convolution (one tap each)
   size_t z_offset = 0, bias_offset = 0;  // in the run's scratch: Z, and the bias per channel of Z
-  Shape z;                               // Z's logical shape [N, M x K, H, W]
-  dnnl::memory::desc z_md, src_md;       // and Z and X as stored
-  int64_t kh = 0, kw = 0;
+  dnnl::memory::desc z_md, src_md;       // Z and X as stored
+  TapGather gather;
+  int64_t group = 1;
 };
 
 class ConvTranspose final : public Kernel {
@@ -91,8 +92,8 @@ class ConvTranspose final : public Kernel {
                                        const Shape& out) const {
     using dims = dnnl::memory::dims;
     using tag = dnnl::memory::format_tag;
-    if (patches_suit(ctx, g))
-      if (auto st = prepare_patches(ctx, g, x)) return st;
+    if (gather_suits(ctx, g))
+      if (auto st = prepare_gathered(ctx, g, x)) return st;
     auto st = std::make_shared<DeconvState>();
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     const int64_t cg = g.c / g.group, mg = g.m / g.group, k_sp = numel_of(g.kernel);
@@ -154,50 +155,60 @@ class ConvTranspose final : public Kernel {
   }
 
   // Y channels-last or in blocks: there oneDNN has a jit 1x1 convolution (on channels-first
-  // data its 1x1 convolutions are gemm-based).
-  bool patches_suit(InferContext& ctx, const DeconvGeometry& g) const {
-    if (g.in.size() != 2 || g.group != 1 || ctx.dtype(0) != DType::Float || !ctx.input_tensor(1) ||
-        layout_ == StoredLayout::ChannelsFirst ||
-        block_channels(layout_) > 16)  // (blocks are of 8 or 16: scatter_patches' table)
-      return false;
-    for (size_t i = 0; i < 2; ++i)
-      if (g.kernel[i] != g.strides[i] || g.dilations[i] != 1 || g.pad_begin[i] != 0 ||
-          g.out[i] != g.in[i] * g.kernel[i])
-        return false;
-    return true;
+  // data its 1x1 convolutions are gemm-based). VOLT_DECONV_GATHER=0 keeps the deconvolution (a
+  // switch for measuring one against the other).
+  bool gather_suits(InferContext& ctx, const DeconvGeometry& g) const {
+    static const bool off = [] {
+      const char* v = std::getenv("VOLT_DECONV_GATHER");
+      return v && std::string(v) == "0";
+    }();
+    return !off && g.in.size() == 2 && ctx.dtype(0) == DType::Float && ctx.input_tensor(1) &&
+           layout_ != StoredLayout::ChannelsFirst;
   }
 
   // Null where no jit 1x1 convolution takes these layouts as they are.
-  std::shared_ptr<DeconvState> prepare_patches(InferContext& ctx, const DeconvGeometry& g,
-                                               const Shape& x) const {
+  std::shared_ptr<DeconvState> prepare_gathered(InferContext& ctx, const DeconvGeometry& g,
+                                                const Shape& x) const {
     const auto dt = dnnl::memory::data_type::f32;
     auto st = std::make_shared<DeconvState>();
-    st->patches = true;
-    const int64_t taps = g.kernel[0] * g.kernel[1], zc = g.m * taps;
-    st->z = {g.n, zc, g.in[0], g.in[1]};
-    st->kh = g.kernel[0];
-    st->kw = g.kernel[1];
-    // W is [C, M, kh, kw]: as [M x K, C, 1, 1] its element (m * K + tap, c) is at c * M * K +
-    // m * K + tap, strides {1, M x K}.
-    st->user_weights = dnnl_adapter::strided_md({zc, g.c, 1, 1}, {1, zc, 1, 1}, dt);
-    const dnnl::memory::desc w_any({zc, g.c, 1, 1}, dt, dnnl::memory::format_tag::any);
-    const dnnl::memory::desc src = activation_md(x, dt, x_layout_);
-    st->src_md = src;
-    st->z_md = activation_md(st->z, dt, layout_);
+    st->gathered = true;
+    st->group = g.group;
+    st->gather = tap_gather(g, block_channels(layout_));
+    if (st->gather.runs == 0) return nullptr;
+    st->epilogue_in_product = one_tap_each(st->gather);
+    const int64_t taps = st->gather.taps, zc = g.m * taps, cg = g.c / g.group, mg = g.m / g.group;
+    const Shape z{g.n, zc, g.in[0], g.in[1]};
+    // The product's weights are [G, K x M/G, C/G, 1, 1] ([K x M, C, 1, 1] for one group), row
+    // tap x M/G + m. W is [C, M/G, kh, kw], that is [G][C/G][M/G][K]: a strided view of it with
+    // the rows split into [K, M/G] is reordered into them, plain, then packed (oneDNN 2.6 does
+    // not split a blocked layout's dimension, so the two steps).
+    const Shape w_dims = g.group > 1 ? Shape{g.group, taps * mg, cg, 1, 1} : Shape{zc, g.c, 1, 1};
+    const Shape split =
+        g.group > 1 ? Shape{g.group, taps, mg, cg, 1, 1} : Shape{taps, g.m, g.c, 1, 1};
+    const Shape split_strides = g.group > 1 ? Shape{cg * mg * taps, 1, taps, mg * taps, 1, 1}
+                                            : Shape{1, taps, g.m * taps, 1, 1};
+    st->user_weights = dnnl_adapter::plain_md(w_dims, dt);
+    const dnnl::memory::desc w_any(dnnl::memory::dims(w_dims.begin(), w_dims.end()), dt,
+                                   dnnl::memory::format_tag::any);
+    st->src_md = activation_md(x, dt, x_layout_);
+    st->z_md = activation_md(z, dt, layout_);
     dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
-    dnnl::post_ops ops;
-    act_.append_to(ops);
-    attr.set_post_ops(ops);
     st->has_bias = ctx.has_input(2);
-    if (st->has_bias) st->bias = dnnl_adapter::plain_md({zc}, dt);
+    const bool product_bias = st->has_bias && st->epilogue_in_product;
+    if (st->epilogue_in_product) {
+      dnnl::post_ops ops;
+      act_.append_to(ops);
+      attr.set_post_ops(ops);
+    }
+    if (product_bias) st->bias = dnnl_adapter::plain_md({zc}, dt);
     const auto kind = dnnl::prop_kind::forward_inference;
     const auto alg = dnnl::algorithm::convolution_direct;
     const dnnl::memory::dims ones{1, 1}, zeros{0, 0};
-    const auto d = st->has_bias
-                       ? dnnl::convolution_forward::desc(kind, alg, src, w_any, st->bias, st->z_md,
-                                                         ones, zeros, zeros, zeros)
-                       : dnnl::convolution_forward::desc(kind, alg, src, w_any, st->z_md, ones,
-                                                         zeros, zeros, zeros);
+    const auto d = product_bias
+                       ? dnnl::convolution_forward::desc(kind, alg, st->src_md, w_any, st->bias,
+                                                         st->z_md, ones, zeros, zeros, zeros)
+                       : dnnl::convolution_forward::desc(kind, alg, st->src_md, w_any, st->z_md,
+                                                         ones, zeros, zeros, zeros);
     const dnnl::convolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
     if (dnnl_adapter::is_reference(pd) ||
         std::string(pd.impl_info_str()).find("gemm") != std::string::npos)
@@ -211,74 +222,43 @@ class ConvTranspose final : public Kernel {
       bytes = at + n;
       return at;
     };
-    st->z_offset = reserve(static_cast<size_t>(numel_of(st->z)) * sizeof(float));
-    if (st->has_bias) st->bias_offset = reserve(static_cast<size_t>(zc) * sizeof(float));
+    st->z_offset = reserve(static_cast<size_t>(numel_of(z)) * sizeof(float));
+    if (product_bias) st->bias_offset = reserve(static_cast<size_t>(zc) * sizeof(float));
+    // (Packed for this plan alone: the packed-weights cache and the release of W's own bytes
+    // hold for copies of W as it is.)
+    Tensor rows = allocate_tensor(DType::Float, w_dims);
+    dnnl_adapter::reorder_now(dnnl_adapter::strided_md(split, split_strides, dt),
+                              ctx.input_tensor(1)->raw(), dnnl_adapter::plain_md(split, dt),
+                              rows.raw());
     st->packed_weights =
-        dnnl_adapter::pack_constant(ctx, 1, *ctx.input_tensor(1), st->user_weights, st->weights);
+        allocate_lasting_tensor(DType::UInt8, {static_cast<int64_t>(st->weights.get_size())});
+    dnnl_adapter::reorder_now(st->user_weights, rows.raw(), st->weights, st->packed_weights.raw());
     ctx.request_scratch(bytes);
     return st;
   }
 
-  // Z (in Y's layout, channel m * K + tap) into Y's kh x kw patches: Y channels-last or in blocks.
-  void scatter_patches(const DeconvState& st, const float* z, float* y) const {
-    const int64_t n = st.z[0], h = st.z[2], w = st.z[3];
-    const int64_t kh = st.kh, kw = st.kw, taps = kh * kw, zc = st.z[1], m = zc / taps;
-    const int64_t oh = h * kh, ow = w * kw;
-    if (const int64_t block = block_channels(layout_); block == 0) {  // channels-last
-      parallel_for(n * h, true, [&](int64_t item) {
-        const int64_t b = item / h, r = item % h;
-        for (int64_t q = 0; q < w; ++q) {
-          const float* in = z + ((b * h + r) * w + q) * zc;
-          for (int64_t i = 0; i < kh; ++i)
-            for (int64_t j = 0; j < kw; ++j) {
-              float* out = y + ((b * oh + r * kh + i) * ow + q * kw + j) * m;
-              const int64_t tap = i * kw + j;
-              for (int64_t c = 0; c < m; ++c) out[c] = in[c * taps + tap];
-            }
-        }
-      });
-    } else {  // blocks: Z [N, zc / B, H, W, B], Y [N, M / B, OH, OW, B]
-      const int64_t yb = m / block, zb = zc / block;
-      parallel_for(n * yb * h, true, [&](int64_t item) {
-        const int64_t b = item / (yb * h), cb = item / h % yb, r = item % h;
-        // Where channel cb * B + e of Y's tap lies in a pixel of Z's first block row (the
-        // divisions once per tap, not per element).
-        int64_t from[16];
-        const float* row = z + (b * zb * h + r) * w * block;
-        for (int64_t i = 0; i < kh; ++i)
-          for (int64_t j = 0; j < kw; ++j) {
-            for (int64_t e = 0; e < block; ++e) {
-              const int64_t c = (cb * block + e) * taps + i * kw + j;
-              from[e] = c / block * h * w * block + c % block;
-            }
-            float* out = y + (((b * yb + cb) * oh + r * kh + i) * ow + j) * block;
-            for (int64_t q = 0; q < w; ++q)
-              for (int64_t e = 0; e < block; ++e)
-                out[q * kw * block + e] = row[q * block + from[e]];
-          }
-      });
-    }
-  }
-
-  void run_patches(const DeconvState& st, RunContext& ctx) const {
+  void run_gathered(const DeconvState& st, RunContext& ctx) const {
     char* scratch = static_cast<char*>(ctx.scratch());
     float* z = reinterpret_cast<float*>(scratch + st.z_offset);
     dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src_md, ctx.input(0).raw()},
                                {DNNL_ARG_DST, st.z_md, z}};
     args.add(DNNL_ARG_WEIGHTS, st.weights, st.packed_weights.raw());
-    if (st.has_bias) {  // Z's channel m * K + tap takes B[m]
+    const float* b = st.has_bias ? ctx.input(2).data<float>() : nullptr;
+    if (b && st.epilogue_in_product) {  // Z's channel (g x K + tap) x M/G + m takes B[g x M/G + m]
       float* bias = reinterpret_cast<float*>(scratch + st.bias_offset);
-      const float* b = ctx.input(2).data<float>();
-      const int64_t taps = st.kh * st.kw;
-      for (int64_t c = 0; c < st.z[1]; ++c) bias[c] = b[c / taps];
+      const int64_t taps = st.gather.taps, mg = st.gather.m / st.group;
+      for (int64_t c = 0; c < st.gather.m * taps; ++c) bias[c] = b[c / (taps * mg) * mg + c % mg];
       args.add(DNNL_ARG_BIAS, st.bias, bias);
     }
     dnnl_adapter::execute(st.prim, args, st.scratch, scratch);
-    scatter_patches(st, z, ctx.output(0).data<float>());
+    if (st.epilogue_in_product)
+      gather_taps(st.gather, z, nullptr, FusedActivation{}, ctx.output(0).data<float>());
+    else
+      gather_taps(st.gather, z, b, act_, ctx.output(0).data<float>());
   }
 
   void run_dnnl(const DeconvState& st, RunContext& ctx) const {
-    if (st.patches) return run_patches(st, ctx);
+    if (st.gathered) return run_gathered(st, ctx);
     void* scratch = ctx.scratch();
     void* y = ctx.output(0).raw();
     dnnl_adapter::Args args = {

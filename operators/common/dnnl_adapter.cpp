@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "operators/common/packed_weights.hpp"
@@ -180,10 +181,22 @@ void PreparedReorder::operator()(const void* from, void* to) const {
   execute(prim, {{DNNL_ARG_FROM, from_md, from}, {DNNL_ARG_TO, to_md, to}});
 }
 
-Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
-                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
-                     size_t byte_offset) {
+namespace {
+
+// pack_constant and pack_constant_staged: `plain` over value's bytes into `packed`, through
+// `staging` where given.
+struct Staging {
+  dnnl::memory::desc plain, as;  // plain in `plain`'s dimensions; the same bytes in `packed`'s
+};
+
+Tensor pack(InferContext& ctx, size_t input, const Tensor& value, const dnnl::memory::desc& plain,
+            const dnnl::memory::desc& packed, size_t byte_offset, const Staging* staging) {
   const void* data = static_cast<const char*>(value.raw()) + byte_offset;
+  // (Staged reorders go through a buffer of the staging layout, plain floats or whatever it
+  // holds, as bytes.)
+  auto staging_buffer = [&] {
+    return allocate_tensor(DType::UInt8, {static_cast<int64_t>(staging->plain.get_size())});
+  };
   std::optional<Tensor> cached = packed_weights().find(data, value.owner(), plain, packed);
   Tensor copy;
   if (cached) {
@@ -191,7 +204,13 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
   } else {
     // (Lasting: a packed copy lives as long as the plans that share it.)
     copy = allocate_lasting_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
-    reorder_now(plain, data, packed, copy.raw());
+    if (staging) {
+      Tensor rows = staging_buffer();
+      reorder_now(plain, data, staging->plain, rows.raw());
+      reorder_now(staging->as, rows.raw(), packed, copy.raw());
+    } else {
+      reorder_now(plain, data, packed, copy.raw());
+    }
     packed_weights().count_pack();
     packed_weights().remember(data, value.owner(), plain, packed, copy);
   }
@@ -205,17 +224,46 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
   const bool exact = plain.data_type() == packed.data_type();
   const bool rounded = plain.data_type() == dnnl::memory::data_type::f32 &&
                        packed.data_type() == dnnl::memory::data_type::bf16;
+  const bool back =
+      staging ? reorder_exists(packed, staging->as) && reorder_exists(staging->plain, plain)
+              : reorder_exists(packed, plain);
   if (byte_offset == 0 && (exact || rounded) && plain.get_size() == value.nbytes() &&
-      !ctx.shapes_vary() && reorder_exists(packed, plain))
+      !ctx.shapes_vary() && back) {
+    std::optional<Staging> via;
+    if (staging) via = *staging;
     ctx.keeps_copy_of_input(
-        input, {[copy, plain, packed, dtype = value.dtype(), shape = value.shape()] {
+        input, {[copy, plain, packed, via, dtype = value.dtype(), shape = value.shape()] {
                   Tensor original = allocate_lasting_tensor(dtype, shape);
-                  reorder_now(packed, copy.raw(), plain, original.raw());
+                  if (via) {
+                    Tensor rows = allocate_tensor(DType::UInt8,
+                                                  {static_cast<int64_t>(via->plain.get_size())});
+                    reorder_now(packed, copy.raw(), via->as, rows.raw());
+                    reorder_now(via->plain, rows.raw(), plain, original.raw());
+                  } else {
+                    reorder_now(packed, copy.raw(), plain, original.raw());
+                  }
                   packed_weights().remember(original.raw(), original.owner(), plain, packed, copy);
                   return original;
                 },
                 exact});
+  }
   return copy;
+}
+
+}  // namespace
+
+Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
+                     const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
+                     size_t byte_offset) {
+  return pack(ctx, input, value, plain, packed, byte_offset, nullptr);
+}
+
+Tensor pack_constant_staged(InferContext& ctx, size_t input, const Tensor& value,
+                            const dnnl::memory::desc& view, const dnnl::memory::desc& staging,
+                            const dnnl::memory::desc& staging_as,
+                            const dnnl::memory::desc& packed) {
+  const Staging via{staging, staging_as};
+  return pack(ctx, input, value, view, packed, 0, &via);
 }
 
 dnnl::primitive_attr scratch_attr() {

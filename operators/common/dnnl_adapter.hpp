@@ -135,6 +135,15 @@ Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
                      const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
                      size_t byte_offset = 0);
 
+// The same for packed rows that permute value's in a way no strided view of it expresses in the
+// packed layout's dimensions (oneDNN 2.6 does not split a blocked dimension): `view` (over
+// value's bytes) is reordered into `staging` (plain, the same dimensions), whose bytes, read as
+// `staging_as` (the packed layout's dimensions), are reordered into `packed`. Cached, shared by
+// plans and released like pack_constant's copies, the way back through the same staging.
+Tensor pack_constant_staged(InferContext& ctx, size_t input, const Tensor& value,
+                            const dnnl::memory::desc& view, const dnnl::memory::desc& staging,
+                            const dnnl::memory::desc& staging_as, const dnnl::memory::desc& packed);
+
 // Executes a primitive with the scratchpad from the run context (none where `scratch_md` is
 // empty), on this thread's stream, and waits for it.
 void execute(const dnnl::primitive& p, const Args& args, const dnnl::memory::desc& scratch_md,

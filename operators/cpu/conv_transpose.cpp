@@ -180,8 +180,8 @@ class ConvTranspose final : public Kernel {
     const Shape z{g.n, zc, g.in[0], g.in[1]};
     // The product's weights are [G, K x M/G, C/G, 1, 1] ([K x M, C, 1, 1] for one group), row
     // tap x M/G + m. W is [C, M/G, kh, kw], that is [G][C/G][M/G][K]: a strided view of it with
-    // the rows split into [K, M/G] is reordered into them, plain, then packed (oneDNN 2.6 does
-    // not split a blocked layout's dimension, so the two steps).
+    // the rows split into [K, M/G] is reordered into them, plain, then packed
+    // (pack_constant_staged).
     const Shape w_dims = g.group > 1 ? Shape{g.group, taps * mg, cg, 1, 1} : Shape{zc, g.c, 1, 1};
     const Shape split =
         g.group > 1 ? Shape{g.group, taps, mg, cg, 1, 1} : Shape{taps, g.m, g.c, 1, 1};
@@ -224,15 +224,9 @@ class ConvTranspose final : public Kernel {
     };
     st->z_offset = reserve(static_cast<size_t>(numel_of(z)) * sizeof(float));
     if (product_bias) st->bias_offset = reserve(static_cast<size_t>(zc) * sizeof(float));
-    // (Packed for this plan alone: the packed-weights cache and the release of W's own bytes
-    // hold for copies of W as it is.)
-    Tensor rows = allocate_tensor(DType::Float, w_dims);
-    dnnl_adapter::reorder_now(dnnl_adapter::strided_md(split, split_strides, dt),
-                              ctx.input_tensor(1)->raw(), dnnl_adapter::plain_md(split, dt),
-                              rows.raw());
-    st->packed_weights =
-        allocate_lasting_tensor(DType::UInt8, {static_cast<int64_t>(st->weights.get_size())});
-    dnnl_adapter::reorder_now(st->user_weights, rows.raw(), st->weights, st->packed_weights.raw());
+    st->packed_weights = dnnl_adapter::pack_constant_staged(
+        ctx, 1, *ctx.input_tensor(1), dnnl_adapter::strided_md(split, split_strides, dt),
+        dnnl_adapter::plain_md(split, dt), st->user_weights, st->weights);
     ctx.request_scratch(bytes);
     return st;
   }

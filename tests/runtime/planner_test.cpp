@@ -27,6 +27,22 @@ std::vector<float> uniform_values(std::mt19937& rng, size_t n) {
   return v;
 }
 
+// A tensor of `shape` with uniform_values.
+Tensor uniform_tensor(std::mt19937& rng, const Shape& shape) {
+  Tensor x = Tensor::empty(DType::Float, shape);
+  const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
+  std::copy(values.begin(), values.end(), x.data<float>());
+  return x;
+}
+
+// Runs `runner` on x as its input "x".
+std::vector<Value> run_on(GraphRunner& runner, const Tensor& x) {
+  Value xv = x;
+  std::vector<const Value*> fed(runner.compiled().names.size(), nullptr);
+  fed[runner.compiled().id("x")] = &xv;
+  return runner.run(fed);
+}
+
 using testing::ModelBuilder;
 
 std::unique_ptr<Plan> plan_of(const CompiledGraph& cg,
@@ -453,6 +469,48 @@ TEST(GraphRunner, TheFirstPlanReleasesWeightsAndTheSecondBringsThemBackForGood) 
   EXPECT_EQ(runner->cached_plans(), 3u);
 }
 
+// A ConvTranspose computed as a 1x1 convolution and a gather packs W's rows permuted (tap-major),
+// through a plain staging copy (dnnl_adapter::pack_constant_staged): the first plan releases W
+// all the same, and the second rebuilds it exactly through the same staging, backwards.
+TEST(GraphRunner, ConvTransposeWeightsPackedThroughStagingComeBackExactly) {
+  std::mt19937 rng(17);
+  const std::vector<float> eye = [] {
+    std::vector<float> v(16 * 16, 0.0f);
+    for (size_t i = 0; i < 16; ++i) v[i * 16 + i] = 1.0f;
+    return v;
+  }();
+  const std::vector<float> w = uniform_values(rng, 16 * 8 * 3 * 3);
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, -1, -1}).output_any("y", 1);
+  b.initializer("I", {16, 16, 1, 1}, eye).initializer("W", {16, 8, 3, 3}, w);
+  b.node("Conv", {"x", "I"}, {"c"});  // puts the ConvTranspose in a channels-last or blocked region
+  b.node("ConvTranspose", {"c", "W"}, {"y"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  auto graph = std::make_shared<Graph>(run_passes(m.graph, {}));
+  auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 4);
+  Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  for (int64_t size : {5, 7}) {
+    const Tensor x = uniform_tensor(rng, {1, 16, size, size});
+    const auto got = run_on(*runner, x);
+    if (size == 5) {
+      EXPECT_EQ(graph->initializers.count("W"), 0u) << "W stayed beside its packed copy";
+    } else {
+      ASSERT_EQ(graph->initializers.count("W"), 1u);
+      EXPECT_EQ(std::memcmp(graph->initializers.at("W").raw(), w.data(), w.size() * sizeof(float)),
+                0)
+          << "W was not rebuilt exactly";
+    }
+    const Tensor want = reference.run({{"x", x}})[0].tensor();
+    ASSERT_EQ(got[0].tensor().shape(), want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i)
+      ASSERT_NEAR(got[0].tensor().data<float>()[i], want.data<float>()[i], 1e-4) << size;
+  }
+}
+
 // Weights that every reader copies into bf16 (MatMuls computing in bf16) are released too: the
 // plan holds half the bytes, not the fp32 weight beside its bf16 copy. The second plan rebuilds
 // them rounded to bf16, which the bf16 readers cannot tell from the original; a weight that an
@@ -475,13 +533,8 @@ TEST(GraphRunner, WeightsCopiedIntoBf16AreReleasedAndComeBackRoundedOrExact) {
   auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 4);
   Session reference = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
   for (int64_t batch : {2, 5}) {
-    Tensor x = Tensor::empty(DType::Float, {batch, 64});
-    const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
-    std::copy(values.begin(), values.end(), x.data<float>());
-    Value xv = x;
-    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
-    fed[runner->compiled().id("x")] = &xv;
-    const auto got = runner->run(fed);
+    const Tensor x = uniform_tensor(rng, {batch, 64});
+    const auto got = run_on(*runner, x);
     if (batch == 2) {
       EXPECT_EQ(graph->initializers.count("W"), 0u) << "W stayed beside its copies";
       EXPECT_EQ(graph->initializers.count("W2"), 0u) << "W2 stayed beside its bf16 copy";

@@ -1,9 +1,9 @@
 // MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LpPool. f32/bf16 run on oneDNN's
 // pooling primitive, except where volt's loops over stored channels are faster (channel_loop:
-// wide 2-D max pools, global averages); the reference loop covers other dtypes, MaxPool's
-// Indices output and ceil_mode averaging that counts padding. With volt.layout = NHWC (the
-// channels_last pass) the input and output are stored channels-last; with NCHW16C, in nChw16c
-// blocks (use_blocked_layout).
+// 2-D max and average pools of 8 channels a pixel or more, global averages); the reference loop
+// covers other dtypes, MaxPool's Indices output and ceil_mode averaging that counts padding.
+// With volt.layout = NHWC (the channels_last pass) the input and output are stored
+// channels-last; with NCHW16C or NCHW8C, in blocks of channels (use_blocked_layout).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -33,29 +33,31 @@ enum class PoolKind { Max, Average, Lp };
 }
 
 // Eight floats, one AVX2 register (two SSE registers in the baseline clone, half an AVX-512
-// one): the compiler left the per-channel loop of max_pixel in scalar code.
+// one): the compiler left a per-channel loop over the window in scalar code.
 typedef float Floats8 __attribute__((vector_size(32)));
 
-// kPixels output pixels of a 2-D max pool side by side, `pixel_step` floats apart in the input
-// (the stride) and `inner` apart in the output, 8 x kVectors channels at a time: the running
-// maxima stay in registers over the window's taps and are stored once. One pixel's maxima are a
-// chain of dependent max operations, one per tap, so pixels are taken several at a time to keep
-// independent chains in flight (a 3x3 pool over blocks of 8 channels, one pixel at a time: 2.3
-// ms for [8, 192, 28, 28] on one Zen 3 core, where copying it takes 0.3). `inner` >= 8 x kVectors;
-// where it is not a multiple, the last chunk overlaps the one before (the maxima it writes again
-// are the same). A NaN input is passed over, as by the comparison the reference loop makes.
-template <int64_t kVectors, int64_t kPixels>
-[[gnu::always_inline]] inline void max_pixels(const float* plane, int64_t row_pitch, int64_t inner,
-                                              int64_t ih0, std::pair<int64_t, int64_t> rows,
-                                              int64_t dh, int64_t iw0, int64_t pixel_step,
-                                              std::pair<int64_t, int64_t> cols, int64_t dw,
-                                              float* out) {
+// kPixels output pixels of a 2-D max (kMax) or average pool side by side, `pixel_step` floats
+// apart in the input (the stride) and `inner` apart in the output, 8 x kVectors channels at a
+// time: the running maxima or sums stay in registers over the window's taps and are stored once
+// (sums times `scale`). One pixel's are a chain of dependent operations, one per tap, so pixels
+// are taken several at a time to keep independent chains in flight (a 3x3 max pool over blocks
+// of 8 channels, one pixel at a time: 2.3 ms for [8, 192, 28, 28] on one Zen 3 core, where
+// copying it takes 0.3). `inner` >= 8 x kVectors; where it is not a multiple, the last chunk
+// overlaps the one before (what it writes again is the same). A max pool passes a NaN input
+// over, as by the comparison the reference loop makes; an average keeps it.
+template <int64_t kVectors, int64_t kPixels, bool kMax>
+[[gnu::always_inline]] inline void pool_pixels(const float* plane, int64_t row_pitch, int64_t inner,
+                                               int64_t ih0, std::pair<int64_t, int64_t> rows,
+                                               int64_t dh, int64_t iw0, int64_t pixel_step,
+                                               std::pair<int64_t, int64_t> cols, int64_t dw,
+                                               float scale, float* out) {
   constexpr int64_t kWidth = 8 * kVectors;
+  const float start = kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
   for (int64_t c0 = 0; c0 < inner; c0 += kWidth) {
     const int64_t c = std::min(c0, inner - kWidth);
     Floats8 acc[kPixels][kVectors];
     for (auto& pixel : acc)
-      for (Floats8& a : pixel) a = Floats8{} - std::numeric_limits<float>::infinity();
+      for (Floats8& a : pixel) a = Floats8{} + start;
     for (int64_t i = rows.first; i < rows.second; ++i) {
       const float* row = plane + (ih0 + i * dh) * row_pitch + c;
       for (int64_t j = cols.first; j < cols.second; ++j) {
@@ -64,36 +66,57 @@ template <int64_t kVectors, int64_t kPixels>
           for (int64_t v = 0; v < kVectors; ++v) {
             Floats8 x;
             std::memcpy(&x, in + p * pixel_step + 8 * v, sizeof x);
-            acc[p][v] = x > acc[p][v] ? x : acc[p][v];
+            if constexpr (kMax)
+              acc[p][v] = x > acc[p][v] ? x : acc[p][v];
+            else
+              acc[p][v] += x;
           }
       }
     }
+    if constexpr (!kMax)
+      for (auto& pixel : acc)
+        for (Floats8& a : pixel) a *= scale;
     for (int64_t p = 0; p < kPixels; ++p) std::memcpy(out + p * inner + c, acc[p], sizeof acc[p]);
   }
 }
 
 // The same for fewer than 8 channels a pixel, one pixel.
-[[gnu::always_inline]] inline void max_pixel_narrow(const float* plane, int64_t row_pitch,
-                                                    int64_t inner, int64_t ih0,
-                                                    std::pair<int64_t, int64_t> rows, int64_t dh,
-                                                    int64_t iw0, std::pair<int64_t, int64_t> cols,
-                                                    int64_t dw, float* out) {
+template <bool kMax>
+[[gnu::always_inline]] inline void pool_pixel_narrow(const float* plane, int64_t row_pitch,
+                                                     int64_t inner, int64_t ih0,
+                                                     std::pair<int64_t, int64_t> rows, int64_t dh,
+                                                     int64_t iw0, std::pair<int64_t, int64_t> cols,
+                                                     int64_t dw, float scale, float* out) {
   for (int64_t c = 0; c < inner; ++c) {
-    float acc = -std::numeric_limits<float>::infinity();
+    float acc = kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
     for (int64_t i = rows.first; i < rows.second; ++i)
       for (int64_t j = cols.first; j < cols.second; ++j) {
         const float x = plane[(ih0 + i * dh) * row_pitch + (iw0 + j * dw) * inner + c];
-        acc = x > acc ? x : acc;
+        if constexpr (kMax)
+          acc = x > acc ? x : acc;
+        else
+          acc += x;
       }
-    out[c] = acc;
+    out[c] = kMax ? acc : acc * scale;
   }
 }
 
-// Output pixels [begin, end) of row `oh`, kPixels at a time where the window is whole, one at a
-// time at the edges.
-template <int64_t kVectors>
-[[gnu::always_inline]] inline void max_pool_pixels(const WindowGeometry& w, int64_t inner,
-                                                   const float* plane, int64_t oh, float* out_row) {
+// An average's divisor: the window's taps inside the input, or with count_include_pad all of
+// them (the window never leaves the padded input here: ceil_mode with count_include_pad runs
+// the reference loop).
+inline float average_scale(std::pair<int64_t, int64_t> rows, std::pair<int64_t, int64_t> cols,
+                           const WindowGeometry& w, bool include_pad) {
+  const int64_t n = include_pad ? w.kernel[0] * w.kernel[1]
+                                : (rows.second - rows.first) * (cols.second - cols.first);
+  return n > 0 ? 1.0f / static_cast<float>(n) : 0.0f;
+}
+
+// Output pixels of row `oh`, kPixels at a time where the window is whole, one at a time at the
+// edges.
+template <int64_t kVectors, bool kMax>
+[[gnu::always_inline]] inline void pool_row_pixels(const WindowGeometry& w, bool include_pad,
+                                                   int64_t inner, const float* plane, int64_t oh,
+                                                   float* out_row) {
   constexpr int64_t kPixels = 8 / kVectors;  // eight chains in flight
   const int64_t ih0 = oh * w.strides[0] - w.pad_begin[0], row_pitch = w.in[1] * inner;
   const int64_t dh = w.dilations[0], dw = w.dilations[1], sw = w.strides[1], kw = w.kernel[1];
@@ -104,36 +127,48 @@ template <int64_t kVectors>
   const int64_t last_start = w.in[1] - 1 - (kw - 1) * dw + pad;  // largest ow * sw allowed
   const int64_t whole_end =
       std::clamp<int64_t>(last_start < 0 ? 0 : last_start / sw + 1, whole_begin, out_w);
+  const float whole_scale = kMax ? 1.0f : average_scale(rows, {0, kw}, w, include_pad);
   // (A lambda for the edge pixels would be compiled once, for the baseline, not in each clone.)
   for (int64_t ow = 0; ow < out_w;) {
     const int64_t iw0 = ow * sw - pad;
     if (ow >= whole_begin && ow + kPixels <= whole_end) {
-      max_pixels<kVectors, kPixels>(plane, row_pitch, inner, ih0, rows, dh, iw0, sw * inner,
-                                    {0, kw}, dw, out_row + ow * inner);
+      pool_pixels<kVectors, kPixels, kMax>(plane, row_pitch, inner, ih0, rows, dh, iw0, sw * inner,
+                                           {0, kw}, dw, whole_scale, out_row + ow * inner);
       ow += kPixels;
     } else {
-      max_pixels<kVectors, 1>(plane, row_pitch, inner, ih0, rows, dh, iw0, 0,
-                              live_taps(iw0, kw, dw, w.in[1]), dw, out_row + ow * inner);
+      const auto cols = live_taps(iw0, kw, dw, w.in[1]);
+      const float scale = kMax ? 1.0f : average_scale(rows, cols, w, include_pad);
+      pool_pixels<kVectors, 1, kMax>(plane, row_pitch, inner, ih0, rows, dh, iw0, 0, cols, dw,
+                                     scale, out_row + ow * inner);
       ++ow;
     }
   }
 }
 
-// Output row `oh` of a 2-D max pool over one plane of H x W pixels of `inner` channels each
-// (channels-last, or a block of channels), stored the same way: padding taken as absent.
-VOLT_SIMD_CLONES void max_pool_row(const WindowGeometry& w, int64_t inner, const float* plane,
-                                   int64_t oh, float* out_row) {
-  if (inner >= 32) return max_pool_pixels<4>(w, inner, plane, oh, out_row);
-  if (inner >= 16) return max_pool_pixels<2>(w, inner, plane, oh, out_row);
-  if (inner >= 8) return max_pool_pixels<1>(w, inner, plane, oh, out_row);
+template <bool kMax>
+[[gnu::always_inline]] inline void pool_row_of(const WindowGeometry& w, bool include_pad,
+                                               int64_t inner, const float* plane, int64_t oh,
+                                               float* out_row) {
+  if (inner >= 32) return pool_row_pixels<4, kMax>(w, include_pad, inner, plane, oh, out_row);
+  if (inner >= 16) return pool_row_pixels<2, kMax>(w, include_pad, inner, plane, oh, out_row);
+  if (inner >= 8) return pool_row_pixels<1, kMax>(w, include_pad, inner, plane, oh, out_row);
   const int64_t ih0 = oh * w.strides[0] - w.pad_begin[0];
   const auto rows = live_taps(ih0, w.kernel[0], w.dilations[0], w.in[0]);
   for (int64_t ow = 0; ow < w.out[1]; ++ow) {
     const int64_t iw0 = ow * w.strides[1] - w.pad_begin[1];
-    max_pixel_narrow(plane, w.in[1] * inner, inner, ih0, rows, w.dilations[0], iw0,
-                     live_taps(iw0, w.kernel[1], w.dilations[1], w.in[1]), w.dilations[1],
-                     out_row + ow * inner);
+    const auto cols = live_taps(iw0, w.kernel[1], w.dilations[1], w.in[1]);
+    pool_pixel_narrow<kMax>(plane, w.in[1] * inner, inner, ih0, rows, w.dilations[0], iw0, cols,
+                            w.dilations[1], average_scale(rows, cols, w, include_pad),
+                            out_row + ow * inner);
   }
+}
+
+// Output row `oh` of a 2-D max or average pool over one plane of H x W pixels of `inner`
+// channels each (channels-last, or a block of channels), stored the same way.
+VOLT_SIMD_CLONES void pool_row(const WindowGeometry& w, bool max, bool include_pad, int64_t inner,
+                               const float* plane, int64_t oh, float* out_row) {
+  if (max) return pool_row_of<true>(w, include_pad, inner, plane, oh, out_row);
+  pool_row_of<false>(w, include_pad, inner, plane, oh, out_row);
 }
 
 // Sums of `pixels` pixels of `inner` channels each (channels-last, or a block of channels) into
@@ -264,17 +299,19 @@ class Pool final : public Kernel {
     dnnl::memory::desc src, dst, scratch;
     // Or, without a primitive, volt's loop over stored channels (channel_loop): `planes` of
     // H x W pixels of `inner` channels each.
-    bool loop = false, global_mean = false;
+    bool loop = false, global_mean = false, max = true, include_pad = false;
     WindowGeometry win;
     int64_t planes = 0, inner = 0, bands = 1;
   };
 
-  // A 2-D f32 MaxPool over channels-last or blocked data of 8 channels a pixel or more runs
-  // volt's loop (max_pool_row: the window's maxima for 8 pixels' channels at a time, held in
-  // registers). oneDNN 2.6's jit pooling on AVX2 runs one pixel's chain of maxima at a time;
-  // GoogLeNet's 13 pools at batch 8, 2 threads, Zen 3, took 31-47 ms a run against ONNX Runtime's
-  // 7 (per node 1.6-4.4 ms against 0.2-1.7). Per node with the loop, alternating: a 3x3 pool of
-  // [8, 192, 28, 28] in blocks of 8, 2.7 -> 0.7 ms; ResNet-18 batch 8's 4.1-4.3 -> 2.3-2.7 ms. With
+  // A 2-D f32 MaxPool or AveragePool over channels-last or blocked data of 8 channels a pixel or
+  // more runs volt's loop (pool_row: the window's maxima or sums for 8 pixels' channels at a
+  // time, held in registers). oneDNN 2.6's jit pooling on AVX2 runs one pixel's chain at a time;
+  // GoogLeNet's 13 max pools at batch 8, 2 threads, Zen 3, took 31-47 ms a run against ONNX
+  // Runtime's 7 (per node 1.6-4.4 ms against 0.2-1.7). Per node with the loop, alternating: a 3x3
+  // max pool of [8, 192, 28, 28] in blocks of 8, 2.7 -> 0.7 ms; ResNet-18 batch 8's 4.1-4.3 ->
+  // 2.3-2.7 ms; a 2x2 stride-2 average pool of [8,
+  // 128, 56, 56] channels-last (DenseNet's first transition) 4.7-5.1 -> 2.9-3.3 ms. With
   // fewer channels a pixel, oneDNN's primitive stays, except in a plan built for one of several
   // shapes: there the loop takes any channels-last or blocked data, since it needs no code
   // generated per shape (oneDNN's pooling primitive costs about 80 us at each new shape,
@@ -286,10 +323,12 @@ class Pool final : public Kernel {
     const bool loop_wins = ctx.shapes_vary() || inner >= 8;
     const bool global_mean = global_ && kind_ == PoolKind::Average;
     if (!last_ || ctx.dtype(0) != DType::Float ||
-        !(global_mean || (loop_wins && kind_ == PoolKind::Max && s.win.in.size() == 2)))
+        !(global_mean || (loop_wins && kind_ != PoolKind::Lp && s.win.in.size() == 2)))
       return nullptr;
     auto st = std::make_shared<PoolState>();
     st->loop = true;
+    st->max = kind_ == PoolKind::Max;
+    st->include_pad = count_include_pad_;
     st->global_mean = global_mean;
     st->win = s.win;
     st->inner = inner;
@@ -333,8 +372,8 @@ class Pool final : public Kernel {
     const WindowGeometry& w = st.win;
     const int64_t ho = w.out[0];
     parallel_for(st.planes * ho, st.planes * ho * w.out[1] * st.inner > 32768, [&](int64_t row) {
-      max_pool_row(w, st.inner, x + row / ho * w.in[0] * w.in[1] * st.inner, row % ho,
-                   y + row * w.out[1] * st.inner);
+      pool_row(w, st.max, st.include_pad, st.inner, x + row / ho * w.in[0] * w.in[1] * st.inner,
+               row % ho, y + row * w.out[1] * st.inner);
     });
   }
 

@@ -3,7 +3,8 @@
 // - GlobalAveragePool's banded loop: narrow pixels (runs of several pixels at once), wide ones
 //   (64 channels at a time, the last 64 overlapping), images split into bands summed in
 //   parallel, and a batch.
-// - MaxPool's loop: 8, 16 or 32 channels at a time (the last chunk overlapping where the pixel
+// - MaxPool's and AveragePool's loop: 8, 16 or 32 channels at a time (the last chunk overlapping
+// where the pixel
 //   is not a multiple), eight pixels at a time where the window is whole and one at a time at
 //   the edges, over strides, dilations, asymmetric pads and ceil_mode.
 #include <gtest/gtest.h>
@@ -70,7 +71,7 @@ TEST(GlobalPool, AverageOverStoredChannelsMatchesTheUnoptimizedGraph) {
   }
 }
 
-TEST(MaxPool, OverStoredChannelsMatchesTheUnoptimizedGraph) {
+TEST(WindowPool, MaxAndAverageOverStoredChannelsMatchTheUnoptimizedGraph) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   struct Window {
@@ -92,31 +93,38 @@ TEST(MaxPool, OverStoredChannelsMatchesTheUnoptimizedGraph) {
   for (const Case c : {Case{5, 10, 21, false}, Case{13, 9, 23, false}, Case{24, 12, 30, false},
                        Case{40, 7, 5, false}, Case{200, 6, 17, false}, Case{32, 11, 37, true},
                        Case{64, 8, 19, true}})
-    for (const Window& win : windows) {
-      const std::string bytes = conv_then_pool(c.channels, c.dense, rng, "MaxPool", [&](auto& n) {
-        ModelBuilder::set_ints(n, "kernel_shape", win.kernel);
-        ModelBuilder::set_ints(n, "strides", win.strides);
-        ModelBuilder::set_ints(n, "dilations", win.dilations);
-        ModelBuilder::set_ints(n, "pads", win.pads);
-        ModelBuilder::set_int(n, "ceil_mode", win.ceil_mode);
-      });
-      Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
-      Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
-      // The second width makes `opt` plan for several shapes, where the loop takes any stored
-      // channels (5 a pixel: one channel at a time).
-      for (const int64_t width : {c.width, c.width + 3}) {
-        Tensor x = Tensor::empty(DType::Float, {2, c.channels, c.height, width});
-        for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
-        const Tensor want = plain.run({{"x", x}})[0].tensor();
-        const Tensor got = opt.run({{"x", x}})[0].tensor();
-        ASSERT_EQ(got.shape(), want.shape());
-        // The maxima of the same convolution outputs: only the convolution's rounding differs.
-        for (int64_t i = 0; i < got.numel(); ++i)
-          ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f)
-              << c.channels << " channels, " << c.height << "x" << width << ", kernel "
-              << win.kernel[0] << "x" << win.kernel[1] << ", at " << i;
+    for (const Window& win : windows)
+      for (const int average : {0, 1, 2}) {  // MaxPool, AveragePool, counting padding
+        // (AveragePool has dilations from opset 19 only.)
+        if (average && win.dilations != std::vector<int64_t>{1, 1}) continue;
+        const std::string op = average ? "AveragePool" : "MaxPool";
+        const std::string bytes = conv_then_pool(c.channels, c.dense, rng, op, [&](auto& n) {
+          ModelBuilder::set_ints(n, "kernel_shape", win.kernel);
+          ModelBuilder::set_ints(n, "strides", win.strides);
+          if (!average) ModelBuilder::set_ints(n, "dilations", win.dilations);
+          ModelBuilder::set_ints(n, "pads", win.pads);
+          ModelBuilder::set_int(n, "ceil_mode", win.ceil_mode);
+          if (average) ModelBuilder::set_int(n, "count_include_pad", average - 1);
+        });
+        Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+        Session opt = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+        // The second width makes `opt` plan for several shapes, where the loop takes any stored
+        // channels (5 a pixel: one channel at a time).
+        for (const int64_t width : {c.width, c.width + 3}) {
+          Tensor x = Tensor::empty(DType::Float, {2, c.channels, c.height, width});
+          for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+          const Tensor want = plain.run({{"x", x}})[0].tensor();
+          const Tensor got = opt.run({{"x", x}})[0].tensor();
+          ASSERT_EQ(got.shape(), want.shape());
+          // Maxima or means of up to 25 of the same convolution outputs: the convolution's
+          // rounding and the sum's order differ.
+          for (int64_t i = 0; i < got.numel(); ++i)
+            ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f)
+                << op << (average == 2 ? " counting padding, " : ", ") << c.channels
+                << " channels, " << c.height << "x" << width << ", kernel " << win.kernel[0] << "x"
+                << win.kernel[1] << ", at " << i;
+        }
       }
-    }
 }
 
 }  // namespace

@@ -187,16 +187,15 @@ namespace {
 // `staging` where given.
 struct Staging {
   dnnl::memory::desc plain, as;  // plain in `plain`'s dimensions; the same bytes in `packed`'s
+
+  Tensor buffer() const {  // (bytes: plain floats or whatever the staging layout holds)
+    return allocate_tensor(DType::UInt8, {static_cast<int64_t>(plain.get_size())});
+  }
 };
 
 Tensor pack(InferContext& ctx, size_t input, const Tensor& value, const dnnl::memory::desc& plain,
             const dnnl::memory::desc& packed, size_t byte_offset, const Staging* staging) {
   const void* data = static_cast<const char*>(value.raw()) + byte_offset;
-  // (Staged reorders go through a buffer of the staging layout, plain floats or whatever it
-  // holds, as bytes.)
-  auto staging_buffer = [&] {
-    return allocate_tensor(DType::UInt8, {static_cast<int64_t>(staging->plain.get_size())});
-  };
   std::optional<Tensor> cached = packed_weights().find(data, value.owner(), plain, packed);
   Tensor copy;
   if (cached) {
@@ -205,7 +204,7 @@ Tensor pack(InferContext& ctx, size_t input, const Tensor& value, const dnnl::me
     // (Lasting: a packed copy lives as long as the plans that share it.)
     copy = allocate_lasting_tensor(DType::UInt8, {static_cast<int64_t>(packed.get_size())});
     if (staging) {
-      Tensor rows = staging_buffer();
+      Tensor rows = staging->buffer();
       reorder_now(plain, data, staging->plain, rows.raw());
       reorder_now(staging->as, rows.raw(), packed, copy.raw());
     } else {
@@ -235,8 +234,7 @@ Tensor pack(InferContext& ctx, size_t input, const Tensor& value, const dnnl::me
         input, {[copy, plain, packed, via, dtype = value.dtype(), shape = value.shape()] {
                   Tensor original = allocate_lasting_tensor(dtype, shape);
                   if (via) {
-                    Tensor rows = allocate_tensor(DType::UInt8,
-                                                  {static_cast<int64_t>(via->plain.get_size())});
+                    Tensor rows = via->buffer();
                     reorder_now(packed, copy.raw(), via->as, rows.raw());
                     reorder_now(via->plain, rows.raw(), plain, original.raw());
                   } else {

@@ -1,10 +1,8 @@
 // ConvTranspose: oneDNN's deconvolution for f32/bf16 up to 3 spatial axes (groups, dilations,
 // output_padding, output_shape, auto_pad; a fused activation from fuse_conv_activation), its
 // weights reordered once per plan; in 2-D on channels-last or blocked data, a 1x1 convolution
-// and a gather of each output's taps (conv_transpose_gather.hpp); a reference
-// scatter loop for every other float case.
-#include <cstdlib>
-
+// and a gather of each output's taps (conv_transpose_gather.hpp); a reference scatter loop for
+// every other float case.
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/epilogue.hpp"
@@ -29,8 +27,9 @@ struct DeconvState {
   Tensor packed_weights;
   bool has_bias = false;
   // Or as a product and a gather (conv_transpose_gather.hpp): the 1x1 convolution `prim` to
-  // Z, in the run's scratch, then each output pixel's taps gathered from it. oneDNN 2.6's jit
-  // deconvolution on AVX2 ran a U-Net's 2x2 stride-2 upsamplings at 12-32 GFLOP/s.
+  // Z, in the run's scratch, then each output row's taps added from it. oneDNN 2.6's jit
+  // deconvolution on AVX2 ran a U-Net's 2x2 stride-2 upsamplings at 12-32 GFLOP/s, and 3-15x
+  // slower than this in decoders of 64-128 channels.
   bool gathered = false;
   bool epilogue_in_product = false;  // bias and activation in the 1x1 convolution (one tap each)
   size_t z_offset = 0, bias_offset = 0;  // in the run's scratch: Z, and the bias per channel of Z
@@ -155,14 +154,9 @@ class ConvTranspose final : public Kernel {
   }
 
   // Y channels-last or in blocks: there oneDNN has a jit 1x1 convolution (on channels-first
-  // data its 1x1 convolutions are gemm-based). VOLT_DECONV_GATHER=0 keeps the deconvolution (a
-  // switch for measuring one against the other).
+  // data its 1x1 convolutions are gemm-based).
   bool gather_suits(InferContext& ctx, const DeconvGeometry& g) const {
-    static const bool off = [] {
-      const char* v = std::getenv("VOLT_DECONV_GATHER");
-      return v && std::string(v) == "0";
-    }();
-    return !off && g.in.size() == 2 && ctx.dtype(0) == DType::Float && ctx.input_tensor(1) &&
+    return g.in.size() == 2 && ctx.dtype(0) == DType::Float && ctx.input_tensor(1) &&
            layout_ != StoredLayout::ChannelsFirst;
   }
 
@@ -217,8 +211,8 @@ class ConvTranspose final : public Kernel {
     st->scratch = pd.scratchpad_desc();
     st->weights = pd.weights_desc();
     size_t bytes = st->scratch.get_size();
-    auto reserve = [&](size_t n) {
-      const size_t at = (bytes + 63) / 64 * 64;
+    auto reserve = [&](size_t n) {  // n bytes after what the scratch holds so far
+      const size_t at = dnnl_adapter::align64(bytes);
       bytes = at + n;
       return at;
     };

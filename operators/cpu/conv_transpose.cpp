@@ -154,10 +154,14 @@ class ConvTranspose final : public Kernel {
   }
 
   // Y channels-last or in blocks: there oneDNN has a jit 1x1 convolution (on channels-first
-  // data its 1x1 convolutions are gemm-based).
+  // data its 1x1 convolutions are gemm-based). Z holds kh x kw / (sh x sw) times Y's values
+  // (about; 2.25 for a 3x3 stride-2 decoder): up to 9 (a 3x3 of stride 1, measured 2.5-3x faster
+  // than the deconvolution) it runs this way, beyond that the deconvolution needs no such
+  // buffer (a 7x7 of stride 1 and 256 channels on 64x64 would want 200 MB of scratch).
   bool gather_suits(InferContext& ctx, const DeconvGeometry& g) const {
     return g.in.size() == 2 && ctx.dtype(0) == DType::Float && ctx.input_tensor(1) &&
-           layout_ != StoredLayout::ChannelsFirst;
+           layout_ != StoredLayout::ChannelsFirst &&
+           g.kernel[0] * g.kernel[1] <= 9 * g.strides[0] * g.strides[1];
   }
 
   // Null where no jit 1x1 convolution takes these layouts as they are.

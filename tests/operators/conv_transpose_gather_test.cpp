@@ -53,6 +53,8 @@ TEST(ConvTransposeGathered, MatchTheSumInEveryLayout) {
       {2, 16, 8, 5, 6, 3, 3, Before::Dense, true, true, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}},
       {1, 16, 16, 4, 5, 4, 4, Before::Dense, false, true, {2, 2}, {1, 1}, {1, 1, 1, 1}},
       {1, 24, 8, 6, 5, 3, 3, Before::DepthwiseSquared, true, false, {1, 1}, {1, 1}, {1, 1, 1, 1}},
+      // 5x5 of stride 1: Z would be 25 times Y, so the deconvolution.
+      {1, 16, 8, 6, 5, 5, 5, Before::Dense, true, true, {1, 1}, {1, 1}, {2, 2, 2, 2}},
       {2, 13, 7, 5, 4, 3, 2, Before::DepthwiseSquared, true, true, {2, 3}, {2, 1}, {1, 0, 2, 1},
        {1, 0}},
       // Groups: the corpus U-Net's 3x3 stride-2 decoder of two groups, two channels-last, and

@@ -35,7 +35,6 @@ struct DeconvState {
   size_t z_offset = 0, bias_offset = 0;  // in the run's scratch: Z, and the bias per channel of Z
   dnnl::memory::desc z_md, src_md;       // Z and X as stored
   TapGather gather;
-  int64_t group = 1;
 };
 
 class ConvTranspose final : public Kernel {
@@ -170,10 +169,9 @@ class ConvTranspose final : public Kernel {
     const auto dt = dnnl::memory::data_type::f32;
     auto st = std::make_shared<DeconvState>();
     st->gathered = true;
-    st->group = g.group;
     st->gather = tap_gather(g, block_channels(layout_));
     if (st->gather.runs == 0) return nullptr;
-    st->epilogue_in_product = one_tap_each(st->gather);
+    st->epilogue_in_product = st->gather.one_tap_each;
     const int64_t taps = st->gather.taps, zc = g.m * taps, cg = g.c / g.group, mg = g.m / g.group;
     const Shape z{g.n, zc, g.in[0], g.in[1]};
     // The product's weights are [G, K x M/G, C/G, 1, 1] ([K x M, C, 1, 1] for one group), row
@@ -238,7 +236,7 @@ class ConvTranspose final : public Kernel {
     const float* b = st.has_bias ? ctx.input(2).data<float>() : nullptr;
     if (b && st.epilogue_in_product) {  // Z's channel (g x K + tap) x M/G + m takes B[g x M/G + m]
       float* bias = reinterpret_cast<float*>(scratch + st.bias_offset);
-      const int64_t taps = st.gather.taps, mg = st.gather.m / st.group;
+      const int64_t taps = st.gather.taps, mg = st.gather.group_m;
       for (int64_t c = 0; c < st.gather.m * taps; ++c) bias[c] = b[c / (taps * mg) * mg + c % mg];
       args.add(DNNL_ARG_BIAS, st.bias, bias);
     }

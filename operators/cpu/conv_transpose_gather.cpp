@@ -89,6 +89,7 @@ TapGather tap_gather(const DeconvGeometry& g, int64_t block) {
   if (block && mg % block != 0) return p;
   p.n = g.n;
   p.m = g.m;
+  p.group_m = mg;
   p.kw = g.kernel[1];
   p.taps = taps;
   p.in_h = g.in[0];
@@ -100,7 +101,9 @@ TapGather tap_gather(const DeconvGeometry& g, int64_t block) {
   p.z_pixel = block ? block : zc;
   p.z_image = p.in_h * p.in_w * zc;
   p.rows = tap_list(g.in[0], g.out[0], g.kernel[0], g.strides[0], g.dilations[0], g.pad_begin[0]);
-  p.cols = tap_list(g.in[1], g.out[1], g.kernel[1], g.strides[1], g.dilations[1], g.pad_begin[1]);
+  p.one_tap_each =
+      one_each(p.rows) && one_each(tap_list(g.in[1], g.out[1], g.kernel[1], g.strides[1],
+                                            g.dilations[1], g.pad_begin[1]));
   p.stride_w = g.strides[1];
   p.dilation_w = g.dilations[1];
   p.pad_w = g.pad_begin[1];
@@ -118,10 +121,6 @@ TapGather tap_gather(const DeconvGeometry& g, int64_t block) {
     }
   p.seg_start.push_back(static_cast<int64_t>(p.segments.size()));
   return p;
-}
-
-bool one_tap_each(const TapGather& p) {
-  return one_each(p.rows) && one_each(p.cols);
 }
 
 void gather_taps(const TapGather& p, const float* z, const float* bias, const FusedActivation& act,

@@ -29,12 +29,13 @@ struct TapSegment {
 };
 
 struct TapGather {
-  int64_t n = 0, m = 0, taps = 0, kw = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int64_t n = 0, m = 0, group_m = 0, taps = 0, kw = 0, in_h = 0, in_w = 0, out_h = 0, out_w = 0;
   // Y as runs of `run` channels ([N, M / run, OH, OW, run]: run = M channels-last, B blocked);
   // Z's pixels `z_pixel` floats apart, its images `z_image` apart.
   int64_t runs = 0, run = 0, z_pixel = 0, z_image = 0;
-  TapList rows, cols;  // (cols: for one_tap_each; the gather steps the columns itself)
+  TapList rows;  // (the columns the gather steps itself, from these:)
   int64_t stride_w = 1, dilation_w = 1, pad_w = 0;
+  bool one_tap_each = false;  // every output position receives exactly one tap
   // For run r and tap t, segments[seg_start[r x K + t] .. seg_start[r x K + t + 1]).
   std::vector<int64_t> seg_start;
   std::vector<TapSegment> segments;
@@ -43,9 +44,6 @@ struct TapGather {
 // 2-D geometry; `block` 0 for channels-last. Empty (runs == 0) where a group's channels are not
 // whole blocks.
 TapGather tap_gather(const DeconvGeometry& g, int64_t block);
-
-// Whether every output position receives exactly one tap.
-bool one_tap_each(const TapGather& p);
 
 // y = act(bias + the sum of its taps' values in z); `bias` may be null, `act` None.
 void gather_taps(const TapGather& p, const float* z, const float* bias, const FusedActivation& act,

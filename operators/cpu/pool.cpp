@@ -310,13 +310,12 @@ class Pool final : public Kernel {
   // GoogLeNet's 13 max pools at batch 8, 2 threads, Zen 3, took 31-47 ms a run against ONNX
   // Runtime's 7 (per node 1.6-4.4 ms against 0.2-1.7). Per node with the loop, alternating: a 3x3
   // max pool of [8, 192, 28, 28] in blocks of 8, 2.7 -> 0.7 ms; ResNet-18 batch 8's 4.1-4.3 ->
-  // 2.3-2.7 ms; a 2x2 stride-2 average pool of [8,
-  // 128, 56, 56] channels-last (DenseNet's first transition) 4.7-5.1 -> 2.9-3.3 ms. With
-  // fewer channels a pixel, oneDNN's primitive stays, except in a plan built for one of several
-  // shapes: there the loop takes any channels-last or blocked data, since it needs no code
-  // generated per shape (oneDNN's pooling primitive costs about 80 us at each new shape,
-  // crnn_recognizer has four). A f32 GlobalAveragePool over channels-last or blocked data always
-  // runs the loop (run_global_mean).
+  // 2.3-2.7 ms; a 2x2 stride-2 average pool of [8, 128, 56, 56] channels-last (DenseNet's
+  // first transition) 4.7-5.1 -> 2.9-3.3 ms. With fewer channels a pixel, oneDNN's primitive
+  // stays, except in a plan built for one of several shapes: there the loop takes any
+  // channels-last or blocked data, since it needs no code generated per shape (oneDNN's pooling
+  // primitive costs about 80 us at each new shape, crnn_recognizer has four). A f32
+  // GlobalAveragePool over channels-last or blocked data always runs the loop (run_global_mean).
   std::shared_ptr<PoolState> channel_loop(InferContext& ctx, const PoolShapes& s,
                                           const Shape& x) const {
     const int64_t block = block_channels(layout_), inner = block ? block : x[1];

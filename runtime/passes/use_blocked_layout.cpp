@@ -42,6 +42,7 @@ bool is_exit(const Node& n) {
 
 Graph use_blocked_layout(const Graph& graph) {
   std::vector<const Node*> region;
+  std::set<std::string> read_outside;
   for (const Node& n : graph.nodes) {
     if (n.attr_string("volt.layout", "") == "NHWC") {
       const bool conv =
@@ -56,9 +57,10 @@ Graph use_blocked_layout(const Graph& graph) {
       region.push_back(&n);
       continue;
     }
-    // Outside the region, only the exits may read its values.
+    // Outside the region, the exits read its values; other readers (an NHWC graph output's
+    // Identity) need them channels-last.
     for (const std::string& v : n.inputs)
-      if (is_channels_last_value(v) && !is_exit(n)) return graph;
+      if (is_channels_last_value(v) && !is_exit(n)) read_outside.insert(v);
   }
   if (region.empty()) return graph;
   // On AVX-512, blocks pay where the region has convolutions that run faster on them: 1x1
@@ -115,17 +117,28 @@ Graph use_blocked_layout(const Graph& graph) {
   for (const Node* n : region)
     for (const std::string& v : n->inputs) region_inputs.insert(v);
   // A convolution at the region's edge whose channels are not whole blocks (a segmentation
-  // head's classes, a U-Net's last layer) reads blocks and writes channels-last, where no node of
-  // the region reads its output and it adds no residual.
+  // head's classes, a U-Net's last layer), or whose output a node outside reads channels-last (a
+  // tf2onnx graph's NHWC output), reads blocks and writes channels-last, where no node of the
+  // region reads its output and it adds no residual.
   std::set<std::string> edge;
+  // A convolution whose X arrives channels-last from outside the region (a tf2onnx graph's NHWC
+  // input, the Transpose after it absorbed) reads it so and writes blocks: its primitive reorders
+  // X into its layout, where otherwise the whole region stayed channels-last and every
+  // convolution in it staged its X and Y through reorders (keras_nhwc batch 8: 14 ms of ~100).
+  std::set<std::string> reads_channels_last;  // by output
   for (const Node* n : region) {
     // Every value of the region in blocks, X from the region or channels-first from outside.
-    if (!blocked(n->outputs[0])) {
+    if (!blocked(n->outputs[0]) || read_outside.count(n->outputs[0])) {
       if (n->op_type != "Conv" || n->has_input(3) || region_inputs.count(n->outputs[0]))
         return graph;
       edge.insert(n->outputs[0]);
     }
-    if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) return graph;
+    if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) {
+      if (n->op_type == "Concat" || n->op_type.find("Pool") != std::string::npos ||
+          channels.count(n->inputs[0]))
+        return graph;
+      reads_channels_last.insert(n->outputs[0]);
+    }
     if (n->has_input(3) && !blocked(n->inputs[3])) return graph;
     if (n->op_type == "Concat")
       for (const std::string& v : n->inputs)
@@ -134,11 +147,13 @@ Graph use_blocked_layout(const Graph& graph) {
   const std::string name = blocked_layout_name(block);
   Graph g = graph;
   for (Node& n : g.nodes) {
+    if (!n.outputs.empty() && reads_channels_last.count(n.outputs[0]))
+      n.attributes["volt.input_layout"] = string_attr("NHWC");
     if (edge.count(n.outputs.empty() ? "" : n.outputs[0])) {
       if (!n.has_attr("volt.input_layout")) n.attributes["volt.input_layout"] = string_attr(name);
     } else if (n.attr_string("volt.layout", "") == "NHWC" || is_region_concat(n)) {
       n.attributes["volt.layout"] = string_attr(name);
-    } else if (is_exit(n) && !edge.count(n.inputs[0])) {
+    } else if (is_exit(n) && blocked(n.inputs[0]) && !edge.count(n.inputs[0])) {
       Node exit = make_node(n.name, "ChannelsFirst", n.inputs, n.outputs, 1);
       exit.domain = kVoltDomain;
       exit.attributes["volt.layout"] = string_attr(name);

@@ -1135,6 +1135,42 @@ TEST(Passes, ALastConvolutionOfFewChannelsReadsBlocksAndWritesChannelsLast) {
     expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 8, 10, 10}, rng)}});
 }
 
+// A tf2onnx-style graph: its NHWC input goes through a Transpose to the first convolution, and a
+// Transpose after each convolution and before the next. The first convolution reads the input
+// channels-last from outside the region and writes blocks; the region takes blocks all through
+// (before, the input kept the whole region channels-last, and each convolution reordered its X and
+// Y into and out of blocks). The last convolution, whose output is the graph's NHWC output, reads
+// blocks and writes channels-last.
+TEST(Passes, ChannelsLastInputAndOutputLetTheRegionTakeBlocks) {
+  std::mt19937 rng(36);
+  ModelBuilder b;
+  b.input("x", 1, {-1, 12, 12, 3}).output("y", 1, {});
+  b.initializer("W0", {16, 3, 3, 3}, random_values(16 * 3 * 9, rng))
+      .initializer("W1", {16, 16, 3, 3}, random_values(16 * 16 * 9, rng))
+      .initializer("W2", {32, 16, 1, 1}, random_values(32 * 16, rng));
+  auto padded = [](auto& n) { ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1}); };
+  auto to_nchw = [](auto& n) { ModelBuilder::set_ints(n, "perm", {0, 3, 1, 2}); };
+  auto to_nhwc = [](auto& n) { ModelBuilder::set_ints(n, "perm", {0, 2, 3, 1}); };
+  b.node("Transpose", {"x"}, {"t0"}, to_nchw).node("Conv", {"t0", "W0"}, {"c0"}, padded);
+  b.node("Relu", {"c0"}, {"r0"}).node("Transpose", {"r0"}, {"h0"}, to_nhwc);
+  b.node("Transpose", {"h0"}, {"t1"}, to_nchw).node("Conv", {"t1", "W1"}, {"c1"}, padded);
+  b.node("Transpose", {"c1"}, {"h1"}, to_nhwc).node("Transpose", {"h1"}, {"t2"}, to_nchw);
+  b.node("Conv", {"t2", "W2"}, {"c2"}).node("Transpose", {"c2"}, {"y"}, to_nhwc);
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  int blocked = 0, reads_channels_last = 0;
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "Conv") continue;
+    blocked += n.attr_string("volt.layout", "") == cpus_blocked_layout();
+    reads_channels_last += n.attr_string("volt.input_layout", "") == "NHWC";
+  }
+  EXPECT_EQ(blocked, 2);              // the last writes the NHWC output channels-last
+  EXPECT_EQ(reads_channels_last, 1);  // the first
+  EXPECT_EQ(count_op(g, "ChannelsFirst"), 0);
+  for (int64_t batch : {1, 2})
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 12, 12, 3}, rng)}});
+}
+
 // A stack of strided 3x3 convolutions (no 1x1, none Winograd's): on AVX-512, oneDNN's brgemm
 // convolutions on channels-last beat its blocked ones for them, and the region stays
 // channels-last; on AVX2 it takes blocks. Either way it computes what the unoptimized graph does.

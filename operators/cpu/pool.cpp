@@ -11,6 +11,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/floats8.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
@@ -31,10 +32,6 @@ enum class PoolKind { Max, Average, Lp };
   const int64_t last = in - base <= 0 ? 0 : std::min(kernel, (in - base + dilation - 1) / dilation);
   return {first, std::max(first, last)};
 }
-
-// Eight floats, one AVX2 register (two SSE registers in the baseline clone, half an AVX-512
-// one): the compiler left a per-channel loop over the window in scalar code.
-typedef float Floats8 __attribute__((vector_size(32)));
 
 // kPixels output pixels of a 2-D max (kMax) or average pool side by side, `pixel_step` floats
 // apart in the input (the stride) and `inner` apart in the output, 8 x kVectors channels at a
@@ -65,7 +62,7 @@ template <int64_t kVectors, int64_t kPixels, bool kMax>
         for (int64_t p = 0; p < kPixels; ++p)
           for (int64_t v = 0; v < kVectors; ++v) {
             Floats8 x;
-            std::memcpy(&x, in + p * pixel_step + 8 * v, sizeof x);
+            load8(x, in + p * pixel_step + 8 * v);
             if constexpr (kMax)
               acc[p][v] = x > acc[p][v] ? x : acc[p][v];
             else

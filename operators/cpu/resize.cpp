@@ -12,6 +12,7 @@
 #include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
+#include "operators/cpu/resize_stored_channels.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
 
@@ -104,7 +105,7 @@ class Resize final : public Kernel {
     Tensor& y = ctx.output(0);
     if (backward_) return scatter(ctx.input(0), y, out, taps, outside, strides_of(xs), ctx);
     if (stored.dtype() == DType::Float && planar(xs, out, taps, outside))
-      return last_ ? resize_channels_last(stored, y, xs, taps) : resize_planes(stored, y, taps);
+      return last_ ? resize_stored(stored, y, xs, taps) : resize_planes(stored, y, taps);
     if (!last_) return general(stored, y, out, taps, outside);
     // Channels-last outside the plane kernels: the general loop on channels-first copies.
     const Tensor x = channels_first_copy(stored, layout_);
@@ -159,40 +160,33 @@ class Resize final : public Kernel {
     return true;
   }
 
-  // N x H x W x C (the channels_last region's layout; `x` the logical N x C x H x W): each
-  // output pixel is the weighted sum of its taps' pixels, C contiguous values at a time, or a
-  // copy of one pixel for nearest.
-  static void resize_channels_last(const Tensor& stored, Tensor& y, const Shape& x,
-                                   const std::vector<std::vector<std::vector<Tap>>>& taps) {
-    const int64_t n = x[0], c = x[1], ih = x[2], iw = x[3];
-    const auto& rows = taps[2];
-    const auto& cols = taps[3];
-    const int64_t oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
-    const float* px = stored.data<float>();
-    float* py = y.data<float>();
-#pragma omp parallel for collapse(2) if (n * oh * ow * c > 16384)
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t oy = 0; oy < oh; ++oy) {
-        const float* image = px + b * ih * iw * c;
-        float* dst_row = py + (b * oh + oy) * ow * c;
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          float* dst = dst_row + ox * c;
-          const auto& ry = rows[oy];
-          const auto& rx = cols[ox];
-          if (ry.size() == 1 && rx.size() == 1 && ry[0].weight == 1.0 && rx[0].weight == 1.0) {
-            std::copy_n(image + (ry[0].index * iw + rx[0].index) * c, c, dst);
-            continue;
-          }
-          std::fill_n(dst, c, 0.0f);
-          for (const Tap& ty : ry)
-            for (const Tap& tx : rx) {
-              const float w = static_cast<float>(ty.weight * tx.weight);
-              const float* src = image + (ty.index * iw + tx.index) * c;
-#pragma omp simd
-              for (int64_t k = 0; k < c; ++k) dst[k] += w * src[k];
-            }
-        }
+  // Stored channels-last (N x H x W x C; `x` the logical N x C x H x W) or in blocks of b
+  // channels (the same loop on N x C/b images of b channels): resize_stored_channels.
+  void resize_stored(const Tensor& stored, Tensor& y, const Shape& x,
+                     const std::vector<std::vector<std::vector<Tap>>>& taps) const {
+    const int64_t block = block_channels(layout_);
+    const int64_t images = block ? x[0] * (x[1] / block) : x[0];
+    resize_stored_channels(stored.data<float>(), y.data<float>(), images, x[2], x[3],
+                           block ? block : x[1], flat_taps(taps[2]), flat_taps(taps[3]));
+  }
+
+  // An axis's taps as AxisTaps: the same count for every output coordinate, the shorter lists
+  // padded with zero weights on their last index (so that every index is one the output reads).
+  static AxisTaps flat_taps(const std::vector<std::vector<Tap>>& taps) {
+    AxisTaps flat;
+    for (const auto& t : taps) flat.k = std::max<int64_t>(flat.k, static_cast<int64_t>(t.size()));
+    flat.index.assign(taps.size() * static_cast<size_t>(flat.k), 0);
+    flat.weight.assign(flat.index.size(), 0.0f);
+    for (size_t o = 0; o < taps.size(); ++o)
+      for (size_t t = 0; t < static_cast<size_t>(flat.k) && !taps[o].empty(); ++t) {
+        const Tap& tap = taps[o][std::min(t, taps[o].size() - 1)];
+        flat.index[o * flat.k + t] = tap.index;
+        if (t >= taps[o].size()) continue;
+        flat.weight[o * flat.k + t] = static_cast<float>(tap.weight);
+        flat.copy = flat.copy && tap.weight == 1.0;
       }
+    flat.copy = flat.copy && flat.k == 1;
+    return flat;
   }
 
   static bool identity(const std::vector<std::vector<Tap>>& taps) {
@@ -216,24 +210,16 @@ class Resize final : public Kernel {
     const int64_t ih = x.dim(r - 2), iw = x.dim(r - 1);
     const int64_t oh = static_cast<int64_t>(rows.size()), ow = static_cast<int64_t>(cols.size());
     const int64_t planes = x.numel() / (ih * iw);  // planar() declined empty inputs
-    size_t k = 1;
-    for (const auto& c : cols) k = std::max(k, c.size());
-    std::vector<int64_t> col_index(static_cast<size_t>(ow) * k, 0);
-    std::vector<float> col_weight(static_cast<size_t>(ow) * k, 0.0f);
-    bool gather = k == 1;
-    for (int64_t o = 0; o < ow; ++o)
-      for (size_t t = 0; t < cols[o].size(); ++t) {
-        col_index[o * k + t] = cols[o][t].index;
-        col_weight[o * k + t] = static_cast<float>(cols[o][t].weight);
-        gather = gather && cols[o][t].weight == 1.0;
-      }
+    const AxisTaps flat = flat_taps(cols);
+    const int64_t k = flat.k;
+    const bool gather = flat.copy;
     std::vector<char> read(static_cast<size_t>(ih), 0);  // input rows some output row reads
     for (const auto& row : rows)
       for (const Tap& t : row) read[t.index] = 1;
     const float* px = x.data<float>();
     float* py = y.data<float>();
-    const int64_t* ci = col_index.data();
-    const float* cw = col_weight.data();
+    const int64_t* ci = flat.index.data();
+    const float* cw = flat.weight.data();
 #pragma omp parallel if (planes * oh * ow > 16384)
     {
       std::vector<float> buffer(static_cast<size_t>(ih * ow));
@@ -250,7 +236,7 @@ class Resize final : public Kernel {
           }
           for (int64_t o = 0; o < ow; ++o) {
             float v = 0.0f;
-            for (size_t t = 0; t < k; ++t) v += cw[o * k + t] * src[ci[o * k + t]];
+            for (int64_t t = 0; t < k; ++t) v += cw[o * k + t] * src[ci[o * k + t]];
             dst[o] = v;
           }
         }

@@ -1,7 +1,8 @@
 // Stores the channels-last region's activations in oneDNN's blocks of channels instead: nChw16c
 // on AVX-512 (volt.layout = "NCHW16C"), nChw8c on AVX2 ("NCHW8C"), the blocking oneDNN's own
 // kernels use on each, where every activation has a multiple of the block's channels and the
-// region holds only convolutions, pools and Concats along the channels (a ResNet, GoogLeNet);
+// region holds only convolutions, pools, Resizes and Concats along the channels (a ResNet,
+// GoogLeNet, a decoder upsampling between convolutions);
 // a last convolution with fewer channels than whole blocks reads blocks and writes channels-last.
 // On AVX2 its convolutions pick blocks of 8 for themselves, so a channels-last region reordered
 // around each one. oneDNN's convolutions take either layout; on blocks, five of ResNet-50's six 1×1
@@ -15,6 +16,7 @@
 
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/layout.hpp"
+#include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 
@@ -38,6 +40,30 @@ bool is_exit(const Node& n) {
          n.attr_ints("perm") == std::vector<int64_t>{0, 3, 1, 2};
 }
 
+// Whether a Resize or Upsample keeps the channels (`channels` of its input): its scales or sizes
+// are constants that leave the channel axis as it is (a resize of the channels is legal ONNX).
+bool keeps_channels(const Graph& g, const Node& n, int64_t channels) {
+  if (n.has_attr("scales")) {  // Upsample before opset 9
+    const std::vector<float> s = n.attr_floats("scales");
+    return s.size() > 1 && s[1] == 1.0f;
+  }
+  if (n.has_attr("axes")) {  // opset 18: scales and sizes for these axes only
+    for (int64_t a : n.attr_ints("axes"))
+      if (a == 1 || a == -3) return false;
+    return true;
+  }
+  const bool resize_11 = n.op_type == "Resize" && n.opset >= 11;
+  const size_t scales_at = resize_11 ? 2 : 1;
+  if (n.inputs.size() > scales_at && !n.inputs[scales_at].empty()) {
+    const Tensor* s = constant_value(g, n.inputs[scales_at]);
+    if (!s) return false;
+    if (s->numel() > 0) return s->numel() == 4 && to_doubles(*s)[1] == 1.0;
+  }
+  if (!resize_11 || n.inputs.size() < 4 || n.inputs[3].empty()) return false;
+  const Tensor* sizes = constant_value(g, n.inputs[3]);
+  return sizes && sizes->numel() == 4 && to_doubles(*sizes)[1] == static_cast<double>(channels);
+}
+
 }  // namespace
 
 Graph use_blocked_layout(const Graph& graph) {
@@ -49,7 +75,9 @@ Graph use_blocked_layout(const Graph& graph) {
           (is_onnx_op(n, "Conv") || is_onnx_op(n, "ConvTranspose")) && n.outputs.size() == 1;
       const bool pool = n.domain == kOnnxDomain && n.op_type.find("Pool") != std::string::npos &&
                         n.outputs.size() == 1;
-      if (!conv && !pool) return graph;
+      const bool resize =
+          (is_onnx_op(n, "Resize") || is_onnx_op(n, "Upsample")) && n.outputs.size() == 1;
+      if (!conv && !pool && !resize) return graph;
       region.push_back(&n);
       continue;
     }
@@ -102,7 +130,8 @@ Graph use_blocked_layout(const Graph& graph) {
           c += in->second;
         }
       } else if (auto in = channels.find(n->inputs[0]); in != channels.end()) {
-        c = in->second;
+        const bool resize = n->op_type == "Resize" || n->op_type == "Upsample";
+        c = !resize || keeps_channels(graph, *n, in->second) ? in->second : -1;
       }
       if (c < 0) continue;
       channels[n->outputs[0]] = c;
@@ -134,8 +163,7 @@ Graph use_blocked_layout(const Graph& graph) {
       edge.insert(n->outputs[0]);
     }
     if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) {
-      if (n->op_type == "Concat" || n->op_type.find("Pool") != std::string::npos ||
-          channels.count(n->inputs[0]))
+      if ((n->op_type != "Conv" && n->op_type != "ConvTranspose") || channels.count(n->inputs[0]))
         return graph;
       reads_channels_last.insert(n->outputs[0]);
     }

@@ -226,8 +226,11 @@ Tensor pack(InferContext& ctx, size_t input, const Tensor& value, const dnnl::me
   const bool back =
       staging ? reorder_exists(packed, staging->as) && reorder_exists(staging->plain, plain)
               : reorder_exists(packed, plain);
-  if (byte_offset == 0 && (exact || rounded) && plain.get_size() == value.nbytes() &&
-      !ctx.shapes_vary() && back) {
+  // (A strided view of part of it can span as many bytes: its elements are counted too.)
+  int64_t elements = 1;
+  for (int64_t d : plain.dims()) elements *= d;
+  const bool whole = plain.get_size() == value.nbytes() && elements == value.numel();
+  if (byte_offset == 0 && (exact || rounded) && whole && !ctx.shapes_vary() && back) {
     std::optional<Staging> via;
     if (staging) via = *staging;
     ctx.keeps_copy_of_input(

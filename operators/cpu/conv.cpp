@@ -14,6 +14,7 @@
 #include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/width_buckets.hpp"
+#include "operators/cpu/conv_live_taps.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -48,6 +49,8 @@ struct ConvState {
     size_t x_at = 0, y_at = 0;
   };
   std::optional<Bucket> bucket;
+  // Or, where most taps read padding, one product per tap (conv_live_taps.hpp); nothing else set.
+  std::shared_ptr<const LiveTapProducts> live_taps;
 };
 
 class Conv final : public Kernel {
@@ -88,6 +91,11 @@ class Conv final : public Kernel {
     const bool sum_post_op = residual_ && r == s.out && is_fp32_or_bf16(ctx.dtype(3));
     if (residual_ && !sum_post_op) return ctx.runs_reference_loop("a broadcast residual");
     try {
+      if (auto taps = live_tap_products(ctx, s, x)) {
+        auto st = std::make_shared<ConvState>();
+        st->live_taps = std::move(taps);
+        return ctx.set_state(st);
+      }
       if (auto st = bucketed(ctx, s, x)) return ctx.set_state(st);
       ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported& u) {
@@ -162,6 +170,10 @@ class Conv final : public Kernel {
   }
 
   void run_dnnl(const ConvState& st, RunContext& ctx) const {
+    if (st.live_taps)
+      return run_live_tap_products(*st.live_taps, ctx.input(0).data<float>(),
+                                   ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
+                                   ctx.output(0).data<float>(), ctx.scratch());
     if (!st.bucket) return run_primitive(st, ctx, ctx.input(0).raw(), ctx.output(0).raw());
     const ConvState::Bucket& b = *st.bucket;
     char* scratch = static_cast<char*>(ctx.scratch());
@@ -325,6 +337,19 @@ class Conv final : public Kernel {
       st->scratch_bytes = total;
       return st;
     });
+  }
+
+  // One product per live tap where most taps read padding (conv_live_taps.hpp): f32 with
+  // constant weights, no residual, X and Y in any stored layout.
+  std::shared_ptr<const LiveTapProducts> live_tap_products(InferContext& ctx, const ConvShapes& s,
+                                                           const Shape& x) const {
+    if (residual_ || bf16_ || ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
+        !ctx.input_tensor(1))
+      return nullptr;
+    using dt = dnnl::memory::data_type;
+    return plan_live_tap_products(ctx, s, *ctx.input_tensor(1), ctx.has_input(2), act_,
+                                  activation_md(x, dt::f32, x_layout_),
+                                  activation_md(s.out, dt::f32, layout_));
   }
 
   // The state of a plan built for one of several shapes: the primitive for the bucket of the

@@ -64,6 +64,16 @@ bool keeps_channels(const Graph& g, const Node& n, int64_t channels) {
   return sizes && sizes->numel() == 4 && to_doubles(*sizes)[1] == static_cast<double>(channels);
 }
 
+bool is_graph_input(const Graph& g, const std::string& v) {
+  return std::any_of(g.inputs.begin(), g.inputs.end(),
+                     [&](const ValueInfo& i) { return i.name == v; });
+}
+
+bool is_graph_output(const Graph& g, const std::string& v) {
+  return std::any_of(g.outputs.begin(), g.outputs.end(),
+                     [&](const ValueInfo& o) { return o.name == v; });
+}
+
 }  // namespace
 
 Graph use_blocked_layout(const Graph& graph) {
@@ -85,10 +95,15 @@ Graph use_blocked_layout(const Graph& graph) {
       region.push_back(&n);
       continue;
     }
-    // Outside the region, the exits read its values; other readers (an NHWC graph output's
-    // Identity) need them channels-last.
-    for (const std::string& v : n.inputs)
-      if (is_channels_last_value(v) && !is_exit(n)) read_outside.insert(v);
+    // Outside the region, only the exits read its values, and Identities that make them NHWC
+    // graph outputs (which need them channels-last). (Where elementwise ops of the channels-last
+    // region read them, the region stays channels-last: blocking only part of it added reorders
+    // around MNASNet's last convolution.)
+    for (const std::string& v : n.inputs) {
+      if (!is_channels_last_value(v) || is_exit(n)) continue;
+      if (!is_onnx_op(n, "Identity") || !is_graph_output(graph, n.outputs[0])) return graph;
+      read_outside.insert(v);
+    }
   }
   if (region.empty()) return graph;
   // On AVX-512, blocks pay where the region has convolutions that run faster on them: 1x1
@@ -150,8 +165,8 @@ Graph use_blocked_layout(const Graph& graph) {
   // tf2onnx graph's NHWC output), reads blocks and writes channels-last, where no node of the
   // region reads its output and it adds no residual.
   std::set<std::string> edge;
-  // A convolution whose X arrives channels-last from outside the region (a tf2onnx graph's NHWC
-  // input, the Transpose after it absorbed) reads it so and writes blocks: its primitive reorders
+  // A convolution whose X is an NHWC graph input (a tf2onnx graph's, the Transpose after it
+  // absorbed) reads it so and writes blocks: its primitive reorders
   // X into its layout, where otherwise the whole region stayed channels-last and every
   // convolution in it staged its X and Y through reorders (keras_nhwc batch 8: 14 ms of ~100).
   std::set<std::string> reads_channels_last;  // by output
@@ -163,7 +178,8 @@ Graph use_blocked_layout(const Graph& graph) {
       edge.insert(n->outputs[0]);
     }
     if (!n->has_attr("volt.input_layout") && !blocked(n->inputs[0])) {
-      if ((n->op_type != "Conv" && n->op_type != "ConvTranspose") || channels.count(n->inputs[0]))
+      if ((n->op_type != "Conv" && n->op_type != "ConvTranspose") ||
+          !is_graph_input(graph, n->inputs[0]))
         return graph;
       reads_channels_last.insert(n->outputs[0]);
     }

@@ -49,8 +49,19 @@ std::shared_ptr<LiveTapProducts> plan_live_tap_products(InferContext& ctx, const
       else
         partial.push_back(t);
     }
-  // Each product reads X and writes Y once more: worth it where it saves half the arithmetic.
-  if (!full || partial.empty() || 2 * live > kh * kw * outputs) return nullptr;
+  // Each product reads X and writes Y once more: worth it where it saves half the arithmetic of
+  // the direct convolution over the taps some output reads (the live window, which the direct
+  // path keeps: a 3x3 over a map one column wide is a 3x1 there).
+  auto live_taps = [&](size_t d, int64_t k) {
+    int64_t count = 0;
+    for (int64_t t = 0; t < k; ++t) {
+      const auto [first, last] = live_outputs(g, d, t);
+      count += first < last;
+    }
+    return count;
+  };
+  const int64_t window = live_taps(0, kh) * live_taps(1, kw);
+  if (!full || partial.empty() || 2 * live > window * outputs) return nullptr;
   return dnnl_adapter::guarded(ctx.node(), [&]() -> std::shared_ptr<LiveTapProducts> {
     using dt = dnnl::memory::data_type;
     const int64_t n = s.n, c = s.c, m = s.m, ih = g.in[0], iw = g.in[1], oh = g.out[0],

@@ -2,12 +2,22 @@
 #pragma once
 #include <fstream>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "onnx/onnx_pb.h"
 
 namespace volt::testing {
+
+// n values drawn uniformly from [lo, hi): weights and inputs of the models tests build.
+inline std::vector<float> uniform_values(std::mt19937& rng, size_t n, float lo = -1.0f,
+                                         float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& e : v) e = u(rng);
+  return v;
+}
 
 class ModelBuilder {
  public:

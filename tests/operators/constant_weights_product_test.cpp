@@ -15,13 +15,7 @@ namespace volt {
 namespace {
 
 using testing::ModelBuilder;
-
-std::vector<float> uniform(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = u(rng);
-  return v;
-}
+using testing::uniform_values;
 
 TEST(ConstantWeightsProduct, MatchesTheSumForEveryPackedLayout) {
   std::mt19937 rng(51);
@@ -35,8 +29,8 @@ TEST(ConstantWeightsProduct, MatchesTheSumForEveryPackedLayout) {
     for (bool gemm : {false, true}) {
       SCOPED_TRACE(std::string(gemm ? "Gemm transB" : "MatMul") + " K " + std::to_string(c.k) +
                    " N " + std::to_string(c.n));
-      const std::vector<float> w = uniform(rng, static_cast<size_t>(c.k * c.n));
-      const std::vector<float> bias = uniform(rng, static_cast<size_t>(c.n));
+      const std::vector<float> w = uniform_values(rng, static_cast<size_t>(c.k * c.n));
+      const std::vector<float> bias = uniform_values(rng, static_cast<size_t>(c.n));
       ModelBuilder b;
       b.input("x", 1, {-1, c.k}).output("y", 1, {-1, c.n});
       if (gemm) {  // W stored [N, K]
@@ -54,7 +48,7 @@ TEST(ConstantWeightsProduct, MatchesTheSumForEveryPackedLayout) {
       Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
       for (int64_t rows : {40, 1, 8, 40}) {
         Tensor x = Tensor::empty(DType::Float, {rows, c.k});
-        const std::vector<float> xs = uniform(rng, static_cast<size_t>(rows * c.k));
+        const std::vector<float> xs = uniform_values(rng, static_cast<size_t>(rows * c.k));
         std::copy(xs.begin(), xs.end(), x.data<float>());
         const Tensor y = s.run({{"x", x}})[0].tensor();
         ASSERT_EQ(y.shape(), (Shape{rows, c.n}));

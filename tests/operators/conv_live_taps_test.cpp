@@ -16,13 +16,7 @@ namespace volt {
 namespace {
 
 using testing::ModelBuilder;
-
-std::vector<float> uniform(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = u(rng);
-  return v;
-}
+using testing::uniform_values;
 
 // The convolution written out (float64), Y [N, M, OH, OW] from X [N, C, H, W] and W [M, C, k, k].
 std::vector<double> convolution(const Tensor& x, const std::vector<float>& w,
@@ -69,8 +63,9 @@ TEST(ConvLiveTaps, MatchTheConvolutionOverEveryTap) {
                    std::to_string(k.dilation) + ", stride " + std::to_string(k.stride) + " over " +
                    std::to_string(k.height) + "x" + std::to_string(k.width) +
                    (bias_and_relu ? ", bias and ReLU" : ""));
-      const std::vector<float> w = uniform(rng, static_cast<size_t>(m * c * k.kernel * k.kernel));
-      const std::vector<float> bias = uniform(rng, m);
+      const std::vector<float> w =
+          uniform_values(rng, static_cast<size_t>(m * c * k.kernel * k.kernel), -0.5f, 0.5f);
+      const std::vector<float> bias = uniform_values(rng, m, -0.5f, 0.5f);
       ModelBuilder b;
       b.input("x", 1, {-1, c, -1, -1}).output_any("y", 1);
       b.initializer("W", {m, c, k.kernel, k.kernel}, w).initializer("B", {m}, bias);
@@ -90,7 +85,8 @@ TEST(ConvLiveTaps, MatchTheConvolutionOverEveryTap) {
       for (int64_t grow : {0, 3}) {
         const int64_t h = k.height + grow, wd = k.width + grow;
         Tensor x = Tensor::empty(DType::Float, {2, c, h, wd});
-        const std::vector<float> v = uniform(rng, static_cast<size_t>(x.numel()));
+        const std::vector<float> v =
+            uniform_values(rng, static_cast<size_t>(x.numel()), -0.5f, 0.5f);
         std::copy(v.begin(), v.end(), x.data<float>());
         const int64_t span = (k.kernel - 1) * k.dilation + 1;
         const int64_t oh = (h + k.pads[0] + k.pads[2] - span) / k.stride + 1;

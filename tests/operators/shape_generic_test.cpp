@@ -16,22 +16,16 @@ namespace volt {
 namespace {
 
 using testing::ModelBuilder;
-
-std::vector<float> uniform(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = u(rng);
-  return v;
-}
+using testing::uniform_values;
 
 TEST(ShapeGeneric, ConvBucketsAndPoolLoopsComputeWhatFreshSessionsDo) {
   std::mt19937 rng(41);
   ModelBuilder b;
   b.input("x", 1, {1, 3, 12, -1});
-  b.initializer("W1", {16, 3, 3, 3}, uniform(rng, 16 * 3 * 9))
-      .initializer("B1", {16}, uniform(rng, 16))
-      .initializer("W2", {32, 16, 3, 3}, uniform(rng, 32 * 16 * 9))
-      .initializer("W3", {16, 32, 3, 3}, uniform(rng, 16 * 32 * 9));
+  b.initializer("W1", {16, 3, 3, 3}, uniform_values(rng, 16 * 3 * 9))
+      .initializer("B1", {16}, uniform_values(rng, 16))
+      .initializer("W2", {32, 16, 3, 3}, uniform_values(rng, 32 * 16 * 9))
+      .initializer("W3", {16, 32, 3, 3}, uniform_values(rng, 16 * 32 * 9));
   b.node("Conv", {"x", "W1", "B1"}, {"c1"}, [](auto& n) {
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
@@ -49,9 +43,8 @@ TEST(ShapeGeneric, ConvBucketsAndPoolLoopsComputeWhatFreshSessionsDo) {
     ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
     ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
   });
-  b.node("Conv", {"p2", "W3"}, {"c3"}, [](auto& n) {
-    ModelBuilder::set_string(n, "auto_pad", "SAME_UPPER");
-  });
+  b.node("Conv", {"p2", "W3"}, {"c3"},
+         [](auto& n) { ModelBuilder::set_string(n, "auto_pad", "SAME_UPPER"); });
   b.output_any("c3", 1);
   const std::string bytes = b.bytes();
   Session varying = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});

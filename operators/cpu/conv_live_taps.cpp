@@ -82,8 +82,8 @@ std::shared_ptr<LiveTapProducts> plan_live_tap_products(InferContext& ctx, const
       LiveTapProducts::Product pr;
       // One matrix of cols pixels x channels per image and output row (its rows sw pixels apart
       // in X), or of rows x cols pixels where the rows are whole and follow each other (stride 1,
-      // every column); W's tap as [C, M] (W is [M, C, kh, kw]). (oneDNN 2.6's gemm matmul
-      // computed wrong products on batched views whose batch strides were not dense.)
+      // every column): plain 2-D products, executed at each matrix's address. W's tap as [C, M]
+      // (W is [M, C, kh, kw]).
       const bool one_matrix = cols == ow && cols == iw && g.strides[0] == 1 && g.strides[1] == 1;
       const int64_t pixels = one_matrix ? rows * cols : cols;
       pr.a = dnnl_adapter::strided_md({pixels, c}, {g.strides[1] * c, 1}, dt::f32);

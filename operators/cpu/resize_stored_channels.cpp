@@ -96,12 +96,16 @@ void resize_stored_channels(const float* x, float* y, int64_t images, int64_t ih
     const int64_t* ry = rows.index.data();
     const int64_t first = *std::min_element(ry + oy0 * rows.k, ry + oy1 * rows.k);
     const int64_t last = *std::max_element(ry + oy0 * rows.k, ry + oy1 * rows.k);
-    thread_local std::vector<float> buffer;
-    buffer.resize(static_cast<size_t>((last - first + 1) * out_row));
+    // (Rows the band does not read, between those it does when it shrinks the image, are left
+    // unset.)
+    std::vector<char> read(static_cast<size_t>(last - first + 1), 0);
+    for (const int64_t* t = ry + oy0 * rows.k; t != ry + oy1 * rows.k; ++t) read[*t - first] = 1;
+    std::vector<float> buffer(static_cast<size_t>((last - first + 1) * out_row));
     const float* src = x + image * ih * row_pitch;
     for (int64_t iy = first; iy <= last; ++iy)
-      resize_along_width(src + iy * row_pitch, channels, cols.index.data(), cols.weight.data(),
-                         cols.k, ow, buffer.data() + (iy - first) * out_row);
+      if (read[iy - first])
+        resize_along_width(src + iy * row_pitch, channels, cols.index.data(), cols.weight.data(),
+                           cols.k, ow, buffer.data() + (iy - first) * out_row);
     std::vector<const float*> taps(static_cast<size_t>(rows.k));
     for (int64_t oy = oy0; oy < oy1; ++oy) {
       for (int64_t t = 0; t < rows.k; ++t)

@@ -101,7 +101,9 @@ Graph use_blocked_layout(const Graph& graph) {
     // around MNASNet's last convolution.)
     for (const std::string& v : n.inputs) {
       if (!is_channels_last_value(v) || is_exit(n)) continue;
-      if (!is_onnx_op(n, "Identity") || !is_graph_output(graph, n.outputs[0])) return graph;
+      if (!is_onnx_op(n, "Identity") || n.outputs.size() != 1 ||
+          !is_graph_output(graph, n.outputs[0]))
+        return graph;
       read_outside.insert(v);
     }
   }
@@ -166,9 +168,9 @@ Graph use_blocked_layout(const Graph& graph) {
   // region reads its output and it adds no residual.
   std::set<std::string> edge;
   // A convolution whose X is an NHWC graph input (a tf2onnx graph's, the Transpose after it
-  // absorbed) reads it so and writes blocks: its primitive reorders
-  // X into its layout, where otherwise the whole region stayed channels-last and every
-  // convolution in it staged its X and Y through reorders (keras_nhwc batch 8: 14 ms of ~100).
+  // absorbed) reads it so and writes blocks: its primitive reorders X into its layout, where
+  // otherwise the whole region stayed channels-last and every convolution in it staged its X and
+  // Y through reorders (keras_nhwc batch 8: 14 ms of ~100).
   std::set<std::string> reads_channels_last;  // by output
   for (const Node* n : region) {
     // Every value of the region in blocks, X from the region or channels-first from outside.

@@ -1,7 +1,8 @@
 // Marks the convolutions Winograd's algorithm suits (2-D, 3×3, stride 1, no dilation, one group,
 // at least 64 input and output channels, constant fp32 weights) with volt.algorithm = "winograd";
-// the Conv kernel then asks oneDNN for it and takes the direct algorithm where this CPU or the
-// fused post-ops have none. In the list only while SessionOptions::winograd is on.
+// the Conv kernel then asks oneDNN for it (AVX-512), runs volt's own (operators/cpu/
+// conv_winograd.hpp: AVX2, where oneDNN has none) or else takes the direct algorithm. In the list
+// only while SessionOptions::winograd is on.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {

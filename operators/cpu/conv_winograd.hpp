@@ -1,0 +1,65 @@
+// A 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) on AVX2, for CPUs where oneDNN 2.6 has
+// no Winograd kernel (it has one for AVX-512 only) and only its direct jit:avx2 convolution
+// (1.2-1.5x behind ONNX Runtime's MLAS on ResNet's and GoogLeNet's 3x3 layers).
+//
+// Each 4x4 tile of outputs reads a 6x6 patch of X; per channel the patch is transformed
+// (V = Bt d B), multiplied element-wise by the transformed 3x3 kernel (U = G g Gt, once per
+// session), and transformed back (Y = At M A). Summed over channels, the 36 element-wise products
+// become 36 matrix products [tiles x C] x [C x M]: 36 x C x M multiplications per tile instead of
+// the direct convolution's 144 x C x M. The tiles are split into chunks, one thread each, so
+// that a chunk's transformed patches and products stay in that core's caches between the three
+// steps; bias, a residual (the sum post-op) and the activation are applied as the tiles come
+// back.
+//
+// X, Y and the residual are stored channels-last or in blocks of 8 or 16 channels (what the
+// layout passes choose), with channels a multiple of 8.
+#pragma once
+#include <memory>
+
+#include "operators/common/fused_activation.hpp"
+#include "operators/common/layout.hpp"
+#include "operators/cpu/conv_reference.hpp"
+#include "operators/kernel.hpp"
+
+namespace volt {
+
+// Where the 8 channels of group g (channels 8g .. 8g + 7) of pixel p lie in a stored image:
+// (g / groups_per_block) * block_stride + p * pixel_stride + (g % groups_per_block) * 8.
+struct ChannelGroups {
+  int64_t pixel_stride = 0, block_stride = 0, groups_per_block = 1;
+  ChannelGroups(StoredLayout layout, int64_t channels, int64_t pixels);
+  ChannelGroups() = default;
+  int64_t at(int64_t g, int64_t p) const {
+    return g / groups_per_block * block_stride + p * pixel_stride + g % groups_per_block * 8;
+  }
+};
+
+struct WinogradConv {
+  int64_t n = 0, c = 0, m = 0, m16 = 0;  // m16: M rounded up to 16 (the products' columns)
+  int64_t h = 0, w = 0, oh = 0, ow = 0, pad_top = 0, pad_left = 0;
+  int64_t tiles_y = 0, tiles_x = 0, chunk = 0, chunks = 0;  // tiles per chunk, and their count
+  int64_t column_parts = 1;  // each chunk's columns (blocks of 16) split into this many parts
+  int threads = 1;
+  ChannelGroups x_at, y_at;
+  FusedActivation act;
+  std::shared_ptr<const Tensor> u;  // [36][M16 / 16][C][16]: the transformed weights
+  size_t v_floats = 0, m_floats = 0, per_thread = 0;  // a chunk's scratch (bytes per thread)
+};
+
+// Whether this CPU runs the kernel (AVX2 and FMA).
+bool winograd_conv_runs_here();
+
+// The plan for a 2-D 3x3 stride-1 undilated f32 convolution of one group with constant weights
+// `w`, X stored as `x_layout` and Y (and the residual) as `y_layout`; null where it does not
+// suit (other geometries, channels not a multiple of 8, channels-first data). The transformed
+// weights are kept in the node's memo where it has one, shared by every plan of the session.
+std::shared_ptr<const WinogradConv> plan_winograd_conv(InferContext& ctx, const ConvShapes& s,
+                                                       const Tensor& w, const FusedActivation& act,
+                                                       StoredLayout x_layout,
+                                                       StoredLayout y_layout);
+
+// Y = act(conv(X) + bias + residual); bias and residual may be null, and the residual may be Y.
+void run_winograd_conv(const WinogradConv& p, const float* x, const float* bias,
+                       const float* residual, float* y, void* scratch);
+
+}  // namespace volt

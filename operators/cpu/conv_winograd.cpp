@@ -136,7 +136,7 @@ VOLT_AVX2 void product_block(int64_t rows, const float* a, int64_t lda, const fl
 VOLT_AVX2 void run_chunk(const WinogradConv& p, int64_t first, int64_t rows, int64_t first_block,
                          int64_t last_block, const float* x, const float* bias,
                          const float* residual, float* y, float* v, float* m) {
-  const int64_t per_image = p.tiles_y * p.tiles_x;
+  const int64_t per_image = static_cast<int64_t>(p.origins.size());
   const int64_t v_step = p.chunk * p.c, m_step = p.chunk * p.m16;
   const size_t x_image = static_cast<size_t>(p.h * p.w * p.c);
   const size_t y_image = static_cast<size_t>(p.oh * p.ow * p.m);
@@ -145,16 +145,17 @@ VOLT_AVX2 void run_chunk(const WinogradConv& p, int64_t first, int64_t rows, int
   // 1. The input transform, tile by tile, 8 channels at a time.
   for (int64_t t = 0; t < rows; ++t) {
     const int64_t tile = first + t, image = tile / per_image;
-    const int64_t ty = tile % per_image / p.tiles_x, tx = tile % p.tiles_x;
-    const int64_t iy0 = ty * kTile - p.pad_top, ix0 = tx * kTile - p.pad_left;
+    const WinogradConv::Origin origin = p.origins[static_cast<size_t>(tile % per_image)];
+    const int64_t iy0 = origin.oy - p.pad_top, ix0 = origin.ox - p.pad_left;
     const float* xi = x + image * x_image;
-    const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + kPatch <= p.h && ix0 + kPatch <= p.w;
+    const bool inside =
+        iy0 >= 0 && ix0 >= 0 && iy0 + (kPatch - 1) * p.dy < p.h && ix0 + (kPatch - 1) * p.dx < p.w;
     for (int64_t g = 0; g < p.c / 8; ++g) {
       const float* xg = xi + p.x_at.at(g, 0);
       __m256 d[kPatch * kPatch], t6[kPatch * kPatch], out[kPatch * kPatch];
       for (int r = 0; r < kPatch; ++r)
         for (int q = 0; q < kPatch; ++q) {
-          const int64_t iy = iy0 + r, ix = ix0 + q;
+          const int64_t iy = iy0 + r * p.dy, ix = ix0 + q * p.dx;
           d[r * kPatch + q] = inside || (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w)
                                   ? _mm256_loadu_ps(xg + (iy * p.w + ix) * p.x_at.pixel_stride)
                                   : zero;
@@ -187,10 +188,9 @@ VOLT_AVX2 void run_chunk(const WinogradConv& p, int64_t first, int64_t rows, int
   //    overhanging the output write only their part inside.
   for (int64_t t = 0; t < rows; ++t) {
     const int64_t tile = first + t, image = tile / per_image;
-    const int64_t ty = tile % per_image / p.tiles_x, tx = tile % p.tiles_x;
-    const int64_t oy0 = ty * kTile, ox0 = tx * kTile;
-    const int64_t live_y = std::min<int64_t>(kTile, p.oh - oy0),
-                  live_x = std::min<int64_t>(kTile, p.ow - ox0);
+    const WinogradConv::Origin origin = p.origins[static_cast<size_t>(tile % per_image)];
+    const int64_t live_y = std::min<int64_t>(kTile, (p.oh - origin.oy + p.dy - 1) / p.dy),
+                  live_x = std::min<int64_t>(kTile, (p.ow - origin.ox + p.dx - 1) / p.dx);
     float* yi = y + image * y_image;
     const float* ri = residual ? residual + image * y_image : nullptr;
     for (int64_t g = first_block * 2; g < std::min(last_block * 2, p.m / 8); ++g) {
@@ -203,7 +203,8 @@ VOLT_AVX2 void run_chunk(const WinogradConv& p, int64_t first, int64_t rows, int
       const int64_t group = p.y_at.at(g, 0);
       for (int64_t i = 0; i < live_y; ++i)
         for (int64_t j = 0; j < live_x; ++j) {
-          const int64_t at = group + ((oy0 + i) * p.ow + ox0 + j) * p.y_at.pixel_stride;
+          const int64_t at =
+              group + ((origin.oy + i * p.dy) * p.ow + origin.ox + j * p.dx) * p.y_at.pixel_stride;
           __m256 out = _mm256_add_ps(o[i * kTile + j], b);
           if (ri) out = _mm256_add_ps(out, _mm256_loadu_ps(ri + at));
           _mm256_storeu_ps(yi + at, activate(out, p.act));
@@ -262,7 +263,7 @@ std::shared_ptr<const WinogradConv> plan_winograd_conv(InferContext& ctx, const 
       w.dtype() != DType::Float)
     return nullptr;
   for (size_t d = 0; d < 2; ++d)
-    if (g.strides[d] != 1 || g.dilations[d] != 1) return nullptr;
+    if (g.strides[d] != 1) return nullptr;
   auto p = std::make_shared<WinogradConv>();
   p->n = s.n;
   p->c = s.c;
@@ -274,8 +275,17 @@ std::shared_ptr<const WinogradConv> plan_winograd_conv(InferContext& ctx, const 
   p->ow = g.out[1];
   p->pad_top = g.pad_begin[0];
   p->pad_left = g.pad_begin[1];
-  p->tiles_y = (p->oh + kTile - 1) / kTile;
-  p->tiles_x = (p->ow + kTile - 1) / kTile;
+  p->dy = g.dilations[0];
+  p->dx = g.dilations[1];
+  for (int64_t gy = 0; gy < std::min(p->dy, p->oh); ++gy)
+    for (int64_t gx = 0; gx < std::min(p->dx, p->ow); ++gx) {
+      const int64_t rows = (p->oh - gy + p->dy - 1) / p->dy,
+                    cols = (p->ow - gx + p->dx - 1) / p->dx;
+      for (int64_t a = 0; a < rows; a += kTile)
+        for (int64_t b = 0; b < cols; b += kTile)
+          p->origins.push_back(
+              {static_cast<int32_t>(gy + a * p->dy), static_cast<int32_t>(gx + b * p->dx)});
+    }
   p->x_at = ChannelGroups(x_layout, p->c, p->h * p->w);
   p->y_at = ChannelGroups(y_layout, p->m, p->oh * p->ow);
   p->act = act;
@@ -283,7 +293,7 @@ std::shared_ptr<const WinogradConv> plan_winograd_conv(InferContext& ctx, const 
   // Chunks of tiles: as many as fit kChunkBytes, evened out over the threads; where there are
   // fewer chunks than threads (a batch of one small map: ResNet's 14x14 layers have 16 tiles),
   // each chunk's columns are split among them.
-  const int64_t tiles = p->n * p->tiles_y * p->tiles_x;
+  const int64_t tiles = p->n * static_cast<int64_t>(p->origins.size());
   const int64_t bytes_per_tile = kPositions * (p->c + p->m16) * int64_t{sizeof(float)};
   const int64_t chunk = std::clamp(kChunkBytes / bytes_per_tile, kRows, kMaxChunk);
   const int threads = std::max(1, ctx.threads());
@@ -315,7 +325,7 @@ std::shared_ptr<const WinogradConv> plan_winograd_conv(InferContext& ctx, const 
 
 void run_winograd_conv(const WinogradConv& p, const float* x, const float* bias,
                        const float* residual, float* y, void* scratch) {
-  const int64_t tiles = p.n * p.tiles_y * p.tiles_x;
+  const int64_t tiles = p.n * static_cast<int64_t>(p.origins.size());
   const int64_t blocks = p.m16 / 16, items = p.chunks * p.column_parts;
   auto item = [&](int64_t i, int thread) {
     char* mine = static_cast<char*>(scratch) + static_cast<size_t>(thread) * p.per_thread;

@@ -1,6 +1,6 @@
-// A 3x3 stride-1 convolution by Winograd's F(4x4, 3x3) on AVX2, for CPUs where oneDNN 2.6 has
-// no Winograd kernel (it has one for AVX-512 only) and only its direct jit:avx2 convolution
-// (1.2-1.5x behind ONNX Runtime's MLAS on ResNet's and GoogLeNet's 3x3 layers).
+// A 3x3 stride-1 convolution (dilated or not) by Winograd's F(4x4, 3x3) on AVX2, for CPUs where
+// oneDNN 2.6 has no Winograd kernel (it has one for AVX-512 only) and only its direct jit:avx2
+// convolution (1.2-1.5x behind ONNX Runtime's MLAS on ResNet's and GoogLeNet's 3x3 layers).
 //
 // Each 4x4 tile of outputs reads a 6x6 patch of X; per channel the patch is transformed
 // (V = Bt d B), multiplied element-wise by the transformed 3x3 kernel (U = G g Gt, once per
@@ -14,7 +14,9 @@
 // X, Y and the residual are stored channels-last or in blocks of 8 or 16 channels (what the
 // layout passes choose), with channels a multiple of 8.
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/layout.hpp"
@@ -37,8 +39,16 @@ struct ChannelGroups {
 struct WinogradConv {
   int64_t n = 0, c = 0, m = 0, m16 = 0;  // m16: M rounded up to 16 (the products' columns)
   int64_t h = 0, w = 0, oh = 0, ow = 0, pad_top = 0, pad_left = 0;
-  int64_t tiles_y = 0, tiles_x = 0, chunk = 0, chunks = 0;  // tiles per chunk, and their count
-  int64_t column_parts = 1;  // each chunk's columns (blocks of 16) split into this many parts
+  // A tile's 4x4 outputs are (oy, ox) + (dy i, dx j) and its patch X's rows oy - pad_top + dy r
+  // and columns ox - pad_left + dx q (dy, dx: the dilations): a dilated kernel is an undilated
+  // one over each of the dy x dx interleaved grids of X and Y, and the tiles cover each grid.
+  int64_t dy = 1, dx = 1;
+  struct Origin {
+    int32_t oy, ox;
+  };
+  std::vector<Origin> origins;    // of one image's tiles
+  int64_t chunk = 0, chunks = 0;  // tiles per chunk, and their count
+  int64_t column_parts = 1;       // each chunk's columns (blocks of 16) split into this many parts
   int threads = 1;
   ChannelGroups x_at, y_at;
   FusedActivation act;
@@ -49,7 +59,7 @@ struct WinogradConv {
 // Whether this CPU runs the kernel (AVX2 and FMA).
 bool winograd_conv_runs_here();
 
-// The plan for a 2-D 3x3 stride-1 undilated f32 convolution of one group with constant weights
+// The plan for a 2-D 3x3 stride-1 f32 convolution of one group with constant weights
 // `w`, X stored as `x_layout` and Y (and the residual) as `y_layout`; null where it does not
 // suit (other geometries, channels not a multiple of 8, channels-first data). The transformed
 // weights are kept in the node's memo where it has one, shared by every plan of the session.

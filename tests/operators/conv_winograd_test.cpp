@@ -2,7 +2,8 @@
 // AVX-512, volt's F(4x4, 3x3) in operators/cpu/conv_winograd.cpp on AVX2: ctest runs this file
 // a second time with oneDNN held to AVX2, test "winograd_on_avx2"), against the unoptimized
 // graph (oneDNN's direct convolution): channels that fill the 16-wide products and ones that
-// leave 8 over, maps whose tiles overhang the output, symmetric and asymmetric pads, a batch,
+// leave 8 over, maps whose tiles overhang the output, symmetric and asymmetric pads, dilations
+// (on AVX2: on AVX-512 oneDNN's direct kernel runs those), a batch,
 // bias, a residual added in place and ReLU, and a second input size in the same session (a new
 // plan sharing the transformed weights).
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@ struct Case {
   int64_t c, m;
   std::vector<int64_t> pads;
   bool bias, residual, relu;
+  std::vector<int64_t> dilations = {1, 1};
 };
 
 // x -> 1x1 Conv (its output, the region's, is stored in blocks) -> 3x3 Conv [-> + the 1x1's
@@ -37,7 +39,10 @@ std::string model(const Case& k, std::mt19937& rng) {
   b.node("Conv", {"x", "W1"}, {"a"});
   std::vector<std::string> inputs = {"a", "W3"};
   if (k.bias) inputs.push_back("B3");
-  b.node("Conv", inputs, {"c"}, [&](auto& n) { ModelBuilder::set_ints(n, "pads", k.pads); });
+  b.node("Conv", inputs, {"c"}, [&](auto& n) {
+    ModelBuilder::set_ints(n, "pads", k.pads);
+    ModelBuilder::set_ints(n, "dilations", k.dilations);
+  });
   std::string last = "c";
   if (k.residual) {
     b.node("Add", {"c", "a"}, {"s"});
@@ -58,6 +63,9 @@ TEST(ConvWinograd, MatchesTheDirectConvolution) {
       {64, 72, {1, 1, 1, 1}, true, false, true},     // 8 columns of the last product over
       {128, 64, {0, 2, 1, 0}, false, false, false},  // asymmetric pads, no epilogue
       {96, 96, {1, 1, 1, 1}, false, true, false},    // a residual without an activation
+      // Dilated (FCN's and DeepLab's backbones): interleaved grids of uneven sizes.
+      {64, 64, {2, 2, 2, 2}, true, true, true, {2, 2}},
+      {64, 80, {3, 1, 0, 2}, true, false, true, {3, 2}},
   };
   const std::vector<std::vector<int64_t>> sizes = {{2, 14, 14}, {1, 17, 23}, {3, 10, 12}};
   for (const Case& k : cases) {

@@ -365,15 +365,17 @@ class Conv final : public Kernel {
                                   activation_md(s.out, dt::f32, layout_));
   }
 
-  // Winograd's algorithm where the prefer_winograd pass asked for it and oneDNN has none (it has
-  // one for AVX-512 only): volt's F(4x4, 3x3) on AVX2, f32 with constant weights, a residual of
-  // Y's type and layout. ResNet-18's 3x3 layers at batch 1, 2 threads, oneDNN held to AVX2 on a
-  // Zen 4 (per node, against oneDNN's direct jit:avx2): 64 channels on 56x56 1.04 -> 0.42 ms,
-  // 128 on 28x28 1.05 -> 0.45, 256 on 14x14 1.06 -> 0.78 (16 tiles for 14x14 outputs).
+  // Winograd's algorithm where the prefer_winograd pass asked for it: volt's F(4x4, 3x3)
+  // (conv_winograd.hpp) on AVX2 or AVX-512, f32 with constant weights, a residual of Y's type
+  // and layout; oneDNN's (AVX-512 only, undilated) where volt's declines. Measured per node,
+  // ResNet-18's 3x3 layers at batch 1, 2 threads, on a Zen 4: with oneDNN held to AVX2 (against
+  // its direct jit:avx2) 64 channels on 56x56 1.04 -> 0.42 ms, 128 on 28x28 1.05 -> 0.45, 256
+  // on 14x14 1.06 -> 0.78; on AVX-512 (against oneDNN's wino_2x3) 0.53 -> 0.36, 0.33 -> 0.33,
+  // 0.48 -> 0.49. A new input shape costs no primitive and no weight transform: the CRNN's first
+  // run at a new width 13.7 -> 5.1 ms (steady 4.1 -> 3.3).
   std::shared_ptr<const WinogradConv> own_winograd(InferContext& ctx, const ConvShapes& s) const {
-    if (!winograd_ || cpu_has_avx512() || bf16_ || ctx.dtype(0) != DType::Float ||
-        ctx.dtype(1) != DType::Float || !ctx.input_tensor(1) ||
-        (residual_ && ctx.dtype(3) != DType::Float) ||
+    if (!winograd_ || bf16_ || ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
+        !ctx.input_tensor(1) || (residual_ && ctx.dtype(3) != DType::Float) ||
         numel_of(Shape(s.out.begin() + 2, s.out.end())) < kMinWinogradPixels)
       return nullptr;
     return plan_winograd_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_);

@@ -1,6 +1,10 @@
-// A 3x3 stride-1 convolution (dilated or not) by Winograd's F(4x4, 3x3) on AVX2, for CPUs where
-// oneDNN 2.6 has no Winograd kernel (it has one for AVX-512 only) and only its direct jit:avx2
-// convolution (1.2-1.5x behind ONNX Runtime's MLAS on ResNet's and GoogLeNet's 3x3 layers).
+// A 3x3 stride-1 convolution (dilated or not) by Winograd's F(4x4, 3x3), on AVX2 or AVX-512
+// (the kernel is written once, conv_winograd_kernel.inc, and compiled for each). oneDNN 2.6 has a
+// Winograd kernel for AVX-512 only; on AVX2 it runs its direct jit:avx2 convolution (1.2-1.5x
+// behind ONNX Runtime's MLAS on ResNet's and GoogLeNet's 3x3 layers), and dilated 3x3s as a gemm
+// over an im2col buffer. On AVX-512 volt's is as fast or faster than oneDNN's at batch 1 and 8,
+// and a new input shape costs it no primitive and no weight transform (oneDNN's transforms the
+// weights again for each problem shape: 5 ms a layer).
 //
 // Each 4x4 tile of outputs reads a 6x6 patch of X; per channel the patch is transformed
 // (V = Bt d B), multiplied element-wise by the transformed 3x3 kernel (U = G g Gt, once per
@@ -12,7 +16,8 @@
 // back.
 //
 // X, Y and the residual are stored channels-last or in blocks of 8 or 16 channels (what the
-// layout passes choose), with channels a multiple of 8.
+// layout passes choose), with channels a multiple of the vector's 8 or 16 floats (16 where the
+// channels and blocks allow, else 8).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -25,19 +30,22 @@
 
 namespace volt {
 
-// Where the 8 channels of group g (channels 8g .. 8g + 7) of pixel p lie in a stored image:
-// (g / groups_per_block) * block_stride + p * pixel_stride + (g % groups_per_block) * 8.
+// Where the `lanes` channels of group g (channels lanes g .. lanes g + lanes - 1) of pixel p lie
+// in a stored image: (g / groups_per_block) block_stride + p pixel_stride + (g % groups_per_block)
+// lanes.
 struct ChannelGroups {
-  int64_t pixel_stride = 0, block_stride = 0, groups_per_block = 1;
-  ChannelGroups(StoredLayout layout, int64_t channels, int64_t pixels);
+  int64_t pixel_stride = 0, block_stride = 0, groups_per_block = 1, lanes = 8;
+  ChannelGroups(StoredLayout layout, int64_t channels, int64_t pixels, int64_t lanes);
   ChannelGroups() = default;
   int64_t at(int64_t g, int64_t p) const {
-    return g / groups_per_block * block_stride + p * pixel_stride + g % groups_per_block * 8;
+    return g / groups_per_block * block_stride + p * pixel_stride + g % groups_per_block * lanes;
   }
 };
 
 struct WinogradConv {
-  int64_t n = 0, c = 0, m = 0, m16 = 0;  // m16: M rounded up to 16 (the products' columns)
+  int64_t lanes = 8;  // floats a vector: 8 (AVX2) or 16 (AVX-512)
+  int64_t n = 0, c = 0, m = 0;
+  int64_t m_padded = 0;  // M rounded up to the products' blocks of 2 x lanes columns
   int64_t h = 0, w = 0, oh = 0, ow = 0, pad_top = 0, pad_left = 0;
   // A tile's 4x4 outputs are (oy, ox) + (dy i, dx j) and its patch X's rows oy - pad_top + dy r
   // and columns ox - pad_left + dx q (dy, dx: the dilations): a dilated kernel is an undilated
@@ -52,12 +60,12 @@ struct WinogradConv {
   int threads = 1;
   ChannelGroups x_at, y_at;
   FusedActivation act;
-  std::shared_ptr<const Tensor> u;  // [36][M16 / 16][C][16]: the transformed weights
+  std::shared_ptr<const Tensor> u;  // [36][M' / 2 lanes][C][2 lanes]: the transformed weights
   size_t v_floats = 0, m_floats = 0, per_thread = 0;  // a chunk's scratch (bytes per thread)
 };
 
-// Whether this CPU runs the kernel (AVX2 and FMA).
-bool winograd_conv_runs_here();
+// The widest vectors the kernel runs on here: 16 floats (AVX-512), 8 (AVX2 and FMA), or 0.
+int winograd_conv_lanes();
 
 // The plan for a 2-D 3x3 stride-1 f32 convolution of one group with constant weights
 // `w`, X stored as `x_layout` and Y (and the residual) as `y_layout`; null where it does not

@@ -1,9 +1,8 @@
-// Marks the convolutions Winograd's algorithm suits (2-D, 3×3, stride 1, one group, dilated only
-// without AVX-512, at least 64 input and output channels, constant fp32 weights) with
-// volt.algorithm = "winograd"; the Conv kernel then asks oneDNN for it (AVX-512), runs volt's own
-// (operators/cpu/conv_winograd.hpp: AVX2, where oneDNN has none) or else takes the direct
-// algorithm. In the list only while SessionOptions::winograd is on.
-#include "operators/common/cpu_isa.hpp"
+// Marks the convolutions Winograd's algorithm suits (2-D, 3×3, stride 1, any dilation, one group,
+// at least 64 input and output channels, constant fp32 weights) with volt.algorithm =
+// "winograd"; the Conv kernel then runs volt's (operators/cpu/conv_winograd.hpp), or where that
+// declines asks oneDNN for its own (AVX-512, undilated), or else takes the direct algorithm. In
+// the list only while SessionOptions::winograd is on.
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -31,10 +30,8 @@ Graph prefer_winograd(const Graph& graph) {
     // convolution ran 9× slower by Winograd here; 64→64 ran 2× faster).
     if (w->second.shape()[0] < kMinChannels || w->second.shape()[1] < kMinChannels) continue;
     if (n.attr_int("group", 1) != 1 || !all_ones(n, "strides")) continue;
-    // Dilated kernels (FCN's and DeepLab's ResNet backbones): volt's own Winograd takes them, one
-    // interleaved grid of X and Y at a time; oneDNN's (AVX-512) does not, and marking them there
-    // would only sway use_blocked_layout's choice.
-    if (!all_ones(n, "dilations") && cpu_has_avx512()) continue;
+    // (Dilated kernels too, FCN's and DeepLab's ResNet backbones: volt's Winograd takes them,
+    // one interleaved grid of X and Y at a time.)
     n.attributes["volt.algorithm"] = string_attr("winograd");
   }
   return g;

@@ -1,11 +1,11 @@
-// 3x3 stride-1 convolutions by Winograd's algorithm (the prefer_winograd pass; oneDNN's kernel on
-// AVX-512, volt's F(4x4, 3x3) in operators/cpu/conv_winograd.cpp on AVX2: ctest runs this file
-// a second time with oneDNN held to AVX2, test "winograd_on_avx2"), against the unoptimized
-// graph (oneDNN's direct convolution): channels that fill the 16-wide products and ones that
-// leave 8 over, maps whose tiles overhang the output, symmetric and asymmetric pads, dilations
-// (on AVX2: on AVX-512 oneDNN's direct kernel runs those), a batch,
-// bias, a residual added in place and ReLU, and a second input size in the same session (a new
-// plan sharing the transformed weights).
+// 3x3 stride-1 convolutions by Winograd's algorithm (the prefer_winograd pass; volt's F(4x4, 3x3)
+// in operators/cpu/conv_winograd.cpp, 16 floats a vector on AVX-512 and 8 on AVX2: ctest runs
+// this file a second time with oneDNN, whose instruction set volt's follows, held to AVX2, test
+// "winograd_on_avx2"), against the unoptimized graph (oneDNN's direct convolution): channels
+// that fill the products' blocks of columns and ones that leave part of one over (and take
+// 8-float vectors), maps whose tiles overhang the output, symmetric and asymmetric pads,
+// dilations, a batch, bias, a residual added in place and ReLU, and a second input size in the
+// same session (a new plan sharing the transformed weights).
 #include <gtest/gtest.h>
 
 #include <cmath>

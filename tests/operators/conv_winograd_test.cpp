@@ -63,6 +63,7 @@ TEST(ConvWinograd, MatchesTheDirectConvolution) {
       {64, 72, {1, 1, 1, 1}, true, false, true},     // 8 columns of the last product over
       {128, 64, {0, 2, 1, 0}, false, false, false},  // asymmetric pads, no epilogue
       {96, 96, {1, 1, 1, 1}, false, true, false},    // a residual without an activation
+      {16, 8, {1, 1, 1, 1}, true, false, true},      // the fewest channels the pass marks
       // Dilated (FCN's and DeepLab's backbones): interleaved grids of uneven sizes.
       {64, 64, {2, 2, 2, 2}, true, true, true, {2, 2}},
       {64, 80, {3, 1, 0, 2}, true, false, true, {3, 2}},

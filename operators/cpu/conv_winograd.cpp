@@ -9,6 +9,7 @@
 
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/parallel.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
@@ -142,29 +143,37 @@ inline V vselect_negative(V v, V a) {
 namespace {
 
 // U = G g Gt for every (output, input) channel pair, laid out [36][M' / columns][C][columns]
-// (M' = M rounded up to a whole block of columns; the columns past M zero).
+// (M' = M rounded up to a whole block of columns; the columns past M zero). Once per session,
+// but in the first run: by blocks of columns in parallel, each block's 36 rows of `columns`
+// floats written whole (ResNet-50's first run at batch 8: 380-490 ms with a serial loop that
+// wrote one float per row, against 315-330 with oneDNN's direct convolutions).
 std::shared_ptr<const Tensor> transform_weights(const float* w, int64_t m, int64_t c,
-                                                int64_t m_padded, int64_t columns) {
+                                                int64_t m_padded, int64_t columns, int threads) {
   auto u =
       std::make_shared<Tensor>(allocate_lasting_tensor(DType::Float, {kPositions * m_padded * c}));
   float* out = u->data<float>();
-  std::memset(out, 0, u->nbytes());
   const int64_t column_blocks = m_padded / columns;
-  for (int64_t o = 0; o < m; ++o)
-    for (int64_t i = 0; i < c; ++i) {
-      const float* g = w + (o * c + i) * 9;
-      double gg[kPatch][3];  // G g
-      for (int k = 0; k < kPatch; ++k)
-        for (int b = 0; b < 3; ++b)
-          gg[k][b] = kG[k][0] * g[b] + kG[k][1] * g[3 + b] + kG[k][2] * g[6 + b];
-      for (int k = 0; k < kPatch; ++k)
-        for (int j = 0; j < kPatch; ++j) {
-          const double value = gg[k][0] * kG[j][0] + gg[k][1] * kG[j][1] + gg[k][2] * kG[j][2];
-          const int64_t position = k * kPatch + j;
-          out[((position * column_blocks + o / columns) * c + i) * columns + o % columns] =
-              static_cast<float>(value);
+  parallel_for(column_blocks, threads > 1, [&](int64_t cb) {
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t lane = 0; lane < columns; ++lane) {
+        const int64_t o = cb * columns + lane;
+        double value[kPositions] = {};
+        if (o < m) {
+          const float* g = w + (o * c + i) * 9;
+          double gg[kPatch][3];  // G g
+          for (int k = 0; k < kPatch; ++k)
+            for (int b = 0; b < 3; ++b)
+              gg[k][b] = kG[k][0] * g[b] + kG[k][1] * g[3 + b] + kG[k][2] * g[6 + b];
+          for (int k = 0; k < kPatch; ++k)
+            for (int j = 0; j < kPatch; ++j)
+              value[k * kPatch + j] =
+                  gg[k][0] * kG[j][0] + gg[k][1] * kG[j][1] + gg[k][2] * kG[j][2];
         }
-    }
+        for (int position = 0; position < kPositions; ++position)
+          out[((position * column_blocks + cb) * c + i) * columns + lane] =
+              static_cast<float>(value[position]);
+      }
+  });
   return u;
 }
 
@@ -264,7 +273,7 @@ std::shared_ptr<const WinogradConv> plan_winograd_conv(InferContext& ctx, const 
   key.append(reinterpret_cast<const char*>(&columns), sizeof columns);
   if (NodeMemo* memo = ctx.memo()) p->u = std::static_pointer_cast<const Tensor>(memo->find(key));
   if (!p->u) {
-    p->u = transform_weights(w.data<float>(), p->m, p->c, p->m_padded, columns);
+    p->u = transform_weights(w.data<float>(), p->m, p->c, p->m_padded, columns, threads);
     if (NodeMemo* memo = ctx.memo()) memo->keep(key, std::const_pointer_cast<Tensor>(p->u));
   }
   return p;

@@ -31,8 +31,8 @@ Graph prefer_winograd(const Graph& graph) {
     // (AVX-512 / oneDNN held to AVX2): resize_scales b8 (64 -> 32, 32 -> 16, 16 -> 8 at 56-224
     // pixels a side) 25.4 -> 16.1 / 29.3 -> 24.7 ms, SqueezeNet 1.1 b8 (its 16 -> 64 .. 64 ->
     // 256 expand layers) 26.1 -> 21.5 / 33.5 -> 31.3, DenseNet-121 (128 -> 32) b1 29.5 -> 25.0
-    // (floor 32 / 16), b8 230 -> 183; opset9_upsample b8 (16 -> 32 at 56x56) 1.53 -> 1.68 /
-    // 6.87 -> 6.83 the one loss.
+    // (floor 32 / 16), b8 230 -> 183. (opset9_upsample b8, which has no stride-1 3x3, moved 1.53
+    // -> 1.68 / 6.87 -> 6.83 in the same runs: their noise.)
     if (w->second.shape()[0] < kMinOutputChannels || w->second.shape()[1] < kMinInputChannels)
       continue;
     if (n.attr_int("group", 1) != 1 || !all_ones(n, "strides")) continue;

@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "operators/common/cpu_isa.hpp"

@@ -42,45 +42,11 @@ namespace winograd_avx2 {
 using V = __m256;
 constexpr int kLanes = 8;
 constexpr int kMaxRows = 6;  // 12 accumulators of the 16 registers
-constexpr int kColumns = 2 * kLanes;
-inline V vload(const float* p) {
-  return _mm256_loadu_ps(p);
-}
-inline void vstore(float* p, V v) {
-  _mm256_storeu_ps(p, v);
-}
-inline V vbroadcast(const float* p) {
-  return _mm256_broadcast_ss(p);
-}
-inline V vset1(float f) {
-  return _mm256_set1_ps(f);
-}
-inline V vzero() {
-  return _mm256_setzero_ps();
-}
-inline V vadd(V a, V b) {
-  return _mm256_add_ps(a, b);
-}
-inline V vsub(V a, V b) {
-  return _mm256_sub_ps(a, b);
-}
-inline V vmul(V a, V b) {
-  return _mm256_mul_ps(a, b);
-}
 inline V vfmadd(V a, V b, V c) {
   return _mm256_fmadd_ps(a, b, c);
 }
 inline V vfnmadd(V a, V b, V c) {
   return _mm256_fnmadd_ps(a, b, c);
-}
-inline V vmax(V a, V b) {
-  return _mm256_max_ps(a, b);
-}
-inline V vmin(V a, V b) {
-  return _mm256_min_ps(a, b);
-}
-inline V vselect_negative(V v, V a) {
-  return _mm256_blendv_ps(v, a, _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
 #include "operators/cpu/conv_winograd_kernel.inc"
 #pragma GCC pop_options
@@ -89,53 +55,16 @@ inline V vselect_negative(V v, V a) {
 namespace winograd_avx512 {
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's masked min/max builtins
 using V = __m512;
 constexpr int kLanes = 16;
 constexpr int kMaxRows = 12;  // 24 accumulators of the 32 registers
-constexpr int kColumns = 2 * kLanes;
-inline V vload(const float* p) {
-  return _mm512_loadu_ps(p);
-}
-inline void vstore(float* p, V v) {
-  _mm512_storeu_ps(p, v);
-}
-inline V vbroadcast(const float* p) {
-  return _mm512_set1_ps(*p);
-}
-inline V vset1(float f) {
-  return _mm512_set1_ps(f);
-}
-inline V vzero() {
-  return _mm512_setzero_ps();
-}
-inline V vadd(V a, V b) {
-  return _mm512_add_ps(a, b);
-}
-inline V vsub(V a, V b) {
-  return _mm512_sub_ps(a, b);
-}
-inline V vmul(V a, V b) {
-  return _mm512_mul_ps(a, b);
-}
 inline V vfmadd(V a, V b, V c) {
   return _mm512_fmadd_ps(a, b, c);
 }
 inline V vfnmadd(V a, V b, V c) {
   return _mm512_fnmadd_ps(a, b, c);
 }
-inline V vmax(V a, V b) {
-  return _mm512_max_ps(a, b);
-}
-inline V vmin(V a, V b) {
-  return _mm512_min_ps(a, b);
-}
-inline V vselect_negative(V v, V a) {
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, a);
-}
 #include "operators/cpu/conv_winograd_kernel.inc"
-#pragma GCC diagnostic pop
 #pragma GCC pop_options
 }  // namespace winograd_avx512
 

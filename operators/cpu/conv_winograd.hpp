@@ -56,7 +56,7 @@ struct WinogradConv {
   };
   std::vector<Origin> origins;    // of one image's tiles
   int64_t chunk = 0, chunks = 0;  // tiles per chunk, and their count
-  int64_t column_parts = 1;       // each chunk's columns (blocks of 16) split into this many parts
+  int64_t column_parts = 1;  // each chunk's columns (blocks of 2 lanes) split into this many parts
   int threads = 1;
   ChannelGroups x_at, y_at;
   FusedActivation act;

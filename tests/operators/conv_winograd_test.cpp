@@ -4,8 +4,8 @@
 // "winograd_on_avx2"), against the unoptimized graph (oneDNN's direct convolution): channels
 // that fill the products' blocks of columns and ones that leave part of one over (and take
 // 8-float vectors), maps whose tiles overhang the output, symmetric and asymmetric pads,
-// dilations, a batch, bias, a residual added in place and ReLU, and a second input size in the
-// same session (a new plan sharing the transformed weights).
+// dilations, a batch, bias, a residual added in place, ReLU, Clip and LeakyRelu, and a second input
+// size in the same session (a new plan sharing the transformed weights).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,12 +23,13 @@ using testing::uniform_values;
 struct Case {
   int64_t c, m;
   std::vector<int64_t> pads;
-  bool bias, residual, relu;
+  bool bias, residual;
+  std::string activation;  // "" or the op after the convolution (fused into it)
   std::vector<int64_t> dilations = {1, 1};
 };
 
 // x -> 1x1 Conv (its output, the region's, is stored in blocks) -> 3x3 Conv [-> + the 1x1's
-// output] [-> Relu] -> y.
+// output] [-> Relu, Clip to [0, 1.5] or LeakyRelu of slope 0.1] -> y.
 std::string model(const Case& k, std::mt19937& rng) {
   ModelBuilder b;
   b.input("x", 1, {-1, k.c, -1, -1}).output_any("y", 1);
@@ -36,6 +37,7 @@ std::string model(const Case& k, std::mt19937& rng) {
   b.initializer("W3", {k.m, k.c, 3, 3},
                 uniform_values(rng, static_cast<size_t>(k.m * k.c * 9), -0.2f, 0.2f));
   b.initializer("B3", {k.m}, uniform_values(rng, static_cast<size_t>(k.m)));
+  b.initializer("lo", {}, {0.0f}).initializer("hi", {}, {1.5f});
   b.node("Conv", {"x", "W1"}, {"a"});
   std::vector<std::string> inputs = {"a", "W3"};
   if (k.bias) inputs.push_back("B3");
@@ -48,10 +50,14 @@ std::string model(const Case& k, std::mt19937& rng) {
     b.node("Add", {"c", "a"}, {"s"});
     last = "s";
   }
-  if (k.relu) {
-    b.node("Relu", {last}, {"r"});
-    last = "r";
+  if (k.activation == "Clip") {
+    b.node("Clip", {last, "lo", "hi"}, {"r"});
+  } else if (k.activation == "LeakyRelu") {
+    b.node("LeakyRelu", {last}, {"r"}, [](auto& n) { ModelBuilder::set_float(n, "alpha", 0.1f); });
+  } else if (!k.activation.empty()) {
+    b.node(k.activation, {last}, {"r"});
   }
+  if (!k.activation.empty()) last = "r";
   b.node("Identity", {last}, {"y"});
   return b.bytes();
 }
@@ -59,15 +65,16 @@ std::string model(const Case& k, std::mt19937& rng) {
 TEST(ConvWinograd, MatchesTheDirectConvolution) {
   std::mt19937 rng(23);
   const std::vector<Case> cases = {
-      {64, 64, {1, 1, 1, 1}, true, true, true},      // ResNet's basic block
-      {64, 72, {1, 1, 1, 1}, true, false, true},     // 8 columns of the last product over
-      {128, 64, {0, 2, 1, 0}, false, false, false},  // asymmetric pads, no epilogue
-      {96, 96, {1, 1, 1, 1}, false, true, false},    // a residual without an activation
-      {16, 8, {1, 1, 1, 1}, true, false, true},      // the fewest channels the pass marks
+      {64, 64, {1, 1, 1, 1}, true, true, "Relu"},        // ResNet's basic block
+      {64, 72, {1, 1, 1, 1}, true, false, "LeakyRelu"},  // part of the last column block over
+      {128, 64, {0, 2, 1, 0}, false, false, ""},         // asymmetric pads, no epilogue
+      {96, 96, {1, 1, 1, 1}, false, true, ""},           // a residual without an activation
+      {16, 8, {1, 1, 1, 1}, true, false, "Relu"},        // the fewest channels the pass marks
       // Dilated (FCN's and DeepLab's backbones): interleaved grids of uneven sizes.
-      {64, 64, {2, 2, 2, 2}, true, true, true, {2, 2}},
-      {64, 80, {3, 1, 0, 2}, true, false, true, {3, 2}},
+      {64, 64, {2, 2, 2, 2}, true, true, "Relu", {2, 2}},
+      {64, 80, {3, 1, 0, 2}, true, false, "Clip", {3, 2}},
   };
+
   const std::vector<std::vector<int64_t>> sizes = {{2, 14, 14}, {1, 17, 23}, {3, 10, 12}};
   for (const Case& k : cases) {
     const std::string bytes = model(k, rng);

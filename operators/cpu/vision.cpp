@@ -1,4 +1,5 @@
-// Detection and sampling: NonMaxSuppression, RoiAlign, GridSample, MaxUnpool.
+// Detection and sampling: RoiAlign, GridSample, MaxUnpool (NonMaxSuppression:
+// non_max_suppression.cpp).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,74 +11,6 @@
 
 namespace volt {
 namespace {
-
-class NonMaxSuppression final : public Kernel {
- public:
-  explicit NonMaxSuppression(const Node& n) : center_(n.attr_int("center_point_box", 0) != 0) {}
-  void infer(InferContext& ctx) const override { ctx.set_output_unknown(0, DType::Int64); }
-  void run(RunContext& ctx) const override {
-    const Tensor &boxes_t = ctx.input(0), &scores_t = ctx.input(1);
-    VOLT_CHECK(boxes_t.rank() == 3 && boxes_t.dim(2) == 4 && scores_t.rank() == 3, InvalidArgument,
-               ctx.node().describe() +
-                   ": boxes must be [batch, boxes, 4] and scores [batch, classes, boxes]");
-    const int64_t batches = boxes_t.dim(0), n = boxes_t.dim(1), classes = scores_t.dim(1);
-    VOLT_CHECK(scores_t.dim(0) == batches && scores_t.dim(2) == n, InvalidArgument,
-               ctx.node().describe() + ": boxes and scores disagree");
-    const int64_t max_out =
-        ctx.has_input(2) && ctx.input(2).numel()
-            ? to_int64_vector(ctx.input(2), ctx.node(), "max_output_boxes_per_class")[0]
-            : 0;
-    const double iou_threshold =
-        ctx.has_input(3) && ctx.input(3).numel() ? to_doubles(ctx.input(3))[0] : 0;
-    const bool has_score_threshold = ctx.has_input(4) && ctx.input(4).numel();
-    const double score_threshold = has_score_threshold ? to_doubles(ctx.input(4))[0] : 0;
-    const auto boxes = to_doubles(boxes_t), scores = to_doubles(scores_t);
-    auto corners = [&](int64_t b, int64_t i, double c[4]) {
-      const double* p = boxes.data() + (b * n + i) * 4;
-      if (center_) {
-        c[0] = p[1] - p[3] / 2, c[1] = p[0] - p[2] / 2, c[2] = p[1] + p[3] / 2,
-        c[3] = p[0] + p[2] / 2;  // y1 x1 y2 x2
-      } else {
-        c[0] = std::min(p[0], p[2]), c[1] = std::min(p[1], p[3]), c[2] = std::max(p[0], p[2]),
-        c[3] = std::max(p[1], p[3]);
-      }
-    };
-    auto iou = [&](int64_t b, int64_t i, int64_t j) {
-      double a[4], c[4];
-      corners(b, i, a);
-      corners(b, j, c);
-      const double ih = std::max(0.0, std::min(a[2], c[2]) - std::max(a[0], c[0]));
-      const double iw = std::max(0.0, std::min(a[3], c[3]) - std::max(a[1], c[1]));
-      const double inter = ih * iw,
-                   uni = (a[2] - a[0]) * (a[3] - a[1]) + (c[2] - c[0]) * (c[3] - c[1]) - inter;
-      return uni > 0 ? inter / uni : 0.0;
-    };
-    std::vector<int64_t> selected;
-    for (int64_t b = 0; b < batches; ++b)
-      for (int64_t k = 0; k < classes; ++k) {
-        const double* s = scores.data() + (b * classes + k) * n;
-        std::vector<int64_t> order;
-        for (int64_t i = 0; i < n; ++i)
-          if (!has_score_threshold || s[i] > score_threshold) order.push_back(i);
-        std::stable_sort(order.begin(), order.end(),
-                         [&](int64_t x, int64_t y) { return s[x] > s[y]; });
-        std::vector<int64_t> kept;
-        for (int64_t i : order) {
-          if (static_cast<int64_t>(kept.size()) >= max_out) break;
-          bool keep = true;
-          for (int64_t j : kept) keep = keep && iou(b, i, j) <= iou_threshold;
-          if (keep) kept.push_back(i);
-        }
-        for (int64_t i : kept) selected.insert(selected.end(), {b, k, i});
-      }
-    Tensor& y =
-        ctx.allocate_output(0, DType::Int64, {static_cast<int64_t>(selected.size() / 3), 3});
-    std::copy(selected.begin(), selected.end(), y.data<int64_t>());
-  }
-
- private:
-  bool center_;
-};
 
 // Bilinear sample of a [H, W] plane at (y, x), zero outside, as RoiAlign's reference does.
 double bilinear(const double* plane, int64_t h, int64_t w, double y, double x) {
@@ -427,9 +360,6 @@ class MaxUnpool final : public Kernel {
 
 }  // namespace
 
-VOLT_REGISTER_KERNEL(nms, {.op = "NonMaxSuppression",
-                           .since = 10,
-                           .create = make_kernel<NonMaxSuppression>});
 VOLT_REGISTER_KERNEL(roi_align, {.op = "RoiAlign",
                                  .since = 10,
                                  .types = kFloatTypes,

@@ -1,10 +1,13 @@
 // Indexing ops: GatherElements, GatherND, ScatterElements (and the old Scatter), ScatterND,
 // OneHot, Compress, NonZero, TopK, Unique.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
+#include <type_traits>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/registry.hpp"
 
@@ -350,6 +353,14 @@ class NonZero final : public Kernel {
   }
 };
 
+template <class C>
+bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>)
+    return std::isnan(v);
+  else
+    return false;
+}
+
 class TopK final : public Kernel {
  public:
   explicit TopK(const Node& n)
@@ -397,20 +408,32 @@ class TopK final : public Kernel {
       using C = typename Compute<T>::type;
       const T* px = static_cast<const T*>(x.raw());
       T* ov = static_cast<T*>(ctx.output(0).raw());
-      std::vector<int64_t> order(static_cast<size_t>(n));
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t i = 0; i < inner; ++i) {
-          auto at = [&](int64_t j) { return static_cast<C>(px[(o * n + j) * inner + i]); };
-          std::iota(order.begin(), order.end(), 0);
-          // Ties keep the lower index first, as the spec asks.
-          std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-            return largest_ ? at(a) > at(b) : at(a) < at(b);
+      // One row at a time, its values copied next to their indices: the k first in the order
+      // (value, then the lower index first, as the spec asks for ties; NaNs after every number,
+      // as the ONNX reference's sort puts them) are selected, then sorted, which is what a
+      // stable sort's first k are, in O(n + k log k).
+      auto before = [largest = largest_](const std::pair<C, int64_t>& a,
+                                         const std::pair<C, int64_t>& b) {
+        const bool na = is_nan(a.first), nb = is_nan(b.first);
+        if (na || nb) return na == nb ? a.second < b.second : nb;
+        if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
+        return a.second < b.second;
+      };
+      parallel_for(
+          outer * inner, outer * inner > 1 && outer * inner * n >= 32768, [&](int64_t row) {
+            const int64_t o = row / inner, i = row % inner;
+            thread_local std::vector<std::pair<C, int64_t>> items;
+            items.resize(static_cast<size_t>(n));
+            for (int64_t j = 0; j < n; ++j)
+              items[static_cast<size_t>(j)] = {static_cast<C>(px[(o * n + j) * inner + i]), j};
+            if (k < n) std::nth_element(items.begin(), items.begin() + k, items.end(), before);
+            std::sort(items.begin(), items.begin() + k, before);
+            for (int64_t j = 0; j < k; ++j) {
+              const int64_t from = items[static_cast<size_t>(j)].second;
+              ov[(o * k + j) * inner + i] = px[(o * n + from) * inner + i];
+              oi[(o * k + j) * inner + i] = from;
+            }
           });
-          for (int64_t j = 0; j < k; ++j) {
-            ov[(o * k + j) * inner + i] = px[(o * n + order[j]) * inner + i];
-            oi[(o * k + j) * inner + i] = order[j];
-          }
-        }
     });
     (void)sorted_;
   }

@@ -99,12 +99,18 @@ def video_r3d(path):
 
 
 def ssdlite(path):
+    """SSDLite's detection post-processing: per-class TopK over 90 classes, then torchvision's
+    batched NMS (every class shifted to a region of its own) on ~27000 candidates, inside an If.
+    Weights drawn with He's fan-in scale: with torchvision's initialization every class scores
+    1/91 and the selection is decided by ties."""
     import torch
     import torchvision
     torch.manual_seed(0)
-    m = torchvision.models.detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)
+    m = signal_carrying(torchvision.models.detection.ssdlite320_mobilenet_v3_large(
+        weights=None, weights_backbone=None))
     m.eval()
-    torch_export(m, [torch.rand(3, 320, 320)], path, 13, ["input"], ["boxes", "scores", "labels"], None)
+    # (The model takes a list of images: the list is the one positional argument.)
+    torch_export(m, ([torch.rand(3, 320, 320)],), path, 13, ["input"], ["boxes", "scores", "labels"], None)
     return recipe([("input", [3, 320, 320], "float32", (0, 1))], [1], "detection post-processing")
 
 

@@ -7,7 +7,8 @@
 // pools, Resize and Upsample (their scales and sizes stay in N, C, H, W order), inference
 // BatchNormalization with constant parameters, Concat along the
 // channels (of region values only; its axis becomes 3), elementwise unary ops and binary ops (both
-// operands in the region, or one a constant scalar) that read region values. Region values are
+// operands in the region, or one a constant scalar or per-channel constant, which becomes [C])
+// that read region values. Region values are
 // renamed "<name>/nhwc" and hold [N, H, W, C]; a Transpose makes the channels-first value for any
 // other reader (and for graph outputs) under the original name, and one makes the channels-last
 // copy of a Conv input that comes from outside. Conv, pool and Resize nodes in the region get
@@ -52,6 +53,17 @@ bool is_transpose(const Node& n, const std::vector<int64_t>& perm) {
 bool scalar_constant(const Graph& g, const std::string& name) {
   const Tensor* t = constant_value(g, name);
   return t && t->numel() == 1 && t->rank() <= 1;
+}
+
+// A constant that broadcasts along the channels of an N×C×H×W value only: [C, 1, 1] or
+// [1, C, 1, 1] (ConvNeXt's layer scale, a per-channel shift). Channels-last, the same data as
+// [C] broadcasts the same way. (Not a scalar: scalar_constant.)
+bool channel_constant(const Graph& g, const std::string& name) {
+  const Tensor* t = constant_value(g, name);
+  if (!t || t->numel() <= 1 || t->dtype() == DType::String) return false;
+  const Shape& s = t->shape();
+  return (s.size() == 3 && s[1] == 1 && s[2] == 1) ||
+         (s.size() == 4 && s[0] == 1 && s[2] == 1 && s[3] == 1);
 }
 
 // A Slice's axes (explicit: 0, 1, ... for each start when it has none) when everything but its
@@ -205,8 +217,10 @@ Graph use_channels_last(const Graph& graph) {
           break;
         case Role::Binary: {
           const bool a = region_value(n.inputs[0]), b = region_value(n.inputs[1]);
-          ok = (a && b) || (a && scalar_constant(graph, n.inputs[1])) ||
-               (b && scalar_constant(graph, n.inputs[0]));
+          auto fixed = [&](const std::string& v) {
+            return scalar_constant(graph, v) || channel_constant(graph, v);
+          };
+          ok = (a && b) || (a && fixed(n.inputs[1])) || (b && fixed(n.inputs[0]));
           break;
         }
         case Role::None:
@@ -289,6 +303,16 @@ Graph use_channels_last(const Graph& graph) {
       continue;
     }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (role[i] == Role::Binary && k < 2 && channel_constant(graph, n.inputs[k])) {
+        // The per-channel constant as [C] (one copy per constant, however many nodes read it).
+        const std::string v = n.inputs[k] + kChannelsLastSuffix;
+        if (!g.initializers.count(v)) {
+          const Tensor& t = *constant_value(graph, n.inputs[k]);
+          g.initializers[v] = t.reshaped({t.numel()});
+        }
+        n.inputs[k] = v;
+        continue;
+      }
       if (!reads_channels_last(i, k)) {
         n.inputs[k] = resolve(n.inputs[k]);
         continue;

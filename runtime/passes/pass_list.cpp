@@ -54,6 +54,9 @@ const std::vector<Pass>& optimization_passes() {
       // cuDNN's fp16 tensor-core convolutions read without transposing.
       {"use_channels_last", 2, use_channels_last,
        [](const SessionOptions& o) { return on_cpu(o) || o.precision == "fp16"; }},
+      // Again, now that the Transposes between a MatMul and its epilogue in a channels-last
+      // network are gone (ConvNeXt: MatMul -> Transpose to NCHW -> layer scale -> residual Add).
+      {"fuse_matmul_epilogue_after_layout", 2, fuse_matmul_epilogue, on_cpu},
       {"prefer_winograd", 2, prefer_winograd,
        [](const SessionOptions& o) { return on_cpu(o) && o.winograd && o.precision == "fp32"; }},
       {"fuse_depthwise_block", 2, fuse_depthwise_block,

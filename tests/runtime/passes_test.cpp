@@ -1328,8 +1328,9 @@ TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
 
 TEST(Passes, ConstantScalarAfterAProductBecomesItsScale) {
   // Attention's scores: Q·Kᵀ / 8 (both operands computed), and a linear layer's product times a
-  // scalar on the left; 1/8 is exact, 0.3 rounds, hence the tolerance. Not folded: c / product
-  // (a reciprocal), and a [1, 1, 1] constant, which would raise the result's rank.
+  // scalar on the left, which goes into its weights instead; 1/8 is exact, 0.3 rounds, hence
+  // the tolerance. Not folded: c / product (a reciprocal), and a [1, 1, 1] constant, which would
+  // raise the result's rank.
   ModelBuilder b;
   std::mt19937 rng(14);
   b.input("q", 1, {2, 5, 4}).input("k", 1, {2, 4, 5}).input("x", 1, {3, 4});
@@ -1345,10 +1346,14 @@ TEST(Passes, ConstantScalarAfterAProductBecomesItsScale) {
   const Graph g = fuse_matmul_epilogue(load(bytes));
   EXPECT_EQ(count_op(g, "Div"), 1);
   EXPECT_EQ(count_op(g, "Mul"), 1);
-  int scaled = 0;
-  for (const Node& n : g.nodes)
+  int scaled = 0, scaled_weights = 0;
+  for (const Node& n : g.nodes) {
     if (n.op_type == "MatMul" && n.has_attr("volt.product_scale")) ++scaled;
-  EXPECT_EQ(scaled, 2);
+    if (n.op_type == "MatMul" && n.inputs[1].find("scaled_weights") != std::string::npos)
+      ++scaled_weights;
+  }
+  EXPECT_EQ(scaled, 1);
+  EXPECT_EQ(scaled_weights, 1);
   const Tensor q = random_tensor({2, 5, 4}, rng), k = random_tensor({2, 4, 5}, rng),
                x = random_tensor({3, 4}, rng);
   expect_same_as_unoptimized(bytes, {{"q", q}, {"k", k}, {"x", x}}, 1e-5f);
@@ -1358,6 +1363,57 @@ TEST(Passes, ConstantScalarAfterAProductBecomesItsScale) {
   const auto sparse = opt.run({{"q", q}, {"k", k}, {"x", CsrTensor::from_dense(x)}}, {"lin"});
   for (int64_t i = 0; i < 18; ++i)
     EXPECT_NEAR(sparse[0].tensor().data<float>()[i], dense[0].tensor().data<float>()[i], 1e-5f);
+}
+
+// A ConvNeXt block after a stem Conv: depthwise Conv -> Transpose to NHWC -> LayerNorm ->
+// Linear -> Relu -> Linear -> Transpose to NCHW -> layer scale [C, 1, 1] -> residual Add, then
+// a per-channel shift [1, C, 1, 1] before the next Conv. The scale and the shift join the
+// channels-last region as [C] constants, so no Transpose is left; the scale then goes into the
+// second Linear's weights and bias, whose MatMul takes the residual Add too.
+TEST(Passes, LayerScaleAfterALinearJoinsTheChannelsLastRegionAndItsWeights) {
+  ModelBuilder b(17);
+  std::mt19937 rng(21);
+  b.input("x", 1, {2, 4, 6, 6}).output("y", 1, {2, 4, 6, 6});
+  b.initializer("Wstem", {8, 4, 1, 1}, random_values(32, rng))
+      .initializer("Wdw", {8, 1, 3, 3}, random_values(72, rng))
+      .initializer("ln_scale", {8}, random_values(8, rng, 0.5f, 1.5f))
+      .initializer("ln_bias", {8}, random_values(8, rng))
+      .initializer("W1", {8, 16}, random_values(128, rng))
+      .initializer("b1", {16}, random_values(16, rng))
+      .initializer("W2", {16, 8}, random_values(128, rng))
+      .initializer("b2", {8}, random_values(8, rng))
+      .initializer("gamma", {8, 1, 1}, random_values(8, rng, 0.5f, 2))
+      .initializer("shift", {1, 8, 1, 1}, random_values(8, rng))
+      .initializer("Wout", {4, 8, 1, 1}, random_values(32, rng));
+  b.node("Conv", {"x", "Wstem"}, {"s"});
+  b.node("Conv", {"s", "Wdw"}, {"dw"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    ModelBuilder::set_int(n, "group", 8);
+  });
+  b.node("Transpose", {"dw"}, {"t"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {0, 2, 3, 1});
+  });
+  b.node("LayerNormalization", {"t", "ln_scale", "ln_bias"}, {"ln"},
+         [](auto& n) { ModelBuilder::set_int(n, "axis", -1); });
+  b.node("MatMul", {"ln", "W1"}, {"h"}).node("Add", {"h", "b1"}, {"hb"});
+  b.node("Relu", {"hb"}, {"hr"});
+  b.node("MatMul", {"hr", "W2"}, {"o"}).node("Add", {"o", "b2"}, {"ob"});
+  b.node("Transpose", {"ob"}, {"back"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "perm", {0, 3, 1, 2});
+  });
+  b.node("Mul", {"back", "gamma"}, {"scaled"}).node("Add", {"scaled", "s"}, {"res"});
+  b.node("Add", {"shift", "res"}, {"shifted"});
+  b.node("Conv", {"shifted", "Wout"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  // (The graph output y leaves the region through one.)
+  EXPECT_EQ(count_op(g, "Transpose"), 1);
+  EXPECT_EQ(count_op(g, "Mul"), 0);
+  int residual_matmuls = 0;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "MatMul" && n.inputs.size() == 4) ++residual_matmuls;
+  EXPECT_EQ(residual_matmuls, 1);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 4, 6, 6}, rng)}}, 1e-5f);
 }
 
 TEST(Passes, GemmTakesTheActivationAfterIt) {

@@ -1,13 +1,12 @@
 // Softmax, LogSoftmax and Hardmax. Before opset 13 they work on the input coerced to 2-D at
 // `axis` (default 1); from 13 on, along the single `axis` (default -1). Both forms become one
-// canonical [outer, n, inner] problem here. f32 along the innermost axis runs on volt's
-// vectorized row loop, along other axes on oneDNN's softmax primitives.
+// canonical [outer, n, inner] problem here. f32 runs on volt's vectorized loops: along the
+// innermost axis by rows, along other axes by columns of each [n, inner] plane.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "operators/common/dispatch.hpp"
-#include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
@@ -44,15 +43,53 @@ VOLT_SIMD_CLONES void softmax_rows_f32(const float* x, float* y, int64_t rows, i
   }
 }
 
+// The same along a strided axis: columns [c0, c1) of one [n, inner] plane, the maximum, the
+// sum and the scaling each a pass over the plane's rows vectorized across the columns (a
+// segmentation head's softmax over its classes, axis 1 of N x C x H x W). `mx` and `sum` hold
+// c1 - c0 floats.
+VOLT_SIMD_CLONES void softmax_columns_f32(const float* x, float* y, int64_t n, int64_t inner,
+                                          int64_t c0, int64_t c1, bool log, float* mx, float* sum) {
+  const int64_t w = c1 - c0;
+  x += c0;
+  y += c0;
+  for (int64_t c = 0; c < w; ++c) mx[c] = -std::numeric_limits<float>::infinity(), sum[c] = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = x + j * inner;
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) mx[c] = row[c] > mx[c] ? row[c] : mx[c];
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = x + j * inner;
+    float* out = y + j * inner;
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) {
+      const float e = vector_exp(row[c] - mx[c]);
+      if (!log) out[c] = e;
+      sum[c] += e;
+    }
+  }
+  if (log) {
+    for (int64_t c = 0; c < w; ++c) mx[c] += std::log(sum[c]);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* row = x + j * inner;
+      float* out = y + j * inner;
+#pragma omp simd
+      for (int64_t c = 0; c < w; ++c) out[c] = row[c] - mx[c];
+    }
+    return;
+  }
+  for (int64_t c = 0; c < w; ++c) sum[c] = 1.0f / sum[c];
+  for (int64_t j = 0; j < n; ++j) {
+    float* out = y + j * inner;
+#pragma omp simd
+    for (int64_t c = 0; c < w; ++c) out[c] *= sum[c];
+  }
+}
+
 enum class SoftmaxKind { Softmax, LogSoftmax, Hardmax };
 
 struct Extent {
   int64_t outer = 1, n = 1, inner = 1;
-};
-
-struct SoftmaxState {
-  dnnl::primitive prim;
-  dnnl::memory::desc md, scratch;
 };
 
 class Softmax final : public Kernel {
@@ -60,45 +97,19 @@ class Softmax final : public Kernel {
   Softmax(const Node& n, SoftmaxKind kind)
       : kind_(kind), coerced_(n.opset < 13), axis_(n.attr_int("axis", n.opset < 13 ? 1 : -1)) {}
 
+  // f32 Softmax and LogSoftmax run on volt's vectorized loops along any axis: no code generated
+  // per shape (oneDNN's primitive costs 50-80 us at each new shape, and along an outer axis
+  // its plain-layout kernel was 17x slower than ONNX Runtime), and one kernel for every plan, so
+  // that a plan made for one of several shapes and the plan later specialized to that shape
+  // give the same bits.
   void infer(InferContext& ctx) const override {
     const Shape& x = ctx.shape(0);
-    const Extent e = extent(x, ctx.node());
+    (void)extent(x, ctx.node());  // (checks the axis)
     ctx.set_output(0, ctx.dtype(0), x);
-    if (ctx.dtype(0) != DType::Float || kind_ == SoftmaxKind::Hardmax || numel_of(x) == 0) return;
-    // Along the innermost axis, volt's row loop: as fast as oneDNN's primitive on attention
-    // scores, and no code generated per shape (oneDNN's costs 50-80 us at each new shape). One
-    // kernel for every plan, so that a plan made for one of several shapes and the plan later
-    // specialized to that shape give the same bits.
-    if (e.inner == 1) return;
-    dnnl_adapter::prepare_or_fall_back(ctx, [&] {
-      auto st = std::make_shared<SoftmaxState>();
-      st->md = dnnl_adapter::plain_md({e.outer, e.n, e.inner}, dnnl::memory::data_type::f32);
-      if (kind_ == SoftmaxKind::Softmax) {
-        dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, st->md, 1);
-        dnnl::softmax_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                 dnnl_adapter::engine());
-        st->prim = dnnl::softmax_forward(pd);
-        st->scratch = pd.scratchpad_desc();
-      } else {
-        dnnl::logsoftmax_forward::desc d(dnnl::prop_kind::forward_inference, st->md, 1);
-        dnnl::logsoftmax_forward::primitive_desc pd(d, dnnl_adapter::scratch_attr(),
-                                                    dnnl_adapter::engine());
-        st->prim = dnnl::logsoftmax_forward(pd);
-        st->scratch = pd.scratchpad_desc();
-      }
-      ctx.request_scratch(st->scratch.get_size());
-      ctx.set_state(st);
-    });
   }
 
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    if (const auto* st = static_cast<const SoftmaxState*>(ctx.state_ptr())) {
-      dnnl_adapter::execute(
-          st->prim, {{DNNL_ARG_SRC, st->md, x.raw()}, {DNNL_ARG_DST, st->md, ctx.output(0).raw()}},
-          st->scratch, ctx.scratch());
-      return;
-    }
     const Extent e = extent(x.shape(), ctx.node());
     if (x.dtype() == DType::Float && e.inner == 1 && kind_ != SoftmaxKind::Hardmax) {
       const auto* px = static_cast<const float*>(x.raw());
@@ -108,6 +119,21 @@ class Softmax final : public Kernel {
       const int64_t rows_per_task = std::max<int64_t>(1, 16384 / std::max<int64_t>(e.n, 1));
       parallel_chunks(e.outer, rows_per_task, [&](int64_t lo, int64_t hi) {
         softmax_rows_f32(px + lo * e.n, py + lo * e.n, hi - lo, e.n, log);
+      });
+      return;
+    }
+    if (x.dtype() == DType::Float && kind_ != SoftmaxKind::Hardmax) {
+      const auto* px = static_cast<const float*>(x.raw());
+      auto* py = static_cast<float*>(ctx.output(0).raw());
+      const bool log = kind_ == SoftmaxKind::LogSoftmax;
+      // Tasks of one plane's columns, kColumns at a time (their maxima and sums on the stack).
+      constexpr int64_t kColumns = 512;
+      const int64_t per_plane = (e.inner + kColumns - 1) / kColumns;
+      parallel_for(e.outer * per_plane, e.outer * e.n * e.inner > 16384, [&](int64_t t) {
+        const int64_t o = t / per_plane, c0 = t % per_plane * kColumns;
+        float mx[kColumns], sum[kColumns];
+        softmax_columns_f32(px + o * e.n * e.inner, py + o * e.n * e.inner, e.n, e.inner, c0,
+                            std::min(e.inner, c0 + kColumns), log, mx, sum);
       });
       return;
     }

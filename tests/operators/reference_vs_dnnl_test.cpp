@@ -4,6 +4,7 @@
 // thousand terms of order 1.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "operators/op_runner.hpp"
@@ -259,6 +260,34 @@ TEST(ReferenceVsDnnl, SoftmaxFamilyOnEveryAxis) {
       for (int opset : {11, 13})
         expect_same(
             op, {x}, [&](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", axis); }, opset);
+}
+
+// Along an outer axis f32 runs by columns of each plane, 512 at a time: planes wider than that,
+// with masked (-inf) positions.
+TEST(ReferenceVsDnnl, SoftmaxAlongOuterAxesOfWidePlanes) {
+  std::mt19937 rng(23);
+  Tensor x = random_double({2, 7, 600}, rng, -30, 30);
+  for (int64_t i = 0; i < x.numel(); i += 11) x.data<double>()[i] = -INFINITY;
+  for (const std::string op : {"Softmax", "LogSoftmax"}) {
+    expect_same(op, {x}, [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", 1); });
+    expect_same(op, {random_double({3, 5, 1030}, rng, -5, 5)},
+                [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", 0); });
+  }
+}
+
+// f32 to a scalar power: products, sqrt and division for the exponents models write, pow for
+// the others; against pow in float64.
+TEST(ReferenceVsDnnl, PowByAScalar) {
+  std::mt19937 rng(29);
+  const Tensor x = random_double({3, 700}, rng, -3, 3), pos = random_double({3, 700}, rng, 0, 3);
+  for (double e : {1.0, 2.0, 3.0, 4.0, -1.0, 1.7}) {
+    Tensor exponent = Tensor::empty(DType::Double, {});
+    exponent.data<double>()[0] = e;
+    expect_same("Pow", {e == 1.7 ? pos : x, exponent});
+  }
+  Tensor half = Tensor::empty(DType::Double, {1});
+  half.data<double>()[0] = 0.5;
+  expect_same("Pow", {pos, half});
 }
 
 // f32 rows run on volt's vectorized loop (its own exp): long rows with a vector tail, rows of

@@ -13,7 +13,10 @@ namespace volt {
 template <class Body>
 inline void parallel_for(int64_t n, bool parallel, Body&& body) {
   if (parallel && n > 1) {
+    // (Files built without OpenMP, the CUDA backend's host code, run the plain loop.)
+#ifdef _OPENMP
 #pragma omp parallel for
+#endif
     for (int64_t i = 0; i < n; ++i) body(i);
   } else {
     for (int64_t i = 0; i < n; ++i) body(i);

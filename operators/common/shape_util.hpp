@@ -1,7 +1,9 @@
 // Shape arithmetic shared by kernels: axis normalization, broadcasting, strides.
 #pragma once
+#include <algorithm>
 #include <vector>
 
+#include "operators/common/parallel.hpp"
 #include "operators/kernel.hpp"
 
 namespace volt {
@@ -53,6 +55,56 @@ class BroadcastIterator {
         idx[d] = 0;
       }
     }
+  }
+  // f(offsets, n, steps, first) for pieces of the innermost rows as for_each_row gives them,
+  // `first` the piece's first element in the output's order, split among the session's threads:
+  // rows shorter than `grain` elements in chunks of rows, longer ones in pieces of `grain`
+  // (f must only write its own piece).
+  template <class F>
+  void for_each_row_parallel(F&& f, int64_t grain = 32768) const {
+    if (total_ == 0) return;
+    const size_t rank = shape_.size(), k = strides_.size();
+    const int64_t n = rank == 0 ? 1 : shape_[rank - 1], rows = total_ / n;
+    std::vector<int64_t> steps(k, 0);
+    if (rank > 0)
+      for (size_t j = 0; j < k; ++j) steps[j] = strides_[j][rank - 1];
+    // The operands' offsets at the start of row `row`.
+    auto row_start = [&](int64_t row, std::vector<int64_t>& idx, std::vector<int64_t>& off) {
+      idx.assign(rank, 0);
+      off.assign(k, 0);
+      for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) {
+        idx[d] = row % shape_[d];
+        row /= shape_[d];
+        for (size_t j = 0; j < k; ++j) off[j] += idx[d] * strides_[j][d];
+      }
+    };
+    if (n >= grain) {
+      const int64_t pieces = (n + grain - 1) / grain;
+      parallel_for(rows * pieces, rows * pieces > 1, [&](int64_t item) {
+        std::vector<int64_t> idx, off;
+        row_start(item / pieces, idx, off);
+        const int64_t lo = item % pieces * grain, len = std::min(grain, n - lo);
+        for (size_t j = 0; j < k; ++j) off[j] += lo * steps[j];
+        f(static_cast<const int64_t*>(off.data()), len, static_cast<const int64_t*>(steps.data()),
+          item / pieces * n + lo);
+      });
+      return;
+    }
+    parallel_chunks(rows, std::max<int64_t>(1, grain / n), [&](int64_t lo, int64_t hi) {
+      std::vector<int64_t> idx, off;
+      row_start(lo, idx, off);
+      for (int64_t row = lo; row < hi; ++row) {
+        f(static_cast<const int64_t*>(off.data()), n, static_cast<const int64_t*>(steps.data()),
+          row * n);
+        for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) {
+          ++idx[d];
+          for (size_t j = 0; j < k; ++j) off[j] += strides_[j][d];
+          if (idx[d] < shape_[d]) break;
+          for (size_t j = 0; j < k; ++j) off[j] -= strides_[j][d] * shape_[d];
+          idx[d] = 0;
+        }
+      }
+    });
   }
   // f(offsets) for every element, in order.
   template <class F>

@@ -139,12 +139,30 @@ class Where final : public Kernel {
       const T* pa = static_cast<const T*>(a.raw());
       const T* pb = static_cast<const T*>(b.raw());
       T* po = static_cast<T*>(out.raw());
+      // By rows, in parallel; the rows with every operand contiguous (or one repeated, an
+      // attention mask's fill value) in loops the compiler vectorizes.
       BroadcastIterator(out.shape(), {broadcast_strides(c.shape(), out.shape()),
                                       broadcast_strides(a.shape(), out.shape()),
                                       broadcast_strides(b.shape(), out.shape())})
-          .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
-            po[e++] = pc[off[0]] ? pa[off[1]] : pb[off[2]];
-          });
+          .for_each_row_parallel(
+              [&](const int64_t* off, int64_t n, const int64_t* step, int64_t first) {
+                // (Both sides read before the choice: a select the compiler vectorizes.)
+                const auto* rc = reinterpret_cast<const unsigned char*>(pc + off[0]);
+                const T *ra = pa + off[1], *rb = pb + off[2];
+                T* o = po + first;
+                auto pick = [&](int64_t i, int64_t ic, int64_t ia, int64_t ib) {
+                  const T x = ra[ia], y = rb[ib];
+                  o[i] = rc[ic] ? x : y;
+                };
+                if (step[0] == 1 && step[1] == 1 && step[2] == 1)
+                  for (int64_t i = 0; i < n; ++i) pick(i, i, i, i);
+                else if (step[0] == 1 && step[1] == 1 && step[2] == 0)
+                  for (int64_t i = 0; i < n; ++i) pick(i, i, i, 0);
+                else if (step[0] == 1 && step[1] == 0 && step[2] == 1)
+                  for (int64_t i = 0; i < n; ++i) pick(i, i, 0, i);
+                else
+                  for (int64_t i = 0; i < n; ++i) pick(i, i * step[0], i * step[1], i * step[2]);
+              });
     });
   }
 };

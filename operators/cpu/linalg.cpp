@@ -1,9 +1,15 @@
-// Einsum (explicit and implicit output, repeated labels, ellipsis with broadcasting), Det and
-// its gradient.
+// Einsum (explicit and implicit output, repeated labels, ellipsis with broadcasting; two f32
+// operands that make a batched matrix product on oneDNN's sgemm), Det and its gradient.
+#include <dnnl.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
+#include "operators/common/strided_gather.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
 
@@ -108,6 +114,136 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
   return p;
 }
 
+// Two f32 operands as a batched matrix product, the form attention and bilinear layers
+// write: each label is a batch label (in both operands and the output), an M label (the first
+// operand and the output), an N label (the second and the output) or a K label (both operands,
+// summed). Each operand is read in place when its axes already run [batch, M, K] or
+// [batch, K, M] (N likewise), else gathered into that order once; the products are oneDNN's
+// sgemm, batches spread over the threads. False (the general loop) for anything else: repeated
+// labels (diagonals), labels summed within one operand, broadcast ellipsis axes.
+bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tensor& y, int threads) {
+  if (p.operand_labels.size() != 2 || a.dtype() != DType::Float || b.dtype() != DType::Float)
+    return false;
+  const size_t nl = p.label_dim.size();
+  std::vector<int> where(nl, 0);  // bits: 1 in A, 2 in B, 4 in the output
+  const Tensor* operands[2] = {&a, &b};
+  for (int k = 0; k < 2; ++k) {
+    const auto& labels = p.operand_labels[static_cast<size_t>(k)];
+    for (size_t ax = 0; ax < labels.size(); ++ax) {
+      int& w = where[static_cast<size_t>(labels[ax])];
+      if (w & (1 << k)) return false;  // a repeated label
+      if (operands[k]->dim(static_cast<int64_t>(ax)) != p.label_dim[labels[ax]]) return false;
+      w |= 1 << k;
+    }
+  }
+  for (int l : p.output_labels) {
+    if (where[static_cast<size_t>(l)] & 4) return false;
+    where[static_cast<size_t>(l)] |= 4;
+  }
+  std::vector<int> batch, m, n, k;
+  for (int l : p.output_labels) {
+    const int w = where[static_cast<size_t>(l)];
+    (w == 7 ? batch : w == 5 ? m : w == 6 ? n : batch).push_back(l);
+    if (w != 7 && w != 5 && w != 6) return false;
+  }
+  for (int l : p.operand_labels[0])
+    if (where[static_cast<size_t>(l)] == 3) k.push_back(l);
+  for (size_t l = 0; l < nl; ++l)
+    if (where[l] == 1 || where[l] == 2) return false;  // summed within one operand
+  auto product = [&](const std::vector<int>& ls) {
+    int64_t v = 1;
+    for (int l : ls) v *= p.label_dim[static_cast<size_t>(l)];
+    return v;
+  };
+  const int64_t bt = product(batch), mt = product(m), nt = product(n), kt = product(k);
+  float* py = y.data<float>();
+  if (y.numel() == 0) return true;
+  if (kt == 0) {
+    std::fill(py, py + y.numel(), 0.0f);
+    return true;
+  }
+  // An operand's strides by label, and the order [batch, rows, cols] or [batch, cols, rows]
+  // that reads it in place (`transposed`), else a gathered copy in the first.
+  auto stride_of = [&](const Tensor& t, const std::vector<int>& labels) {
+    std::vector<int64_t> by_label(nl, 0);
+    int64_t s = 1;
+    for (size_t ax = labels.size(); ax-- > 0;) {
+      by_label[static_cast<size_t>(labels[ax])] = s;
+      s *= t.dim(static_cast<int64_t>(ax));
+    }
+    return by_label;
+  };
+  auto layout = [&](const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& st,
+                    std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
+    shape.clear();
+    strides.clear();
+    for (const auto& g : groups)
+      for (int l : g) {
+        shape.push_back(p.label_dim[static_cast<size_t>(l)]);
+        strides.push_back(st[static_cast<size_t>(l)]);
+      }
+  };
+  std::vector<float> copies[2];
+  const float* data[2];
+  bool transposed[2];
+  for (int op = 0; op < 2; ++op) {
+    const Tensor& t = *operands[op];
+    const auto st = stride_of(t, p.operand_labels[static_cast<size_t>(op)]);
+    const std::vector<int>& rows = op == 0 ? m : k;
+    const std::vector<int>& cols = op == 0 ? k : n;
+    std::vector<int64_t> shape, strides;
+    layout({batch, rows, cols}, st, shape, strides);
+    data[op] = t.data<float>();
+    transposed[op] = false;
+    if (is_one_run(shape, strides)) continue;
+    std::vector<int64_t> tshape, tstrides;
+    layout({batch, cols, rows}, st, tshape, tstrides);
+    if (is_one_run(tshape, tstrides)) {
+      transposed[op] = true;
+      continue;
+    }
+    copies[op].resize(static_cast<size_t>(t.numel()));
+    strided_gather(t.data<float>(), copies[op].data(), shape, strides);
+    data[op] = copies[op].data();
+  }
+  // The product in [batch, M, N]: y itself when the output's labels run in that order.
+  const auto yst = stride_of(y, p.output_labels);
+  std::vector<int64_t> yshape, ystrides;
+  layout({batch, m, n}, yst, yshape, ystrides);
+  const bool in_place = is_one_run(yshape, ystrides);
+  std::vector<float> product_buffer;
+  if (!in_place) product_buffer.resize(static_cast<size_t>(y.numel()));
+  float* c = in_place ? py : product_buffer.data();
+  std::atomic<bool> failed{false};
+  auto one = [&](int64_t i) {
+    const dnnl_status_t st =
+        dnnl_sgemm(transposed[0] ? 'T' : 'N', transposed[1] ? 'T' : 'N', mt, nt, kt, 1.0f,
+                   data[0] + i * mt * kt, transposed[0] ? mt : kt, data[1] + i * kt * nt,
+                   transposed[1] ? kt : nt, 0.0f, c + i * mt * nt, nt);
+    if (st != dnnl_success) failed = true;
+  };
+  // Batches across the threads (each product on one), or one product on all of them.
+  parallel_for(bt, bt > 1 && threads > 1, one);
+  VOLT_CHECK(!failed, Runtime, "Einsum: oneDNN sgemm failed");
+  if (!in_place) {
+    // y's axes from the product's: the product's stride for each output label.
+    std::vector<int64_t> pst(nl, 0);
+    int64_t s = 1;
+    for (const auto* g : {&n, &m, &batch})
+      for (size_t i = g->size(); i-- > 0;) {
+        pst[static_cast<size_t>((*g)[i])] = s;
+        s *= p.label_dim[static_cast<size_t>((*g)[i])];
+      }
+    std::vector<int64_t> shape, strides;
+    for (int l : p.output_labels) {
+      shape.push_back(p.label_dim[static_cast<size_t>(l)]);
+      strides.push_back(pst[static_cast<size_t>(l)]);
+    }
+    strided_gather(static_cast<const float*>(c), py, shape, strides);
+  }
+  return true;
+}
+
 class Einsum final : public Kernel {
  public:
   explicit Einsum(const Node& n) : equation_(n.attr_string("equation", "")) {}
@@ -123,6 +259,9 @@ class Einsum final : public Kernel {
     std::vector<Shape> shapes;
     for (size_t i = 0; i < ctx.input_count(); ++i) shapes.push_back(ctx.input(i).shape());
     const EinsumPlan p = plan_einsum(equation_, shapes, ctx.node());
+    if (ctx.input_count() == 2 &&
+        einsum_as_gemm(p, ctx.input(0), ctx.input(1), ctx.output(0), ctx.threads()))
+      return;
     const size_t nl = p.label_dim.size();
     // Output labels first, then the summed ones; walk every combination.
     std::vector<int> order = p.output_labels;

@@ -290,6 +290,33 @@ TEST(ReferenceVsDnnl, PowByAScalar) {
   expect_same("Pow", {pos, half});
 }
 
+// Two-operand Einsums that are batched products run on sgemm in f32 (each operand read in
+// place, transposed or gathered; the product written in place or permuted into the output);
+// the f64 run takes the general loop. The last two stay on the loop in f32 too (a broadcast
+// ellipsis, a label summed within one operand).
+TEST(ReferenceVsDnnl, EinsumAsBatchedProducts) {
+  std::mt19937 rng(37);
+  struct Case {
+    const char* equation;
+    Shape a, b;
+  };
+  for (const Case& c : std::vector<Case>{{"bhqd,bhkd->bhqk", {2, 3, 5, 4}, {2, 3, 6, 4}},
+                                         {"bij,bjk->bik", {3, 4, 5}, {3, 5, 6}},
+                                         {"bji,bjk->bik", {3, 5, 4}, {3, 5, 6}},
+                                         {"ij,jk->ki", {4, 5}, {5, 6}},
+                                         {"bnd,dh->bnh", {2, 7, 5}, {5, 3}},
+                                         {"ijk,jil->kl", {3, 4, 5}, {4, 3, 6}},
+                                         {"...ij,...jk->...ik", {2, 3, 4, 5}, {2, 3, 5, 2}},
+                                         {"i,j->ij", {4}, {5}},
+                                         {"ij,ij->i", {6, 7}, {6, 7}},
+                                         {"bhqk,bkhd->bqhd", {2, 3, 4, 5}, {2, 5, 3, 6}},
+                                         {"...ij,jk->...ik", {1, 4, 5}, {5, 6}},
+                                         {"ijk,kl->il", {3, 4, 5}, {5, 2}}})
+    expect_same(
+        "Einsum", {random_double(c.a, rng), random_double(c.b, rng)},
+        [&](onnx::NodeProto& n) { ModelBuilder::set_string(n, "equation", c.equation); }, 13);
+}
+
 // f32 rows run on volt's vectorized loop (its own exp): long rows with a vector tail, rows of
 // one element, large logits, and masked positions (-inf, as attention masks write them).
 TEST(ReferenceVsDnnl, SoftmaxRowsLongShortMaskedAndLarge) {

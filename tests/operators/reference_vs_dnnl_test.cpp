@@ -246,8 +246,13 @@ TEST(ReferenceVsDnnl, EltwiseActivations) {
   std::mt19937 rng(16);
   const Tensor x = random_double({3, 13, 11, 11}, rng, -3, 3);
   for (const std::string op : {"Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Elu", "LeakyRelu",
-                               "Softplus", "HardSigmoid", "Erf"})
-    expect_same(op, {x});
+                               "Softplus", "HardSigmoid", "Erf", "HardSwish"})
+    expect_same(op, {x}, {}, 14);
+  expect_same("Mish", {x}, {}, 18);
+  for (const char* approximate : {"none", "tanh"})
+    expect_same(
+        "Gelu", {x},
+        [&](onnx::NodeProto& n) { ModelBuilder::set_string(n, "approximate", approximate); }, 20);
   const Tensor pos = random_double({3, 13, 11, 11}, rng, 0.1, 3);
   for (const std::string op : {"Log", "Sqrt", "Reciprocal"}) expect_same(op, {pos});
 }

@@ -72,12 +72,22 @@ class PRelu final : public Kernel {
       const T* px = static_cast<const T*>(x.raw());
       const T* ps = static_cast<const T*>(slope.raw());
       T* po = static_cast<T*>(out.raw());
+      // By rows in parallel; a slope per channel is constant along each row of a plane.
       BroadcastIterator(out.shape(), {broadcast_strides(x.shape(), out.shape()),
                                       broadcast_strides(slope.shape(), out.shape())})
-          .for_each([&, e = int64_t{0}](const int64_t* off) mutable {
-            const C v = static_cast<C>(px[off[0]]);
-            po[e++] = static_cast<T>(v < C(0) ? static_cast<C>(v * static_cast<C>(ps[off[1]])) : v);
-          });
+          .for_each_row_parallel(
+              [&](const int64_t* off, int64_t n, const int64_t* step, int64_t first) {
+                const T *rx = px + off[0], *rs = ps + off[1];
+                T* o = po + first;
+                auto one = [](T x, T s) {
+                  const C v = static_cast<C>(x);
+                  return static_cast<T>(v < C(0) ? static_cast<C>(v * static_cast<C>(s)) : v);
+                };
+                if (step[0] == 1 && step[1] == 0)
+                  for (int64_t i = 0; i < n; ++i) o[i] = one(rx[i], rs[0]);
+                else
+                  for (int64_t i = 0; i < n; ++i) o[i] = one(rx[i * step[0]], rs[i * step[1]]);
+              });
     });
   }
 

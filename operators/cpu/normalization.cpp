@@ -5,6 +5,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
@@ -222,13 +223,52 @@ class InstanceNorm final : public Kernel {
         ctx.input_error(std::string(i == 1 ? "scale" : "B") + " must have shape [" +
                         std::to_string(x[1]) + "], got " + shape_str(ctx.shape(i)));
     ctx.set_output(0, ctx.dtype(0), x);
-    ctx.runs_reference_loop("");
+    if (ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
+        ctx.dtype(2) != DType::Float)
+      ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
+    if (x.dtype() == DType::Float && ctx.input(1).dtype() == DType::Float &&
+        ctx.input(2).dtype() == DType::Float) {
+      planes_f32(x, ctx.input(1), ctx.input(2), ctx.output(0));
+      return;
+    }
     std::vector<char> reduced(x.rank(), 1);
     reduced[0] = reduced[1] = 0;
     normalize_over(x, ctx.output(0), reduced, epsilon_, &ctx.input(1), &ctx.input(2), ctx);
+  }
+
+ private:
+  // f32: each (image, channel) plane is contiguous; planes across the threads, the mean and the
+  // variance summed in double (two passes, as the reference), the scaling in float.
+  void planes_f32(const Tensor& x, const Tensor& scale, const Tensor& bias, Tensor& y) const {
+    const int64_t c = x.dim(1), planes = x.dim(0) * c;
+    if (planes == 0) return;
+    const int64_t inner = x.numel() / planes;
+    if (inner == 0) return;
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const float *sc = scale.data<float>(), *bi = bias.data<float>();
+    parallel_for(planes, planes > 1 && x.numel() > 16384, [&](int64_t p) {
+      const float* in = px + p * inner;
+      float* out = py + p * inner;
+      double sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < inner; ++i) sum += in[i];
+      const double mean = sum / static_cast<double>(inner);
+      double sq = 0;
+#pragma omp simd reduction(+ : sq)
+      for (int64_t i = 0; i < inner; ++i) {
+        const double d = in[i] - mean;
+        sq += d * d;
+      }
+      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + epsilon_);
+      const float a = static_cast<float>(inv * sc[p % c]),
+                  b = static_cast<float>(bi[p % c] - mean * inv * sc[p % c]);
+#pragma omp simd
+      for (int64_t i = 0; i < inner; ++i) out[i] = in[i] * a + b;
+    });
   }
 
  private:
@@ -260,13 +300,17 @@ class Lrn final : public Kernel {
         bias_(n.attr_float("bias", 1.0f)) {}
   void infer(InferContext& ctx) const override {
     ctx.set_output(0, ctx.dtype(0), ctx.shape(0));
-    ctx.runs_reference_loop("");
+    if (ctx.dtype(0) != DType::Float) ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     const int64_t n = x.dim(0), c = x.dim(1), inner = x.numel() / std::max<int64_t>(n * c, 1);
     const int64_t lo = (size_ - 1) / 2, hi = size_ - 1 - lo;
+    if (x.dtype() == DType::Float) {
+      across_channels_f32(x.data<float>(), y.data<float>(), n, c, inner, lo, hi);
+      return;
+    }
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       if constexpr (!std::is_floating_point_v<typename Compute<T>::type>) {
@@ -290,6 +334,41 @@ class Lrn final : public Kernel {
   }
 
  private:
+  // f32: pieces of kPiece positions of one image across the threads, the window's squares
+  // summed for a vector of positions at a time; AlexNet's and GoogLeNet's beta of 0.75 as
+  // square roots instead of pow.
+  void across_channels_f32(const float* x, float* y, int64_t n, int64_t c, int64_t inner,
+                           int64_t lo, int64_t hi) const {
+    constexpr int64_t kPiece = 256;
+    const int64_t pieces = (inner + kPiece - 1) / kPiece;
+    const float scale = alpha_ / static_cast<float>(size_), bias = bias_, beta = beta_;
+    parallel_for(n * pieces, n * c * inner > 16384, [&](int64_t t) {
+      const int64_t b = t / pieces, i0 = t % pieces * kPiece, len = std::min(kPiece, inner - i0);
+      const float* img = x + b * c * inner + i0;
+      float* out = y + b * c * inner + i0;
+      float sum[kPiece];
+      for (int64_t ch = 0; ch < c; ++ch) {
+        std::fill(sum, sum + len, 0.0f);
+        for (int64_t k = std::max<int64_t>(0, ch - lo); k <= std::min(c - 1, ch + hi); ++k) {
+          const float* row = img + k * inner;
+#pragma omp simd
+          for (int64_t i = 0; i < len; ++i) sum[i] += row[i] * row[i];
+        }
+        const float* in = img + ch * inner;
+        float* o = out + ch * inner;
+        if (beta == 0.75f) {
+#pragma omp simd
+          for (int64_t i = 0; i < len; ++i) {
+            const float t2 = bias + scale * sum[i], r = std::sqrt(t2);
+            o[i] = in[i] / (r * std::sqrt(r));
+          }
+        } else {
+          for (int64_t i = 0; i < len; ++i) o[i] = in[i] / std::pow(bias + scale * sum[i], beta);
+        }
+      }
+    });
+  }
+
   int64_t size_;
   float alpha_, beta_, bias_;
 };

@@ -257,6 +257,37 @@ TEST(ReferenceVsDnnl, EltwiseActivations) {
   for (const std::string op : {"Log", "Sqrt", "Reciprocal"}) expect_same(op, {pos});
 }
 
+// f32 planes (the mean and variance summed in double, one per thread) against the f64 loop.
+TEST(ReferenceVsDnnl, InstanceNormalization) {
+  std::mt19937 rng(41);
+  for (const Shape& x : {Shape{2, 5, 7, 9}, Shape{1, 3, 130, 130}, Shape{3, 4, 17}})
+    expect_same("InstanceNormalization", {random_double(x, rng, -2, 5), random_double({x[1]}, rng),
+                                          random_double({x[1]}, rng)});
+}
+
+// PRelu by rows: a slope per channel (constant along each plane's rows), one per element, a
+// scalar, and one broadcast along the last axis.
+TEST(ReferenceVsDnnl, PReluSlopes) {
+  std::mt19937 rng(43);
+  const Tensor x = random_double({2, 6, 50, 70}, rng, -2, 2);
+  for (const Shape& slope : {Shape{6, 1, 1}, Shape{2, 6, 50, 70}, Shape{1}, Shape{70}})
+    expect_same("PRelu", {x, random_double(slope, rng)});
+}
+
+// LRN's f32 loop (positions in pieces of 256, beta 0.75 by square roots) against the f64 one:
+// odd and even windows, fewer channels than the window, images wider than a piece.
+TEST(ReferenceVsDnnl, LrnAcrossChannels) {
+  std::mt19937 rng(47);
+  for (const Shape& x : {Shape{2, 7, 19, 23}, Shape{1, 3, 5, 5}, Shape{2, 16, 300}})
+    for (int64_t size : {3, 4, 5})
+      for (float beta : {0.75f, 0.6f})
+        expect_same("LRN", {random_double(x, rng, -3, 3)}, [&](onnx::NodeProto& n) {
+          ModelBuilder::set_int(n, "size", size);
+          ModelBuilder::set_float(n, "beta", beta);
+          ModelBuilder::set_float(n, "alpha", 0.01f);
+        });
+}
+
 TEST(ReferenceVsDnnl, SoftmaxFamilyOnEveryAxis) {
   std::mt19937 rng(17);
   const Tensor x = random_double({3, 13, 5, 7}, rng, -4, 4);

@@ -423,10 +423,29 @@ class TopK final : public Kernel {
           outer * inner, outer * inner > 1 && outer * inner * n >= 32768, [&](int64_t row) {
             const int64_t o = row / inner, i = row % inner;
             thread_local std::vector<std::pair<C, int64_t>> items;
-            items.resize(static_cast<size_t>(n));
-            for (int64_t j = 0; j < n; ++j)
-              items[static_cast<size_t>(j)] = {static_cast<C>(px[(o * n + j) * inner + i]), j};
-            if (k < n) std::nth_element(items.begin(), items.begin() + k, items.end(), before);
+            auto value = [&](int64_t j) { return static_cast<C>(px[(o * n + j) * inner + i]); };
+            if (k > 0 && k * 8 <= n) {
+              // Few of many (a detector's best 100 of 100000 scores): a heap of the k kept,
+              // its top the one that comes last; most values lose to it in one comparison.
+              items.resize(static_cast<size_t>(k));
+              for (int64_t j = 0; j < k; ++j) items[static_cast<size_t>(j)] = {value(j), j};
+              std::make_heap(items.begin(), items.end(), before);
+              C worst = items.front().first;
+              for (int64_t j = k; j < n; ++j) {
+                const C v = value(j);
+                if (largest_ ? v < worst : v > worst) continue;  // (false for NaNs: see below)
+                const std::pair<C, int64_t> candidate{v, j};
+                if (!before(candidate, items.front())) continue;
+                std::pop_heap(items.begin(), items.end(), before);
+                items.back() = candidate;
+                std::push_heap(items.begin(), items.end(), before);
+                worst = items.front().first;
+              }
+            } else {
+              items.resize(static_cast<size_t>(n));
+              for (int64_t j = 0; j < n; ++j) items[static_cast<size_t>(j)] = {value(j), j};
+              if (k < n) std::nth_element(items.begin(), items.begin() + k, items.end(), before);
+            }
             std::sort(items.begin(), items.begin() + k, before);
             for (int64_t j = 0; j < k; ++j) {
               const int64_t from = items[static_cast<size_t>(j)].second;

@@ -82,7 +82,7 @@ class Reduce final : public Kernel {
       std::memcpy(y.raw(), x.raw(), x.nbytes());
       return;
     }
-    if (sum_block_f32(x, p, y)) return;
+    if (sum_block_f32(x, p, y) || extreme_block_f32(x, p, y)) return;
     std::vector<int64_t> base, inner;
     reduce_offsets(x.shape(), p.reduced, base, inner);
     if (x.numel() == 0) inner.clear();
@@ -110,11 +110,10 @@ class Reduce final : public Kernel {
   // generic path's sums: double, in the same order); where the block is the last axes
   // (inner = 1), each output's run is summed in vector lanes (sum_contiguous_f32). False where it
   // does not apply.
-  bool sum_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
-    if (x.dtype() != DType::Float || (r_ != Reduction::Sum && r_ != Reduction::Mean) ||
-        x.numel() == 0)
-      return false;
-    const Shape& s = x.shape();
+  // x as [outer, count, inner] where the reduced axes are one block of adjacent axes; false
+  // otherwise.
+  static bool reduced_block(const Shape& s, const ReducePlan& p, int64_t& outer, int64_t& count,
+                            int64_t& inner) {
     size_t first = s.size(), last = 0;
     for (size_t d = 0; d < s.size(); ++d)
       if (p.reduced[d]) {
@@ -124,8 +123,60 @@ class Reduce final : public Kernel {
     if (first == s.size()) return false;
     for (size_t d = first; d <= last; ++d)
       if (!p.reduced[d]) return false;
-    int64_t outer = 1, count = 1, inner = 1;
+    outer = count = inner = 1;
     for (size_t d = 0; d < s.size(); ++d) (d < first ? outer : d <= last ? count : inner) *= s[d];
+    return true;
+  }
+
+  // Max and Min of f32 over one block, as the general loop computes them (NaNs skipped):
+  // contiguous runs in eight lanes, or rows of columns.
+  bool extreme_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
+    const bool max = r_ == Reduction::Max;
+    int64_t outer, count, inner;
+    if (x.dtype() != DType::Float || (!max && r_ != Reduction::Min) || x.numel() == 0 ||
+        !reduced_block(x.shape(), p, outer, count, inner))
+      return false;
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    const float start =
+        max ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+    auto pick = [max](float v, float m) { return max ? (v > m ? v : m) : (v < m ? v : m); };
+    if (inner == 1) {
+      parallel_chunks(outer, std::max<int64_t>(1, 65536 / count), [&](int64_t lo, int64_t hi) {
+        for (int64_t o = lo; o < hi; ++o) {
+          const float* run = px + o * count;
+          float part[8];
+          std::fill(part, part + 8, start);
+          int64_t i = 0;
+          for (; i + 8 <= count; i += 8)
+            for (int k = 0; k < 8; ++k) part[k] = pick(run[i + k], part[k]);
+          for (int k = 0; i < count; ++i, ++k) part[k] = pick(run[i], part[k]);
+          float m = start;
+          for (float v : part) m = pick(v, m);
+          py[o] = m;
+        }
+      });
+      return true;
+    }
+    parallel_chunks(outer, std::max<int64_t>(1, 65536 / std::max<int64_t>(count * inner, 1)),
+                    [&](int64_t lo, int64_t hi) {
+                      for (int64_t o = lo; o < hi; ++o) {
+                        float* out = py + o * inner;
+                        std::fill(out, out + inner, start);
+                        for (int64_t r = 0; r < count; ++r) {
+                          const float* row = px + (o * count + r) * inner;
+                          for (int64_t i = 0; i < inner; ++i) out[i] = pick(row[i], out[i]);
+                        }
+                      }
+                    });
+    return true;
+  }
+
+  bool sum_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
+    int64_t outer, count, inner;
+    if (x.dtype() != DType::Float || (r_ != Reduction::Sum && r_ != Reduction::Mean) ||
+        x.numel() == 0 || !reduced_block(x.shape(), p, outer, count, inner))
+      return false;
     const double divisor = r_ == Reduction::Mean ? static_cast<double>(count) : 1.0;
     const float* px = x.data<float>();
     float* py = y.data<float>();
@@ -242,27 +293,51 @@ class ArgReduce final : public Kernel {
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(x.rank()), ctx.node());
     VOLT_CHECK(x.dim(axis) > 0, InvalidArgument,
                ctx.node().describe() + ": cannot take the arg of an empty axis");
-    std::vector<int64_t> base, inner;
-    reduce_offsets(x.shape(), plan_reduce(x.shape(), {axis}, true, false, ctx.node()).reduced, base,
-                   inner);
+    // x as [outer, n, inner]: each piece of up to kColumns columns of one outer index walks
+    // the n rows once, keeping the best value and index per column (contiguous loads; the
+    // general offsets walked each column with stride `inner`).
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
+    for (int64_t d = axis + 1; d < static_cast<int64_t>(x.rank()); ++d) inner *= x.dim(d);
+    const int64_t n = x.dim(axis);
     int64_t* py = ctx.output(0).data<int64_t>();
+    if (outer * inner == 0) return;
     dispatch_numeric(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
       const T* px = static_cast<const T*>(x.raw());
-      for (size_t o = 0; o < base.size(); ++o) {
-        int64_t best = 0;
-        C bv = static_cast<C>(px[base[o]]);
-        for (size_t i = 1; i < inner.size(); ++i) {
-          const C v = static_cast<C>(px[base[o] + inner[i]]);
-          const bool better = max_ ? (last_ ? v >= bv : v > bv) : (last_ ? v <= bv : v < bv);
-          if (better) {
-            bv = v;
-            best = static_cast<int64_t>(i);
+      auto better = [&](C v, C bv) {
+        return max_ ? (last_ ? v >= bv : v > bv) : (last_ ? v <= bv : v < bv);
+      };
+      constexpr int64_t kColumns = 256;
+      const int64_t pieces = (inner + kColumns - 1) / kColumns;
+      parallel_for(outer * pieces, outer * pieces > 1 && x.numel() > 32768, [&](int64_t t) {
+        const int64_t o = t / pieces, c0 = t % pieces * kColumns,
+                      w = std::min(kColumns, inner - c0);
+        const T* first = px + o * n * inner + c0;
+        int64_t* out = py + o * inner + c0;
+        if (w == 1) {  // along the last axis: one scan
+          C bv = static_cast<C>(first[0]);
+          int64_t best = 0;
+          for (int64_t j = 1; j < n; ++j) {
+            const C v = static_cast<C>(first[j * inner]);
+            if (better(v, bv)) bv = v, best = j;
+          }
+          out[0] = best;
+          return;
+        }
+        C bv[kColumns];
+        for (int64_t i = 0; i < w; ++i) bv[i] = static_cast<C>(first[i]), out[i] = 0;
+        for (int64_t j = 1; j < n; ++j) {
+          const T* row = first + j * inner;
+          for (int64_t i = 0; i < w; ++i) {
+            const C v = static_cast<C>(row[i]);
+            const bool b = better(v, bv[i]);
+            bv[i] = b ? v : bv[i];
+            out[i] = b ? j : out[i];
           }
         }
-        py[o] = best;
-      }
+      });
     });
   }
 

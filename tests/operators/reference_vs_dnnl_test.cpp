@@ -288,6 +288,60 @@ TEST(ReferenceVsDnnl, LrnAcrossChannels) {
         });
 }
 
+// f32 Max and Min over one block of axes (contiguous runs in lanes, or rows of columns) and
+// ArgMax/ArgMin by rows of columns, against the general loops in f64, with NaNs (skipped by
+// Max and Min, never better for the Args) and ties (first or last index).
+TEST(ReferenceVsDnnl, ExtremesAndTheirIndices) {
+  std::mt19937 rng(53);
+  Tensor x = random_double({3, 37, 300}, rng, -4, 4);
+  for (int64_t i = 0; i < x.numel(); i += 97) x.data<double>()[i] = NAN;
+  for (int64_t i = 5; i < x.numel(); i += 13) x.data<double>()[i] = 2.0;  // ties
+  for (const char* op : {"ReduceMax", "ReduceMin"})
+    for (const std::vector<int64_t>& axes :
+         std::vector<std::vector<int64_t>>{{2}, {1}, {1, 2}, {0}})
+      expect_same(op, {x}, [&](onnx::NodeProto& n) { ModelBuilder::set_ints(n, "axes", axes); });
+  // The indices of the f32 run against the f64 one (x's values are the same in both).
+  auto arg = [&](const char* op, int64_t axis, int64_t last, DType dtype) {
+    ModelBuilder b(13);
+    b.input_any("x", dtype == DType::Float ? 1 : 11).output_any("y", 7);
+    b.node(op, {"x"}, {"y"}, [&](onnx::NodeProto& n) {
+      ModelBuilder::set_int(n, "axis", axis);
+      ModelBuilder::set_int(n, "select_last_index", last);
+    });
+    const std::string bytes = b.bytes();
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+    const Tensor y = s.run({{"x", testing::cast_to(x, dtype)}})[0].tensor();
+    return std::vector<int64_t>(y.data<int64_t>(), y.data<int64_t>() + y.numel());
+  };
+  // The definition, index by index: the first (or last) position of the best value, a NaN
+  // never better than what came before it.
+  auto expected = [&](bool max, int64_t axis, bool last) {
+    const Shape& sh = x.shape();
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= sh[static_cast<size_t>(d)];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < sh.size(); ++d) inner *= sh[d];
+    const int64_t n = sh[static_cast<size_t>(axis)];
+    std::vector<int64_t> out;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        auto at = [&](int64_t j) { return x.data<double>()[(o * n + j) * inner + i]; };
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; ++j) {
+          const double v = at(j), b = at(best);
+          if (max ? (last ? v >= b : v > b) : (last ? v <= b : v < b)) best = j;
+        }
+        out.push_back(best);
+      }
+    return out;
+  };
+  for (const char* op : {"ArgMax", "ArgMin"})
+    for (int64_t axis : {0, 1, 2})
+      for (int64_t last : {0, 1})
+        EXPECT_EQ(arg(op, axis, last, DType::Float),
+                  expected(std::string(op) == "ArgMax", axis, last != 0))
+            << op << " axis " << axis << " last " << last;
+}
+
 TEST(ReferenceVsDnnl, SoftmaxFamilyOnEveryAxis) {
   std::mt19937 rng(17);
   const Tensor x = random_double({3, 13, 5, 7}, rng, -4, 4);

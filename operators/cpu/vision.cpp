@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/tensor_values.hpp"
 #include "operators/registry.hpp"
@@ -107,39 +108,68 @@ class RoiAlign final : public Kernel {
 // weighted sum of taps, so the gradient adds each tap's weight times dY back where it read.
 class GridSampler {
  public:
-  explicit GridSampler(const Node& n)
-      : mode_(n.attr_string("mode", "bilinear")),
-        padding_(n.attr_string("padding_mode", "zeros")),
-        align_(n.attr_int("align_corners", 0) != 0) {
-    VOLT_CHECK(mode_ == "bilinear" || mode_ == "nearest" || mode_ == "bicubic", InvalidModel,
-               n.describe() + ": unknown mode '" + mode_ + "'");
-    VOLT_CHECK(padding_ == "zeros" || padding_ == "border" || padding_ == "reflection",
-               InvalidModel, n.describe() + ": unknown padding_mode '" + padding_ + "'");
+  explicit GridSampler(const Node& n) : align_(n.attr_int("align_corners", 0) != 0) {
+    const std::string mode = n.attr_string("mode", "bilinear"),
+                      padding = n.attr_string("padding_mode", "zeros");
+    VOLT_CHECK(mode == "bilinear" || mode == "nearest" || mode == "bicubic", InvalidModel,
+               n.describe() + ": unknown mode '" + mode + "'");
+    VOLT_CHECK(padding == "zeros" || padding == "border" || padding == "reflection", InvalidModel,
+               n.describe() + ": unknown padding_mode '" + padding + "'");
+    mode_ = mode == "bilinear" ? Mode::Bilinear : mode == "nearest" ? Mode::Nearest : Mode::Bicubic;
+    padding_ = padding == "zeros"    ? Padding::Zeros
+               : padding == "border" ? Padding::Border
+                                     : Padding::Reflection;
   }
 
-  // Checks X [N,C,H,W] and grid [N,H',W',2], then calls visit(plane offset of X, offset in
-  // that plane's output, index into the plane, weight) for every tap of every output element.
+  // Checks X [N,C,H,W] and grid [N,H',W',2] (shapes known only at run time are checked again:
+  // the grid's batch must be X's, and there must be something to sample from).
+  static void check(const Tensor& xt, const Tensor& gridt, const Node& node) {
+    VOLT_CHECK(
+        xt.rank() == 4 && gridt.rank() == 4 && gridt.dim(0) == xt.dim(0) && gridt.dim(3) == 2,
+        InvalidArgument, node.describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
+    VOLT_CHECK((xt.dim(2) > 0 && xt.dim(3) > 0) ||
+                   xt.dim(0) * xt.dim(1) * gridt.dim(1) * gridt.dim(2) == 0,
+               InvalidArgument,
+               node.describe() + ": cannot sample an empty " + shape_str(xt.shape()));
+  }
+
+  // The taps of one image's output pixels: pixel p reads at[k] with weight[k] for k in
+  // [first[p], first[p + 1]), indices into an H x W plane. The same for every channel, so a
+  // kernel computes them once and then runs the channels' planes in parallel.
+  struct Taps {
+    std::vector<int64_t> first, at;
+    std::vector<double> weight;
+  };
+  Taps taps_of_image(const double* grid, int64_t h, int64_t w, int64_t pixels) const {
+    Taps t;
+    t.first.reserve(static_cast<size_t>(pixels) + 1);
+    t.first.push_back(0);
+    for (int64_t p = 0; p < pixels; ++p) {
+      taps(h, w, unnormalize(grid[p * 2 + 1], h), unnormalize(grid[p * 2], w),
+           [&](int64_t at, double weight) {
+             t.at.push_back(at);
+             t.weight.push_back(weight);
+           });
+      t.first.push_back(static_cast<int64_t>(t.at.size()));
+    }
+    return t;
+  }
+
+  // Calls visit(plane offset of X, offset in that plane's output, index into the plane, weight)
+  // for every tap of every output element.
   template <class Visit>
   void for_each_tap(const Tensor& xt, const Tensor& gridt, const Node& node, Visit&& visit) const {
+    check(xt, gridt, node);
     const int64_t n = xt.dim(0), c = xt.dim(1), h = xt.dim(2), w = xt.dim(3);
-    const int64_t oh = gridt.dim(1), ow = gridt.dim(2);
-    // Shapes known only now are checked again: the grid's batch must be X's, and there must be
-    // something to sample from.
-    VOLT_CHECK(xt.rank() == 4 && gridt.rank() == 4 && gridt.dim(0) == n && gridt.dim(3) == 2,
-               InvalidArgument, node.describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
-    VOLT_CHECK((h > 0 && w > 0) || n * c * oh * ow == 0, InvalidArgument,
-               node.describe() + ": cannot sample an empty " + shape_str(xt.shape()));
+    const int64_t pixels = gridt.dim(1) * gridt.dim(2);
     const auto grid = to_doubles(gridt);
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t i = 0; i < oh; ++i)
-        for (int64_t j = 0; j < ow; ++j) {
-          const double gx = grid[((b * oh + i) * ow + j) * 2],
-                       gy = grid[((b * oh + i) * ow + j) * 2 + 1];
-          taps(h, w, unnormalize(gy, h), unnormalize(gx, w), [&](int64_t at, double weight) {
-            for (int64_t ch = 0; ch < c; ++ch)
-              visit((b * c + ch) * h * w, ((b * c + ch) * oh + i) * ow + j, at, weight);
-          });
-        }
+    for (int64_t b = 0; b < n; ++b) {
+      const Taps t = taps_of_image(grid.data() + b * pixels * 2, h, w, pixels);
+      for (int64_t p = 0; p < pixels; ++p)
+        for (int64_t k = t.first[p]; k < t.first[p + 1]; ++k)
+          for (int64_t ch = 0; ch < c; ++ch)
+            visit((b * c + ch) * h * w, (b * c + ch) * pixels + p, t.at[k], t.weight[k]);
+    }
   }
 
  private:
@@ -169,8 +199,8 @@ class GridSampler {
   }
   // The index in the plane pixel (y, x) reads, after padding; -1 for a zero pad.
   int64_t pixel(int64_t h, int64_t w, int64_t y, int64_t x) const {
-    if (padding_ == "zeros") return (y >= 0 && y < h && x >= 0 && x < w) ? y * w + x : -1;
-    if (padding_ == "border")
+    if (padding_ == Padding::Zeros) return (y >= 0 && y < h && x >= 0 && x < w) ? y * w + x : -1;
+    if (padding_ == Padding::Border)
       return std::clamp<int64_t>(y, 0, h - 1) * w + std::clamp<int64_t>(x, 0, w - 1);
     const int64_t ry = static_cast<int64_t>(reflect(static_cast<double>(y), h)),
                   rx = static_cast<int64_t>(reflect(static_cast<double>(x), w));
@@ -183,20 +213,20 @@ class GridSampler {
       const int64_t at = pixel(h, w, py, px);
       if (at >= 0) tap(at, weight);
     };
-    if (padding_ == "border") {
+    if (padding_ == Padding::Border) {
       x = std::clamp(x, 0.0, static_cast<double>(w - 1));
       y = std::clamp(y, 0.0, static_cast<double>(h - 1));
-    } else if (padding_ == "reflection") {
+    } else if (padding_ == Padding::Reflection) {
       x = reflect(x, w);
       y = reflect(y, h);
     }
-    if (mode_ == "nearest")
+    if (mode_ == Mode::Nearest)
       return read(static_cast<int64_t>(std::nearbyint(y)), static_cast<int64_t>(std::nearbyint(x)),
                   1.0);
     const int64_t x0 = static_cast<int64_t>(std::floor(x)),
                   y0 = static_cast<int64_t>(std::floor(y));
     const double tx = x - static_cast<double>(x0), ty = y - static_cast<double>(y0);
-    if (mode_ == "bilinear") {
+    if (mode_ == Mode::Bilinear) {
       read(y0, x0, (1 - ty) * (1 - tx));
       read(y0, x0 + 1, (1 - ty) * tx);
       read(y0 + 1, x0, ty * (1 - tx));
@@ -217,7 +247,8 @@ class GridSampler {
       for (int j = 0; j < 4; ++j) read(y0 - 1 + i, x0 - 1 + j, cy[i] * cx[j]);
   }
 
-  std::string mode_, padding_;
+  enum class Mode { Bilinear, Nearest, Bicubic } mode_;
+  enum class Padding { Zeros, Border, Reflection } padding_;
   bool align_;
 };
 
@@ -230,14 +261,39 @@ class GridSample final : public Kernel {
                ctx.node().describe() + ": X must be [N,C,H,W] and grid [N,H',W',2]");
     ctx.set_output(0, ctx.dtype(0), {x[0], x[1], g[1], g[2]});
   }
+  // Each image's taps once, then the (image, channel) planes across the threads, each output
+  // summed in double from its taps.
   void run(RunContext& ctx) const override {
-    const auto x = to_doubles(ctx.input(0));
-    std::vector<double> out(static_cast<size_t>(ctx.output(0).numel()), 0.0);
-    sampler_.for_each_tap(ctx.input(0), ctx.input(1), ctx.node(),
-                          [&](int64_t plane, int64_t o, int64_t at, double weight) {
-                            out[static_cast<size_t>(o)] += weight * x[plane + at];
-                          });
-    fill_from(ctx.output(0), [&](int64_t k) { return out[k]; });
+    const Tensor &x = ctx.input(0), &gridt = ctx.input(1);
+    GridSampler::check(x, gridt, ctx.node());
+    const int64_t n = x.dim(0), c = x.dim(1), plane = x.dim(2) * x.dim(3);
+    const int64_t pixels = gridt.dim(1) * gridt.dim(2);
+    const auto grid = to_doubles(gridt);
+    std::vector<GridSampler::Taps> taps;
+    for (int64_t b = 0; b < n; ++b)
+      taps.push_back(
+          sampler_.taps_of_image(grid.data() + b * pixels * 2, x.dim(2), x.dim(3), pixels));
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      if constexpr (!std::is_floating_point_v<C>) {
+        ctx.error("needs floating-point input");
+      } else {
+        const T* px = static_cast<const T*>(x.raw());
+        T* py = static_cast<T*>(ctx.output(0).raw());
+        parallel_for(n * c, n * c > 1 && n * c * pixels > 16384, [&](int64_t bc) {
+          const GridSampler::Taps& t = taps[static_cast<size_t>(bc / c)];
+          const T* in = px + bc * plane;
+          T* out = py + bc * pixels;
+          for (int64_t p = 0; p < pixels; ++p) {
+            double sum = 0;
+            for (int64_t k = t.first[p]; k < t.first[p + 1]; ++k)
+              sum += t.weight[k] * static_cast<double>(static_cast<C>(in[t.at[k]]));
+            out[p] = static_cast<T>(static_cast<C>(sum));
+          }
+        });
+      }
+    });
   }
 
  private:

@@ -13,9 +13,16 @@
 namespace volt {
 namespace {
 
-// Bilinear sample of a [H, W] plane at (y, x), zero outside, as RoiAlign's reference does.
-double bilinear(const double* plane, int64_t h, int64_t w, double y, double x) {
-  if (y < -1.0 || y > static_cast<double>(h) || x < -1.0 || x > static_cast<double>(w)) return 0;
+// The four taps of a bilinear sample of an [H, W] plane at (y, x), zero outside (weights 0),
+// as RoiAlign's reference computes them; the sample is the weighted sum in this order.
+struct BilinearTaps {
+  int64_t at[4] = {0, 0, 0, 0};
+  double weight[4] = {0, 0, 0, 0};
+  bool inside = false;  // (outside, the sample is 0 whatever X holds, infinities included)
+};
+BilinearTaps bilinear_taps(int64_t h, int64_t w, double y, double x) {
+  BilinearTaps t;
+  if (y < -1.0 || y > static_cast<double>(h) || x < -1.0 || x > static_cast<double>(w)) return t;
   y = std::max(y, 0.0);
   x = std::max(x, 0.0);
   int64_t y0 = static_cast<int64_t>(y), x0 = static_cast<int64_t>(x), y1, x1;
@@ -29,8 +36,10 @@ double bilinear(const double* plane, int64_t h, int64_t w, double y, double x) {
     x1 = x0 + 1;
   const double ly = y - static_cast<double>(y0), lx = x - static_cast<double>(x0), hy = 1 - ly,
                hx = 1 - lx;
-  return hy * hx * plane[y0 * w + x0] + hy * lx * plane[y0 * w + x1] +
-         ly * hx * plane[y1 * w + x0] + ly * lx * plane[y1 * w + x1];
+  t.at[0] = y0 * w + x0, t.at[1] = y0 * w + x1, t.at[2] = y1 * w + x0, t.at[3] = y1 * w + x1;
+  t.weight[0] = hy * hx, t.weight[1] = hy * lx, t.weight[2] = ly * hx, t.weight[3] = ly * lx;
+  t.inside = true;
+  return t;
 }
 
 class RoiAlign final : public Kernel {
@@ -56,45 +65,71 @@ class RoiAlign final : public Kernel {
                ctx.node().describe() + ": output_height and output_width must be positive");
     ctx.set_output(0, ctx.dtype(0), {ctx.shape(1)[0], ctx.shape(0)[1], oh_, ow_});
   }
+  // Each RoI's sample points (their bilinear taps) once, shared by its channels; the RoIs
+  // across the threads, X read in its own type.
   void run(RunContext& ctx) const override {
     const Tensor& xt = ctx.input(0);
     const int64_t c = xt.dim(1), h = xt.dim(2), w = xt.dim(3), rois_n = ctx.input(1).dim(0);
-    const auto x = to_doubles(xt), rois = to_doubles(ctx.input(1));
+    const auto rois = to_doubles(ctx.input(1));
     const auto idx = to_int64_vector(ctx.input(2), ctx.node(), "batch_indices");
-    std::vector<double> out(static_cast<size_t>(rois_n * c * oh_ * ow_));
-    const double offset = half_pixel_ ? 0.5 : 0.0;
-    for (int64_t r = 0; r < rois_n; ++r) {
+    for (int64_t r = 0; r < rois_n; ++r)
       VOLT_CHECK(idx[r] >= 0 && idx[r] < xt.dim(0), InvalidArgument,
                  ctx.node().describe() + ": batch index out of range");
-      const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
-      const double x2 = rois[r * 4 + 2] * scale_ - offset, y2 = rois[r * 4 + 3] * scale_ - offset;
-      double rw = x2 - x1, rh = y2 - y1;
-      if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
-      const double bh = rh / static_cast<double>(oh_), bw = rw / static_cast<double>(ow_);
-      const int64_t gh =
-          ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh_)));
-      const int64_t gw =
-          ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow_)));
-      const double count = static_cast<double>(std::max<int64_t>(gh * gw, 1));
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const double* plane = x.data() + (idx[r] * c + ch) * h * w;
-        for (int64_t py = 0; py < oh_; ++py)
-          for (int64_t px = 0; px < ow_; ++px) {
-            double acc = max_ ? -INFINITY : 0;
-            for (int64_t iy = 0; iy < gh; ++iy)
-              for (int64_t ix = 0; ix < gw; ++ix) {
-                const double yy = y1 + static_cast<double>(py) * bh +
-                                  (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
-                const double xx = x1 + static_cast<double>(px) * bw +
-                                  (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
-                const double v = bilinear(plane, h, w, yy, xx);
-                acc = max_ ? std::max(acc, v) : acc + v;
+    const double offset = half_pixel_ ? 0.5 : 0.0;
+    dispatch_numeric(xt.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      if constexpr (!std::is_floating_point_v<C>) {
+        ctx.error("needs floating-point input");
+      } else {
+        const T* px = static_cast<const T*>(xt.raw());
+        T* py = static_cast<T*>(ctx.output(0).raw());
+        parallel_for(rois_n, rois_n > 1, [&](int64_t r) {
+          const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
+          const double x2 = rois[r * 4 + 2] * scale_ - offset,
+                       y2 = rois[r * 4 + 3] * scale_ - offset;
+          double rw = x2 - x1, rh = y2 - y1;
+          if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+          const double bh = rh / static_cast<double>(oh_), bw = rw / static_cast<double>(ow_);
+          const int64_t gh =
+              ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh_)));
+          const int64_t gw =
+              ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow_)));
+          const int64_t samples = std::max<int64_t>(gh, 0) * std::max<int64_t>(gw, 0);
+          const double count = static_cast<double>(std::max<int64_t>(samples, 1));
+          thread_local std::vector<BilinearTaps> taps;  // by bin, then sample
+          taps.clear();
+          for (int64_t by = 0; by < oh_; ++by)
+            for (int64_t bx = 0; bx < ow_; ++bx)
+              for (int64_t iy = 0; iy < gh; ++iy)
+                for (int64_t ix = 0; ix < gw; ++ix) {
+                  const double yy = y1 + static_cast<double>(by) * bh +
+                                    (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+                  const double xx = x1 + static_cast<double>(bx) * bw +
+                                    (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
+                  taps.push_back(bilinear_taps(h, w, yy, xx));
+                }
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const T* plane = px + (idx[r] * c + ch) * h * w;
+            T* out = py + (r * c + ch) * oh_ * ow_;
+            const BilinearTaps* t = taps.data();
+            for (int64_t bin = 0; bin < oh_ * ow_; ++bin) {
+              double acc = max_ ? -INFINITY : 0;
+              for (int64_t s = 0; s < samples; ++s, ++t) {
+                auto v = [&](int k) {
+                  return static_cast<double>(static_cast<C>(plane[t->at[k]]));
+                };
+                const double sample = t->inside ? t->weight[0] * v(0) + t->weight[1] * v(1) +
+                                                      t->weight[2] * v(2) + t->weight[3] * v(3)
+                                                : 0.0;
+                acc = max_ ? std::max(acc, sample) : acc + sample;
               }
-            out[((r * c + ch) * oh_ + py) * ow_ + px] = max_ ? acc : acc / count;
+              out[bin] = static_cast<T>(static_cast<C>(max_ ? acc : acc / count));
+            }
           }
+        });
       }
-    }
-    fill_from(ctx.output(0), [&](int64_t i) { return out[i]; });
+    });
   }
 
  private:

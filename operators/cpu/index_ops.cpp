@@ -50,21 +50,56 @@ class GatherElements final : public Kernel {
  public:
   explicit GatherElements(const Node& n) : axis_(n.attr_int("axis", 0)) {}
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(1)); }
+  // The indices checked first (int64 ones read in place), on this thread; then rows of the
+  // indices' last axis across the threads, each with its data offset computed once, negative
+  // indices wrapped as they are read.
   void run(RunContext& ctx) const override {
     const Tensor& data = ctx.input(0);
-    const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
     const Shape& is = ctx.input(1).shape();
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
     check_element_indices(is, data.shape(), axis, ctx.node());
+    std::vector<int64_t> converted;
+    const int64_t* indices = nullptr;
+    if (ctx.input(1).dtype() == DType::Int64) {
+      indices = ctx.input(1).data<int64_t>();
+    } else {
+      converted = to_int64_vector(ctx.input(1), ctx.node(), "indices");
+      indices = converted.data();
+    }
+    const int64_t n_axis = data.dim(axis), total = ctx.input(1).numel();
+    bool in_range = true;
+    for (int64_t e = 0; e < total; ++e) in_range &= indices[e] >= -n_axis && indices[e] < n_axis;
+    if (!in_range)
+      for (int64_t e = 0; e < total; ++e) checked_index(indices[e], n_axis, ctx.node());
     const auto ds = strides_of(data.shape());
+    const size_t r = is.size();
+    if (total == 0) return;
+    const int64_t len = r == 0 ? 1 : is[r - 1], rows = total / len;
+    const bool along_rows = r > 0 && axis == static_cast<int64_t>(r) - 1;
     dispatch_any(data.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(data.raw());
       T* dst = static_cast<T*>(ctx.output(0).raw());
-      for (int64_t e = 0; e < static_cast<int64_t>(idx.size()); ++e) {
-        const int64_t off = element_offset(e, is, idx[e], axis, data.shape(), ds, ctx.node());
-        dst[e] = src[off];
-      }
+      parallel_chunks(rows, std::max<int64_t>(1, 32768 / len), [&](int64_t lo, int64_t hi) {
+        for (int64_t row = lo; row < hi; ++row) {
+          int64_t base = 0;  // the row's own coordinates but on `axis`
+          for (size_t d = r > 0 ? r - 1 : 0, rem = static_cast<size_t>(row); d-- > 0;) {
+            const int64_t i = static_cast<int64_t>(rem % static_cast<size_t>(is[d]));
+            rem /= static_cast<size_t>(is[d]);
+            if (static_cast<int64_t>(d) != axis) base += i * ds[d];
+          }
+          const int64_t* ix = indices + row * len;
+          T* out = dst + row * len;
+          auto at = [n_axis](int64_t i) { return i < 0 ? i + n_axis : i; };
+          if (along_rows) {
+            for (int64_t j = 0; j < len; ++j) out[j] = src[base + at(ix[j])];
+          } else {
+            const int64_t step = r > 0 ? ds[r - 1] : 0, axis_stride = ds[static_cast<size_t>(axis)];
+            for (int64_t j = 0; j < len; ++j)
+              out[j] = src[base + j * step + at(ix[j]) * axis_stride];
+          }
+        }
+      });
     });
   }
 

@@ -406,8 +406,17 @@ class Expand final : public Kernel {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(in.raw());
       T* dst = static_cast<T*>(out.raw());
+      // By rows in parallel: a row either copies (stride 1) or repeats one value (stride 0).
       BroadcastIterator(out.shape(), {st})
-          .for_each([&, e = int64_t{0}](const int64_t* off) mutable { dst[e++] = src[off[0]]; });
+          .for_each_row_parallel(
+              [&](const int64_t* off, int64_t n, const int64_t* step, int64_t first) {
+                const T* from = src + off[0];
+                T* to = dst + first;
+                if (step[0] == 1)
+                  std::copy_n(from, n, to);
+                else
+                  std::fill_n(to, n, *from);
+              });
     });
   }
 };

@@ -1,6 +1,7 @@
-// Where over BroadcastIterator::for_each_row_parallel, against an index-by-index reference:
-// rows shorter than a chunk (grouped), one long row (split into pieces), every operand
-// broadcast in some position, and a scalar fill as attention masks write it.
+// The kernels on BroadcastIterator::for_each_row_parallel (Where, Expand) against an
+// index-by-index reference: rows shorter than a chunk (grouped), one long row (split into
+// pieces), every operand broadcast in some position, and a scalar fill as attention masks
+// write it.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -67,6 +68,32 @@ TEST(Where, MatchesTheBroadcastDefinition) {
       const float want = at<bool>(c, k.out, i) ? at<float>(x, k.out, i) : at<float>(y, k.out, i);
       wrong += out.data<float>()[i] != want;
     }
+    EXPECT_EQ(wrong, 0) << shape_str(k.out);
+  }
+}
+
+TEST(Expand, MatchesTheBroadcastDefinition) {
+  std::mt19937 rng(67);
+  struct Case {
+    Shape in, to, out;
+  };
+  for (const Case& k : std::vector<Case>{{{1, 1, 768}, {64, 128, 768}, {64, 128, 768}},
+                                         {{3, 1}, {2, 3, 50000}, {2, 3, 50000}},
+                                         {{5}, {4, 1}, {4, 5}},
+                                         {{2, 1, 7}, {2, 6, 1}, {2, 6, 7}}}) {
+    ModelBuilder b(13);
+    b.input("x", 1, k.in).output_any("y", 1);
+    b.initializer_i64("shape", {static_cast<int64_t>(k.to.size())}, k.to);
+    b.node("Expand", {"x", "shape"}, {"y"});
+    const std::string bytes = b.bytes();
+    Session s =
+        Session::from_bytes(bytes.data(), bytes.size(), testing::test_options({.threads = 2}));
+    const Tensor x = random_floats(k.in, rng);
+    const Tensor out = s.run({{"x", x}})[0].tensor();
+    ASSERT_EQ(out.shape(), k.out);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < out.numel(); ++i)
+      wrong += out.data<float>()[i] != at<float>(x, k.out, i);
     EXPECT_EQ(wrong, 0) << shape_str(k.out);
   }
 }

@@ -4,6 +4,7 @@
 // thousand terms of order 1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -340,6 +341,45 @@ TEST(ReferenceVsDnnl, ExtremesAndTheirIndices) {
         EXPECT_EQ(arg(op, axis, last, DType::Float),
                   expected(std::string(op) == "ArgMax", axis, last != 0))
             << op << " axis " << axis << " last " << last;
+}
+
+// Channels-first pools that oneDNN serves only with its scalar kernel (1-D windows, 2-D ones
+// of one row, 3-D) run volt's plane loop in f32: edges and interior, pads, dilations, ceil
+// mode, averages with and without the padding, NaNs (a max starts from its first live tap).
+TEST(ReferenceVsDnnl, ChannelsFirstPoolsOnThePlaneLoop) {
+  std::mt19937 rng(71);
+  struct Case {
+    Shape x;
+    std::vector<int64_t> kernel, strides, pads, dilations;
+    int64_t ceil = 0;
+  };
+  Tensor x1 = random_double({2, 3, 37}, rng);
+  x1.data<double>()[5] = x1.data<double>()[40] = NAN;
+  for (const Case& c :
+       std::vector<Case>{{{2, 3, 37}, {3}, {2}, {1, 1}, {1}},
+                         {{2, 3, 37}, {4}, {3}, {2, 1}, {2}, 1},
+                         {{2, 3, 37}, {5}, {1}, {0, 0}, {1}},
+                         {{1, 4, 1, 50}, {1, 3}, {1, 2}, {0, 1, 0, 1}, {1, 1}},
+                         {{1, 2, 6, 9, 11}, {2, 3, 3}, {2, 2, 1}, {1, 1, 1, 0, 1, 1}, {1, 1, 2}}}) {
+    const Tensor x = c.x.size() == 3 ? x1 : random_double(c.x, rng);
+    for (const char* op : {"MaxPool", "AveragePool"})
+      for (int64_t include_pad : {0, 1}) {
+        if (std::string(op) == "MaxPool" && include_pad) continue;
+        const bool dilated =
+            std::any_of(c.dilations.begin(), c.dilations.end(), [](int64_t d) { return d != 1; });
+        if (std::string(op) == "AveragePool" && (c.ceil || dilated))
+          continue;  // (opset 13's AveragePool has no dilations; ceil with padding counted is the
+                     // reference's)
+        expect_same(op, {x}, [&](onnx::NodeProto& n) {
+          ModelBuilder::set_ints(n, "kernel_shape", c.kernel);
+          ModelBuilder::set_ints(n, "strides", c.strides);
+          ModelBuilder::set_ints(n, "pads", c.pads);
+          if (std::string(op) == "MaxPool") ModelBuilder::set_ints(n, "dilations", c.dilations);
+          ModelBuilder::set_int(n, "ceil_mode", c.ceil);
+          if (include_pad) ModelBuilder::set_int(n, "count_include_pad", 1);
+        });
+      }
+  }
 }
 
 TEST(ReferenceVsDnnl, SoftmaxFamilyOnEveryAxis) {

@@ -520,67 +520,97 @@ class Unique final : public Kernel {
     dispatch_any(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* p = static_cast<const T*>(x.raw());
-      // Each slice along the axis as a vector of elements, compared lexicographically.
-      auto slice_of = [&](int64_t j) {
-        std::vector<T> s;
+      // Slices along the axis compared lexicographically in place, NaNs after every number
+      // and equal to each other (so that sorting sees a total order and NaNs collapse).
+      using C = std::conditional_t<std::is_same_v<T, std::string>, T, typename Compute<T>::type>;
+      auto at = [&](int64_t j, int64_t o, int64_t i) -> C {
+        if constexpr (std::is_same_v<T, std::string>)
+          return p[(o * n + j) * inner + i];
+        else
+          return static_cast<C>(p[(o * n + j) * inner + i]);
+      };
+      auto nan = [](const C& v) {
+        if constexpr (std::is_floating_point_v<C>)
+          return std::isnan(v);
+        else
+          return false;
+      };
+      // -1, 0 or 1: slice a against slice b.
+      auto compare = [&](int64_t a, int64_t b) {
         for (int64_t o = 0; o < outer; ++o)
-          for (int64_t i = 0; i < inner; ++i) s.push_back(p[(o * n + j) * inner + i]);
-        return s;
+          for (int64_t i = 0; i < inner; ++i) {
+            const C u = at(a, o, i), v = at(b, o, i);
+            const bool nu = nan(u), nv = nan(v);
+            if (nu || nv) {
+              if (nu != nv) return nu ? 1 : -1;
+              continue;
+            }
+            if (u < v) return -1;
+            if (v < u) return 1;
+          }
+        return 0;
       };
-      // An explicit element comparison (not vector's operator<, whose memcmp path draws a
-      // GCC 12 false-positive warning for byte types).
-      auto less = [](const std::vector<T>& a, const std::vector<T>& b) {
-        return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
-                                            [](const T& u, const T& v) {
-                                              if constexpr (std::is_same_v<T, std::string>)
-                                                return u < v;
-                                              else
-                                                return static_cast<typename Compute<T>::type>(u) <
-                                                       static_cast<typename Compute<T>::type>(v);
-                                            });
-      };
-      std::vector<std::vector<T>> uniq;
-      std::vector<int64_t> first, inverse(static_cast<size_t>(n)), counts;
-      for (int64_t j = 0; j < n; ++j) {
-        auto s = slice_of(j);
-        size_t u = 0;
-        while (u < uniq.size() && (less(uniq[u], s) || less(s, uniq[u]))) ++u;
-        if (u == uniq.size()) {
-          uniq.push_back(std::move(s));
+      // Sorted by slice, equal slices by index: runs of equal slices, each starting at its
+      // first occurrence.
+      std::vector<int64_t> by_value(static_cast<size_t>(n));
+      std::iota(by_value.begin(), by_value.end(), 0);
+      if constexpr (std::is_arithmetic_v<C>) {
+        if (outer * inner == 1) {  // single elements: sorted as (value, index) pairs, in cache
+          std::vector<std::pair<C, int64_t>> items(static_cast<size_t>(n));
+          for (int64_t j = 0; j < n; ++j) items[static_cast<size_t>(j)] = {at(j, 0, 0), j};
+          std::sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
+            const bool na = nan(a.first), nb = nan(b.first);
+            if (na || nb) return na == nb ? a.second < b.second : nb;
+            return a.first != b.first ? a.first < b.first : a.second < b.second;
+          });
+          for (int64_t j = 0; j < n; ++j)
+            by_value[static_cast<size_t>(j)] = items[static_cast<size_t>(j)].second;
+        }
+      }
+      if (outer * inner != 1 || !std::is_arithmetic_v<C>)
+        std::sort(by_value.begin(), by_value.end(), [&](int64_t a, int64_t b) {
+          const int c = compare(a, b);
+          return c != 0 ? c < 0 : a < b;
+        });
+      std::vector<int64_t> first, counts, group_of(static_cast<size_t>(n));
+      for (size_t k = 0; k < by_value.size(); ++k) {
+        const int64_t j = by_value[k];
+        if (k == 0 || compare(by_value[k - 1], j) != 0) {
           first.push_back(j);
           counts.push_back(0);
         }
-        inverse[j] = static_cast<int64_t>(u);
-        ++counts[u];
+        group_of[static_cast<size_t>(j)] = static_cast<int64_t>(first.size()) - 1;
+        ++counts.back();
       }
-      std::vector<size_t> order(uniq.size());
+      // The output order: by value (sorted), or by first occurrence.
+      std::vector<size_t> order(first.size());
       std::iota(order.begin(), order.end(), 0);
-      if (sorted_)
-        std::stable_sort(order.begin(), order.end(),
-                         [&](size_t a, size_t b) { return less(uniq[a], uniq[b]); });
+      if (!sorted_)
+        std::sort(order.begin(), order.end(),
+                  [&](size_t a, size_t b) { return first[a] < first[b]; });
       std::vector<int64_t> rank_of(order.size());
       for (size_t r = 0; r < order.size(); ++r) rank_of[order[r]] = static_cast<int64_t>(r);
-      const int64_t m = static_cast<int64_t>(uniq.size());
+      const int64_t m = static_cast<int64_t>(first.size());
       Shape ys = x.shape();
       ys[axis] = m;
       T* y = static_cast<T*>(ctx.allocate_output(0, x.dtype(), ys).raw());
       for (int64_t r = 0; r < m; ++r) {
-        const auto& s = uniq[order[r]];
-        size_t e = 0;
+        const int64_t j = first[order[static_cast<size_t>(r)]];
         for (int64_t o = 0; o < outer; ++o)
-          for (int64_t i = 0; i < inner; ++i) y[(o * m + r) * inner + i] = s[e++];
+          for (int64_t i = 0; i < inner; ++i)
+            y[(o * m + r) * inner + i] = p[(o * n + j) * inner + i];
       }
       if (ctx.has_output(1)) {
         int64_t* f = ctx.allocate_output(1, DType::Int64, {m}).data<int64_t>();
-        for (int64_t r = 0; r < m; ++r) f[r] = first[order[r]];
+        for (int64_t r = 0; r < m; ++r) f[r] = first[order[static_cast<size_t>(r)]];
       }
       if (ctx.has_output(2)) {
         int64_t* inv = ctx.allocate_output(2, DType::Int64, {n}).data<int64_t>();
-        for (int64_t j = 0; j < n; ++j) inv[j] = rank_of[inverse[j]];
+        for (int64_t j = 0; j < n; ++j) inv[j] = rank_of[static_cast<size_t>(group_of[j])];
       }
       if (ctx.has_output(3)) {
         int64_t* c = ctx.allocate_output(3, DType::Int64, {m}).data<int64_t>();
-        for (int64_t r = 0; r < m; ++r) c[r] = counts[order[r]];
+        for (int64_t r = 0; r < m; ++r) c[r] = counts[order[static_cast<size_t>(r)]];
       }
     });
   }

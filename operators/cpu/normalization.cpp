@@ -275,6 +275,78 @@ class InstanceNorm final : public Kernel {
   float epsilon_;
 };
 
+// GroupNormalization: X [N, C, ...] normalized over each group of C / num_groups channels
+// (with their spatial axes), then scaled and shifted per channel (opset 21) or per group
+// (opset 18, whose scale and bias have num_groups entries). Groups across the threads; each
+// group's values are contiguous, its mean and variance summed in double.
+class GroupNorm final : public Kernel {
+ public:
+  explicit GroupNorm(const Node& n)
+      : groups_(n.attr_int("num_groups", 0)),
+        epsilon_(n.attr_float("epsilon", 1e-5f)),
+        per_channel_(n.opset >= 21) {
+    VOLT_CHECK(groups_ > 0, InvalidModel, n.describe() + ": num_groups must be positive");
+  }
+  void infer(InferContext& ctx) const override {
+    const Shape& x = ctx.shape(0);
+    if (x.size() < 2) ctx.input_error("input must have rank >= 2, got " + shape_str(x));
+    if (x[1] % groups_ != 0)
+      ctx.input_error(std::to_string(x[1]) + " channels do not split into " +
+                      std::to_string(groups_) + " groups");
+    const int64_t params = per_channel_ ? x[1] : groups_;
+    for (size_t i : {size_t{1}, size_t{2}})
+      if (ctx.shape(i) != Shape{params})
+        ctx.input_error(std::string(i == 1 ? "scale" : "bias") + " must have shape [" +
+                        std::to_string(params) + "], got " + shape_str(ctx.shape(i)));
+    ctx.set_output(0, ctx.dtype(0), x);
+  }
+  void run(RunContext& ctx) const override {
+    const Tensor& x = ctx.input(0);
+    const int64_t n = x.dim(0), c = x.dim(1), g = groups_, per = c / g;
+    if (x.numel() == 0) return;
+    const int64_t spatial = x.numel() / (n * c), group_size = per * spatial;
+    const auto scale = to_doubles(ctx.input(1)), bias = to_doubles(ctx.input(2));
+    dispatch_numeric(x.dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      using C = typename Compute<T>::type;
+      if constexpr (!std::is_floating_point_v<C>) {
+        ctx.error("needs floating-point input");
+      } else {
+        const T* px = static_cast<const T*>(x.raw());
+        T* py = static_cast<T*>(ctx.output(0).raw());
+        parallel_for(n * g, n * g > 1 && x.numel() > 16384, [&](int64_t ng) {
+          const T* in = px + ng * group_size;
+          T* out = py + ng * group_size;
+          double sum = 0;
+          for (int64_t i = 0; i < group_size; ++i)
+            sum += static_cast<double>(static_cast<C>(in[i]));
+          const double mean = sum / static_cast<double>(group_size);
+          double sq = 0;
+          for (int64_t i = 0; i < group_size; ++i) {
+            const double d = static_cast<double>(static_cast<C>(in[i])) - mean;
+            sq += d * d;
+          }
+          const double inv = 1.0 / std::sqrt(sq / static_cast<double>(group_size) + epsilon_);
+          for (int64_t k = 0; k < per; ++k) {
+            const size_t at = static_cast<size_t>(per_channel_ ? ng % g * per + k : ng % g);
+            const C a = static_cast<C>(inv * scale[at]),
+                    b = static_cast<C>(bias[at] - mean * inv * scale[at]);
+            const T* src = in + k * spatial;
+            T* dst = out + k * spatial;
+            for (int64_t i = 0; i < spatial; ++i)
+              dst[i] = static_cast<T>(static_cast<C>(static_cast<C>(src[i]) * a + b));
+          }
+        });
+      }
+    });
+  }
+
+ private:
+  int64_t groups_;
+  float epsilon_;
+  bool per_channel_;
+};
+
 class MeanVarianceNorm final : public Kernel {
  public:
   explicit MeanVarianceNorm(const Node& n) : axes_(n.attr_ints("axes", {0, 2, 3})) {}
@@ -382,6 +454,10 @@ VOLT_REGISTER_KERNEL(layer_norm, {.op = "LayerNormalization",
 VOLT_REGISTER_KERNEL(instance_norm, {.op = "InstanceNormalization",
                                      .types = kFloatTypes,
                                      .create = make_kernel<InstanceNorm>});
+VOLT_REGISTER_KERNEL(group_norm, {.op = "GroupNormalization",
+                                  .since = 18,
+                                  .types = kFloatTypes,
+                                  .create = make_kernel<GroupNorm>});
 VOLT_REGISTER_KERNEL(mvn, {.op = "MeanVarianceNormalization",
                            .since = 9,
                            .types = kFloatTypes,

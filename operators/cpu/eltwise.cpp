@@ -5,6 +5,8 @@
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/parallel.hpp"
+#include "operators/common/simd_clones.hpp"
+#include "operators/common/vector_erf.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -199,6 +201,24 @@ KernelDef unary(const char* op, int since, std::vector<DType> types, float alpha
           }};
 }
 
+// Erf in f32 on volt's vectorized erf (2-3 ulp; the loop's std::erf is a library call per
+// element: 8.8 ms on [8, 128, 3072] against ONNX Runtime's 2.3).
+VOLT_SIMD_CLONES void erf_f32(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = vector_erf(x[i]);
+}
+
+class ErfF32 final : public Kernel {
+ public:
+  explicit ErfF32(const Node&) {}
+  void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
+  void run(RunContext& ctx) const override {
+    const float* x = ctx.input(0).data<float>();
+    float* y = ctx.output(0).data<float>();
+    parallel_chunks(ctx.input(0).numel(), 32768,
+                    [x, y](int64_t lo, int64_t hi) { erf_f32(x + lo, y + lo, hi - lo); });
+  }
+};
+
 KernelDef dnnl_unary(const char* op, int since, dnnl::algorithm alg, float alpha_default = 0,
                      float beta_default = 0) {
   return {.op = op,
@@ -277,6 +297,12 @@ VOLT_REGISTER_KERNEL(dnnl_sqrt, dnnl_unary("Sqrt", 1, alg::eltwise_sqrt));
 VOLT_REGISTER_KERNEL(dnnl_abs, dnnl_unary("Abs", 1, alg::eltwise_abs));
 // (3x and more faster than the loops' libm calls on YOLOv4-sized maps.)
 VOLT_REGISTER_KERNEL(dnnl_mish, dnnl_unary("Mish", 18, alg::eltwise_mish));
+VOLT_REGISTER_KERNEL(erf_f32, {.op = "Erf",
+                               .since = 9,
+                               .types = {DType::Float},
+                               .priority = 10,
+                               .inplace_input = 0,
+                               .create = make_kernel<ErfF32>});
 VOLT_REGISTER_KERNEL(dnnl_softplus, dnnl_unary("Softplus", 1, alg::eltwise_soft_relu));
 VOLT_REGISTER_KERNEL(dnnl_hard_swish, dnnl_unary("HardSwish", 14, alg::eltwise_hardswish));
 VOLT_REGISTER_KERNEL(dnnl_gelu, [] {

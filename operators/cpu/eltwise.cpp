@@ -1,12 +1,15 @@
 // Elementwise unary ops. f32 (and bf16) tensors of useful size run on oneDNN's eltwise
 // primitive; everything else, and every other dtype, on the reference loop below.
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/common/vector_erf.hpp"
+#include "operators/common/vector_exp.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -16,6 +19,47 @@ namespace {
 struct Params {
   float alpha = 0, beta = 0, gamma = 0;
 };
+
+// exp, floor, ceil and round in forms the compiler vectorizes where the library's are calls
+// per element (the library is built for baseline x86-64, without SSE4.1's rounding): exp of
+// floats by vector_exp (2 ulp); floor and ceil from the truncation, round half to even by
+// adding and removing 2^mantissa bits, exact, signed zeros kept; values too large to have
+// a fraction (and infinities, NaN) as they are.
+template <class C>
+C exp_of(C x) {
+  if constexpr (std::is_same_v<C, float>)
+    return vector_exp(x);
+  else
+    return std::exp(x);
+}
+template <class C>
+C whole_part(C x) {  // trunc(x) for |x| < 2^23 (float) or 2^52 (double)
+  if constexpr (std::is_same_v<C, float>)
+    return static_cast<C>(static_cast<int32_t>(x));
+  else
+    return static_cast<C>(static_cast<int64_t>(x));
+}
+template <class C>
+constexpr C kNoFraction = std::is_same_v<C, float> ? C(8388608.0) : C(4503599627370496.0);
+template <class C>
+C floor_of(C x) {
+  if (!(std::abs(x) < kNoFraction<C>)) return x;
+  const C t = whole_part(x);
+  return t == x ? x : (t > x ? t - C(1) : t);
+}
+template <class C>
+C ceil_of(C x) {
+  if (!(std::abs(x) < kNoFraction<C>)) return x;
+  const C t = whole_part(x);
+  const C r = t == x ? x : (t < x ? t + C(1) : t);
+  return std::copysign(r, x);  // (ceil(-0.5) is -0)
+}
+template <class C>
+C round_half_even_of(C x) {
+  if (!(std::abs(x) < kNoFraction<C>)) return x;
+  // (|x| + 2^23 lies in [2^23, 2^24), where floats are the integers: the addition rounds.)
+  return std::copysign((std::abs(x) + kNoFraction<C>)-kNoFraction<C>, x);
+}
 
 #define VOLT_UNARY(Name, expr)               \
   struct Name {                              \
@@ -30,11 +74,11 @@ struct Params {
 
 VOLT_UNARY(ReluFn, x > C(0) ? x : C(0))
 VOLT_UNARY(LeakyReluFn, x >= C(0) ? x : C(p.alpha * x))
-VOLT_UNARY(EluFn, x >= C(0) ? x : C(p.alpha * (std::exp(x) - C(1))))
-VOLT_UNARY(SeluFn, C(p.gamma*(x > C(0) ? x : C(p.alpha * (std::exp(x) - C(1))))))
+VOLT_UNARY(EluFn, x >= C(0) ? x : C(p.alpha * (exp_of(x) - C(1))))
+VOLT_UNARY(SeluFn, C(p.gamma*(x > C(0) ? x : C(p.alpha * (exp_of(x) - C(1))))))
 VOLT_UNARY(CeluFn,
-           C(std::max(C(0), x) + std::min(C(0), C(p.alpha*(std::exp(x / C(p.alpha)) - C(1))))))
-VOLT_UNARY(SigmoidFn, x >= C(0) ? C(1) / (C(1) + std::exp(-x)) : std::exp(x) / (C(1) + std::exp(x)))
+           C(std::max(C(0), x) + std::min(C(0), C(p.alpha*(exp_of(x / C(p.alpha)) - C(1))))))
+VOLT_UNARY(SigmoidFn, x >= C(0) ? C(1) / (C(1) + exp_of(-x)) : exp_of(x) / (C(1) + exp_of(x)))
 VOLT_UNARY(HardSigmoidFn, std::max(C(0), std::min(C(1), C(p.alpha* x + p.beta))))
 VOLT_UNARY(HardSwishFn, x* std::max(C(0), std::min(C(1), C(x / C(6) + C(0.5)))))
 VOLT_UNARY(TanhFn, std::tanh(x))
@@ -44,9 +88,9 @@ VOLT_UNARY(ExpFn, std::exp(x))
 VOLT_UNARY(LogFn, std::log(x))
 VOLT_UNARY(SqrtFn, std::sqrt(x))
 VOLT_UNARY(ReciprocalFn, C(1) / x)
-VOLT_UNARY(FloorFn, std::floor(x))
-VOLT_UNARY(CeilFn, std::ceil(x))
-VOLT_UNARY(RoundFn, std::nearbyint(x))
+VOLT_UNARY(FloorFn, floor_of(x))
+VOLT_UNARY(CeilFn, ceil_of(x))
+VOLT_UNARY(RoundFn, round_half_even_of(x))
 VOLT_UNARY(ErfFn, std::erf(x))
 VOLT_UNARY(SinFn, std::sin(x))
 VOLT_UNARY(CosFn, std::cos(x))
@@ -129,8 +173,11 @@ class Unary final : public Kernel {
             const T* x = static_cast<const T*>(in.raw());
             T* y = static_cast<T*>(out.raw());
             const int64_t n = in.numel();
-            parallel_chunks(n, 32768, [&](int64_t lo, int64_t hi) {
-              for (int64_t i = lo; i < hi; ++i) y[i] = static_cast<T>(fn_(static_cast<C>(x[i])));
+            // (The functor and pointers by value: read through `this`, its parameters might
+            // change with each store to y as far as the compiler knows, and the loop would not
+            // vectorize.)
+            parallel_chunks(n, 32768, [x, y, fn = fn_](int64_t lo, int64_t hi) {
+              for (int64_t i = lo; i < hi; ++i) y[i] = static_cast<T>(fn(static_cast<C>(x[i])));
             });
           }
         },

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "operators/common/dispatch.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/strided_gather.hpp"
 #include "operators/common/tensor_values.hpp"
@@ -268,19 +269,28 @@ class ReverseSequence final : public Kernel {
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
     const auto lens = to_int64_vector(ctx.input(1), ctx.node(), "sequence_lens");
-    const auto st = strides_of(x.shape());
     const int64_t ba = normalize_axis(batch_axis_, static_cast<int64_t>(x.rank()), ctx.node());
     const int64_t ta = normalize_axis(time_axis_, static_cast<int64_t>(x.rank()), ctx.node());
+    VOLT_CHECK(x.rank() >= 2 && ba + ta == 1, InvalidArgument,
+               ctx.node().describe() + ": batch_axis and time_axis must be 0 and 1 (or 1 and 0)");
+    VOLT_CHECK(static_cast<int64_t>(lens.size()) == x.dim(ba), InvalidArgument,
+               ctx.node().describe() + ": sequence_lens must have one length per batch entry (" +
+                   std::to_string(x.dim(ba)) + "), got " + std::to_string(lens.size()));
+    // Rows of the two leading axes, each a contiguous block of the trailing ones: a row at time
+    // t < len of its batch entry comes from time len - 1 - t, the others stay.
+    const int64_t d0 = x.dim(0), d1 = x.dim(1), inner = x.numel() / std::max<int64_t>(d0 * d1, 1);
     dispatch_any(x.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* src = static_cast<const T*>(x.raw());
       T* dst = static_cast<T*>(ctx.output(0).raw());
-      for (int64_t e = 0; e < x.numel(); ++e) {
-        const int64_t b = (e / st[ba]) % x.dim(ba), t = (e / st[ta]) % x.dim(ta);
-        const int64_t len = std::clamp<int64_t>(lens.at(static_cast<size_t>(b)), 0, x.dim(ta));
-        const int64_t from = t < len ? e + (len - 1 - 2 * t) * st[ta] : e;
-        dst[e] = src[from];
-      }
+      parallel_for(d0 * d1, d0 * d1 > 1 && x.numel() > 32768, [&](int64_t row) {
+        const int64_t i0 = row / d1, i1 = row % d1;
+        const int64_t b = ba == 0 ? i0 : i1, t = ta == 0 ? i0 : i1;
+        const int64_t len = std::clamp<int64_t>(lens[static_cast<size_t>(b)], 0, x.dim(ta));
+        const int64_t from_t = t < len ? len - 1 - t : t;
+        const int64_t from = ta == 0 ? from_t * d1 + i1 : i0 * d1 + from_t;
+        std::copy_n(src + from * inner, inner, dst + row * inner);
+      });
     });
   }
 

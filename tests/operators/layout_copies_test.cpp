@@ -1,5 +1,7 @@
-// DepthToSpace (DCR and CRD) and SpaceToDepth as 6-D strided copies, against their definitions
-// index by index: block sizes 2 and 3, two images, sizes large enough for parallel pieces.
+// Ops that move elements as blocks, against their definitions index by index: DepthToSpace
+// (DCR and CRD) and SpaceToDepth as 6-D strided copies (block sizes 2 and 3, two images, sizes
+// large enough for parallel pieces); ReverseSequence by rows (time first or batch first,
+// lengths 0 to full), and its refusal of a length count that is not the batch's.
 #include <gtest/gtest.h>
 
 #include "model_builder.hpp"
@@ -65,6 +67,43 @@ TEST(SpaceDepth, MatchTheirDefinitions) {
                      xat(i0, ch, i, j);
           }
     EXPECT_EQ(wrong, 0) << "SpaceToDepth block " << b;
+  }
+}
+
+TEST(ReverseSequence, MatchesItsDefinition) {
+  const int64_t steps = 9, batch = 4, inner = 5;
+  const std::vector<int64_t> lens = {0, 9, 3, 1};
+  for (int64_t time_axis : {0, 1}) {
+    const Shape shape = time_axis == 0 ? Shape{steps, batch, inner} : Shape{batch, steps, inner};
+    const Tensor x = counting(shape);
+    ModelBuilder b(13);
+    b.input("x", 1, shape).input_any("lens", 7).output_any("y", 1);
+    b.node("ReverseSequence", {"x", "lens"}, {"y"}, [&](onnx::NodeProto& n) {
+      ModelBuilder::set_int(n, "time_axis", time_axis);
+      ModelBuilder::set_int(n, "batch_axis", 1 - time_axis);
+    });
+    const std::string bytes = b.bytes();
+    Session s =
+        Session::from_bytes(bytes.data(), bytes.size(), testing::test_options({.threads = 2}));
+    const Tensor y = s.run({{"x", x}, {"lens", Tensor::from(lens, {batch})}})[0].tensor();
+    auto at = [&](const Tensor& t, int64_t step, int64_t entry, int64_t i) {
+      const int64_t row = time_axis == 0 ? step * batch + entry : entry * steps + step;
+      return t.data<float>()[row * inner + i];
+    };
+    int64_t wrong = 0;
+    for (int64_t t = 0; t < steps; ++t)
+      for (int64_t e = 0; e < batch; ++e)
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t len = lens[static_cast<size_t>(e)];
+          wrong += at(y, t, e, i) != at(x, t < len ? len - 1 - t : t, e, i);
+        }
+    EXPECT_EQ(wrong, 0) << "time_axis " << time_axis;
+    try {
+      s.run({{"x", x}, {"lens", Tensor::from(std::vector<int64_t>{1, 2}, {2})}});
+      ADD_FAILURE() << "two lengths for four batch entries ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sequence_lens"), std::string::npos) << e.what();
+    }
   }
 }
 

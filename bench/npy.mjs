@@ -1,8 +1,13 @@
 // .npy files for the node side of the benchmarks (ort_bench.mjs, ort_stream.mjs): the dtypes the
-// corpus uses, C order, little-endian.
+// corpus and bench/ops/single_ops.py use, C order, little-endian.
 import fs from "node:fs";
 
-const DTYPES = { "<f4": ["float32", Float32Array], "<i8": ["int64", BigInt64Array], "<i4": ["int32", Int32Array], "|b1": ["bool", Uint8Array] };
+const DTYPES = {
+  "<f4": ["float32", Float32Array], "<f8": ["float64", Float64Array], "<f2": ["float16", Uint16Array],
+  "<i8": ["int64", BigInt64Array], "<i4": ["int32", Int32Array], "|i1": ["int8", Int8Array],
+  "|u1": ["uint8", Uint8Array], "<u4": ["uint32", Uint32Array], "|b1": ["bool", Uint8Array],
+};
+const DESCR = Object.fromEntries(Object.entries(DTYPES).map(([descr, [type]]) => [type, descr]));
 
 // An onnxruntime-node Tensor of the file's contents (`ort`: the loaded module).
 export function readNpy(ort, file) {
@@ -18,7 +23,7 @@ export function readNpy(ort, file) {
 }
 
 export function writeNpy(file, tensor) {
-  const descr = { float32: "<f4", int64: "<i8", int32: "<i4" }[tensor.type];
+  const descr = DESCR[tensor.type];
   if (!descr) return;
   let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${tensor.dims.join(", ")}${tensor.dims.length === 1 ? "," : ""}), }`;
   header += " ".repeat((64 - ((10 + header.length + 1) % 64)) % 64) + "\n";
@@ -27,6 +32,7 @@ export function writeNpy(file, tensor) {
   head[6] = 1;
   head[7] = 0;
   head.writeUInt16LE(header.length, 8);
-  const data = Buffer.from(tensor.data.buffer, tensor.data.byteOffset, tensor.data.byteLength);
+  const values = tensor.type === "bool" ? Uint8Array.from(tensor.data, Number) : tensor.data;
+  const data = Buffer.from(values.buffer, values.byteOffset, values.byteLength);
   fs.writeFileSync(file, Buffer.concat([head, Buffer.from(header, "latin1"), data]));
 }

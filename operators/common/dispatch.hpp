@@ -2,6 +2,7 @@
 //   dispatch_numeric(t.dtype(), [&](auto tag) { using T = typename decltype(tag)::type; ... });
 #pragma once
 #include <string>
+#include <type_traits>
 
 #include "runtime/error.hpp"
 #include "volt/volt.hpp"
@@ -75,6 +76,19 @@ inline typename Compute<T>::type widen(T v) {
 template <class T, class C>
 inline T narrow(C v) {
   return static_cast<T>(v);
+}
+
+// For kernels of floating-point types: f(tag) for float, double, float16 and bfloat16 (T's
+// Compute type a C++ floating type), `ctx.error` for any other dtype.
+template <class Ctx, class F>
+void dispatch_floating(DType dtype, const Ctx& ctx, F&& f) {
+  dispatch_numeric(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<typename Compute<T>::type>)
+      f(tag);
+    else
+      ctx.error("needs floating-point input");
+  });
 }
 
 }  // namespace volt

@@ -306,38 +306,33 @@ class GroupNorm final : public Kernel {
     if (x.numel() == 0) return;
     const int64_t spatial = x.numel() / (n * c), group_size = per * spatial;
     const auto scale = to_doubles(ctx.input(1)), bias = to_doubles(ctx.input(2));
-    dispatch_numeric(x.dtype(), [&](auto tag) {
+    dispatch_floating(x.dtype(), ctx, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        ctx.error("needs floating-point input");
-      } else {
-        const T* px = static_cast<const T*>(x.raw());
-        T* py = static_cast<T*>(ctx.output(0).raw());
-        parallel_for(n * g, n * g > 1 && x.numel() > 16384, [&](int64_t ng) {
-          const T* in = px + ng * group_size;
-          T* out = py + ng * group_size;
-          double sum = 0;
-          for (int64_t i = 0; i < group_size; ++i)
-            sum += static_cast<double>(static_cast<C>(in[i]));
-          const double mean = sum / static_cast<double>(group_size);
-          double sq = 0;
-          for (int64_t i = 0; i < group_size; ++i) {
-            const double d = static_cast<double>(static_cast<C>(in[i])) - mean;
-            sq += d * d;
-          }
-          const double inv = 1.0 / std::sqrt(sq / static_cast<double>(group_size) + epsilon_);
-          for (int64_t k = 0; k < per; ++k) {
-            const size_t at = static_cast<size_t>(per_channel_ ? ng % g * per + k : ng % g);
-            const C a = static_cast<C>(inv * scale[at]),
-                    b = static_cast<C>(bias[at] - mean * inv * scale[at]);
-            const T* src = in + k * spatial;
-            T* dst = out + k * spatial;
-            for (int64_t i = 0; i < spatial; ++i)
-              dst[i] = static_cast<T>(static_cast<C>(static_cast<C>(src[i]) * a + b));
-          }
-        });
-      }
+      const T* px = static_cast<const T*>(x.raw());
+      T* py = static_cast<T*>(ctx.output(0).raw());
+      parallel_for(n * g, n * g > 1 && x.numel() > 16384, [&](int64_t ng) {
+        const T* in = px + ng * group_size;
+        T* out = py + ng * group_size;
+        double sum = 0;
+        for (int64_t i = 0; i < group_size; ++i) sum += static_cast<double>(static_cast<C>(in[i]));
+        const double mean = sum / static_cast<double>(group_size);
+        double sq = 0;
+        for (int64_t i = 0; i < group_size; ++i) {
+          const double d = static_cast<double>(static_cast<C>(in[i])) - mean;
+          sq += d * d;
+        }
+        const double inv = 1.0 / std::sqrt(sq / static_cast<double>(group_size) + epsilon_);
+        for (int64_t k = 0; k < per; ++k) {
+          const size_t at = static_cast<size_t>(per_channel_ ? ng % g * per + k : ng % g);
+          const C a = static_cast<C>(inv * scale[at]),
+                  b = static_cast<C>(bias[at] - mean * inv * scale[at]);
+          const T* src = in + k * spatial;
+          T* dst = out + k * spatial;
+          for (int64_t i = 0; i < spatial; ++i)
+            dst[i] = static_cast<T>(static_cast<C>(static_cast<C>(src[i]) * a + b));
+        }
+      });
     });
   }
 

@@ -76,59 +76,52 @@ class RoiAlign final : public Kernel {
       VOLT_CHECK(idx[r] >= 0 && idx[r] < xt.dim(0), InvalidArgument,
                  ctx.node().describe() + ": batch index out of range");
     const double offset = half_pixel_ ? 0.5 : 0.0;
-    dispatch_numeric(xt.dtype(), [&](auto tag) {
+    dispatch_floating(xt.dtype(), ctx, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        ctx.error("needs floating-point input");
-      } else {
-        const T* px = static_cast<const T*>(xt.raw());
-        T* py = static_cast<T*>(ctx.output(0).raw());
-        parallel_for(rois_n, rois_n > 1, [&](int64_t r) {
-          const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
-          const double x2 = rois[r * 4 + 2] * scale_ - offset,
-                       y2 = rois[r * 4 + 3] * scale_ - offset;
-          double rw = x2 - x1, rh = y2 - y1;
-          if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
-          const double bh = rh / static_cast<double>(oh_), bw = rw / static_cast<double>(ow_);
-          const int64_t gh =
-              ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh_)));
-          const int64_t gw =
-              ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow_)));
-          const int64_t samples = std::max<int64_t>(gh, 0) * std::max<int64_t>(gw, 0);
-          const double count = static_cast<double>(std::max<int64_t>(samples, 1));
-          thread_local std::vector<BilinearTaps> taps;  // by bin, then sample
-          taps.clear();
-          for (int64_t by = 0; by < oh_; ++by)
-            for (int64_t bx = 0; bx < ow_; ++bx)
-              for (int64_t iy = 0; iy < gh; ++iy)
-                for (int64_t ix = 0; ix < gw; ++ix) {
-                  const double yy = y1 + static_cast<double>(by) * bh +
-                                    (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
-                  const double xx = x1 + static_cast<double>(bx) * bw +
-                                    (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
-                  taps.push_back(bilinear_taps(h, w, yy, xx));
-                }
-          for (int64_t ch = 0; ch < c; ++ch) {
-            const T* plane = px + (idx[r] * c + ch) * h * w;
-            T* out = py + (r * c + ch) * oh_ * ow_;
-            const BilinearTaps* t = taps.data();
-            for (int64_t bin = 0; bin < oh_ * ow_; ++bin) {
-              double acc = max_ ? -INFINITY : 0;
-              for (int64_t s = 0; s < samples; ++s, ++t) {
-                auto v = [&](int k) {
-                  return static_cast<double>(static_cast<C>(plane[t->at[k]]));
-                };
-                const double sample = t->inside ? t->weight[0] * v(0) + t->weight[1] * v(1) +
-                                                      t->weight[2] * v(2) + t->weight[3] * v(3)
-                                                : 0.0;
-                acc = max_ ? std::max(acc, sample) : acc + sample;
+      const T* px = static_cast<const T*>(xt.raw());
+      T* py = static_cast<T*>(ctx.output(0).raw());
+      parallel_for(rois_n, rois_n > 1, [&](int64_t r) {
+        const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
+        const double x2 = rois[r * 4 + 2] * scale_ - offset, y2 = rois[r * 4 + 3] * scale_ - offset;
+        double rw = x2 - x1, rh = y2 - y1;
+        if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+        const double bh = rh / static_cast<double>(oh_), bw = rw / static_cast<double>(ow_);
+        const int64_t gh =
+            ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh_)));
+        const int64_t gw =
+            ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow_)));
+        const int64_t samples = std::max<int64_t>(gh, 0) * std::max<int64_t>(gw, 0);
+        const double count = static_cast<double>(std::max<int64_t>(samples, 1));
+        thread_local std::vector<BilinearTaps> taps;  // by bin, then sample
+        taps.clear();
+        for (int64_t by = 0; by < oh_; ++by)
+          for (int64_t bx = 0; bx < ow_; ++bx)
+            for (int64_t iy = 0; iy < gh; ++iy)
+              for (int64_t ix = 0; ix < gw; ++ix) {
+                const double yy = y1 + static_cast<double>(by) * bh +
+                                  (static_cast<double>(iy) + 0.5) * bh / static_cast<double>(gh);
+                const double xx = x1 + static_cast<double>(bx) * bw +
+                                  (static_cast<double>(ix) + 0.5) * bw / static_cast<double>(gw);
+                taps.push_back(bilinear_taps(h, w, yy, xx));
               }
-              out[bin] = static_cast<T>(static_cast<C>(max_ ? acc : acc / count));
+        for (int64_t ch = 0; ch < c; ++ch) {
+          const T* plane = px + (idx[r] * c + ch) * h * w;
+          T* out = py + (r * c + ch) * oh_ * ow_;
+          const BilinearTaps* t = taps.data();
+          for (int64_t bin = 0; bin < oh_ * ow_; ++bin) {
+            double acc = max_ ? -INFINITY : 0;
+            for (int64_t s = 0; s < samples; ++s, ++t) {
+              auto v = [&](int k) { return static_cast<double>(static_cast<C>(plane[t->at[k]])); };
+              const double sample = t->inside ? t->weight[0] * v(0) + t->weight[1] * v(1) +
+                                                    t->weight[2] * v(2) + t->weight[3] * v(3)
+                                              : 0.0;
+              acc = max_ ? std::max(acc, sample) : acc + sample;
             }
+            out[bin] = static_cast<T>(static_cast<C>(max_ ? acc : acc / count));
           }
-        });
-      }
+        }
+      });
     });
   }
 
@@ -308,26 +301,22 @@ class GridSample final : public Kernel {
     for (int64_t b = 0; b < n; ++b)
       taps.push_back(
           sampler_.taps_of_image(grid.data() + b * pixels * 2, x.dim(2), x.dim(3), pixels));
-    dispatch_numeric(x.dtype(), [&](auto tag) {
+    dispatch_floating(x.dtype(), ctx, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
-      if constexpr (!std::is_floating_point_v<C>) {
-        ctx.error("needs floating-point input");
-      } else {
-        const T* px = static_cast<const T*>(x.raw());
-        T* py = static_cast<T*>(ctx.output(0).raw());
-        parallel_for(n * c, n * c > 1 && n * c * pixels > 16384, [&](int64_t bc) {
-          const GridSampler::Taps& t = taps[static_cast<size_t>(bc / c)];
-          const T* in = px + bc * plane;
-          T* out = py + bc * pixels;
-          for (int64_t p = 0; p < pixels; ++p) {
-            double sum = 0;
-            for (int64_t k = t.first[p]; k < t.first[p + 1]; ++k)
-              sum += t.weight[k] * static_cast<double>(static_cast<C>(in[t.at[k]]));
-            out[p] = static_cast<T>(static_cast<C>(sum));
-          }
-        });
-      }
+      const T* px = static_cast<const T*>(x.raw());
+      T* py = static_cast<T*>(ctx.output(0).raw());
+      parallel_for(n * c, n * c > 1 && n * c * pixels > 16384, [&](int64_t bc) {
+        const GridSampler::Taps& t = taps[static_cast<size_t>(bc / c)];
+        const T* in = px + bc * plane;
+        T* out = py + bc * pixels;
+        for (int64_t p = 0; p < pixels; ++p) {
+          double sum = 0;
+          for (int64_t k = t.first[p]; k < t.first[p + 1]; ++k)
+            sum += t.weight[k] * static_cast<double>(static_cast<C>(in[t.at[k]]));
+          out[p] = static_cast<T>(static_cast<C>(sum));
+        }
+      });
     });
   }
 

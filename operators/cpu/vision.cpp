@@ -72,26 +72,52 @@ class RoiAlign final : public Kernel {
     const int64_t c = xt.dim(1), h = xt.dim(2), w = xt.dim(3), rois_n = ctx.input(1).dim(0);
     const auto rois = to_doubles(ctx.input(1));
     const auto idx = to_int64_vector(ctx.input(2), ctx.node(), "batch_indices");
-    for (int64_t r = 0; r < rois_n; ++r)
+    VOLT_CHECK(static_cast<int64_t>(idx.size()) == rois_n, InvalidArgument,
+               ctx.node().describe() + ": batch_indices must have one entry per RoI (" +
+                   std::to_string(rois_n) + "), got " + std::to_string(idx.size()));
+    // Each RoI's sampling grid, checked here (not on the threads): finite corners, and a grid
+    // of at most kMaxSamples taps (an RoI of 10^9 pixels with sampling_ratio 0 would ask for
+    // billions; the table of taps would not fit).
+    constexpr double kMaxSamples = double{1 << 24};
+    const double offset = half_pixel_ ? 0.5 : 0.0;
+    struct Grid {
+      double x1, y1, bh, bw;
+      int64_t gh, gw;
+    };
+    std::vector<Grid> grids(static_cast<size_t>(rois_n));
+    for (int64_t r = 0; r < rois_n; ++r) {
       VOLT_CHECK(idx[r] >= 0 && idx[r] < xt.dim(0), InvalidArgument,
                  ctx.node().describe() + ": batch index out of range");
-    const double offset = half_pixel_ ? 0.5 : 0.0;
+      const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
+      const double x2 = rois[r * 4 + 2] * scale_ - offset, y2 = rois[r * 4 + 3] * scale_ - offset;
+      VOLT_CHECK(std::isfinite(x1) && std::isfinite(y1) && std::isfinite(x2) && std::isfinite(y2),
+                 InvalidArgument,
+                 ctx.node().describe() + ": RoI " + std::to_string(r) +
+                     " has a corner that is not a finite number");
+      double rw = x2 - x1, rh = y2 - y1;
+      if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+      const double gh = ratio_ > 0 ? static_cast<double>(ratio_)
+                                   : std::max(0.0, std::ceil(rh / static_cast<double>(oh_)));
+      const double gw = ratio_ > 0 ? static_cast<double>(ratio_)
+                                   : std::max(0.0, std::ceil(rw / static_cast<double>(ow_)));
+      VOLT_CHECK(gh * gw * static_cast<double>(oh_ * ow_) <= kMaxSamples, InvalidArgument,
+                 ctx.node().describe() + ": RoI " + std::to_string(r) +
+                     " needs more than 2^24 sample points");
+      grids[static_cast<size_t>(r)] = {x1,
+                                       y1,
+                                       rh / static_cast<double>(oh_),
+                                       rw / static_cast<double>(ow_),
+                                       static_cast<int64_t>(gh),
+                                       static_cast<int64_t>(gw)};
+    }
     dispatch_floating(xt.dtype(), ctx, [&](auto tag) {
       using T = typename decltype(tag)::type;
       using C = typename Compute<T>::type;
       const T* px = static_cast<const T*>(xt.raw());
       T* py = static_cast<T*>(ctx.output(0).raw());
       parallel_for(rois_n, rois_n > 1, [&](int64_t r) {
-        const double x1 = rois[r * 4] * scale_ - offset, y1 = rois[r * 4 + 1] * scale_ - offset;
-        const double x2 = rois[r * 4 + 2] * scale_ - offset, y2 = rois[r * 4 + 3] * scale_ - offset;
-        double rw = x2 - x1, rh = y2 - y1;
-        if (!half_pixel_) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
-        const double bh = rh / static_cast<double>(oh_), bw = rw / static_cast<double>(ow_);
-        const int64_t gh =
-            ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rh / static_cast<double>(oh_)));
-        const int64_t gw =
-            ratio_ > 0 ? ratio_ : static_cast<int64_t>(std::ceil(rw / static_cast<double>(ow_)));
-        const int64_t samples = std::max<int64_t>(gh, 0) * std::max<int64_t>(gw, 0);
+        const auto [x1, y1, bh, bw, gh, gw] = grids[static_cast<size_t>(r)];
+        const int64_t samples = gh * gw;
         const double count = static_cast<double>(std::max<int64_t>(samples, 1));
         thread_local std::vector<BilinearTaps> taps;  // by bin, then sample
         taps.clear();

@@ -88,5 +88,38 @@ TEST(RoiAlign, MatchesTheDefinition) {
     }
 }
 
+// Hostile RoIs get an error naming the node, not a crash or an allocation of billions of taps:
+// a NaN corner, an RoI of 10^9 pixels with sampling ratio 0, fewer batch indices than RoIs.
+TEST(RoiAlign, RefusesRoisItCannotSample) {
+  ModelBuilder b(16);
+  b.input("x", 1, {1, 2, 8, 8}).input_any("rois", 1).input_any("batch", 7).output_any("y", 1);
+  b.node("RoiAlign", {"x", "rois", "batch"}, {"y"}, [](onnx::NodeProto& node) {
+    ModelBuilder::set_int(node, "output_height", 7);
+    ModelBuilder::set_int(node, "output_width", 7);
+  });
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), testing::test_options({}));
+  const Tensor x = Tensor::from(std::vector<float>(128, 1.0f), {1, 2, 8, 8});
+  struct Bad {
+    std::vector<float> rois;
+    std::vector<int64_t> batch;
+    const char* says;
+  };
+  for (const Bad& bad : std::vector<Bad>{{{0, 0, NAN, 4}, {0}, "finite"},
+                                         {{0, 0, 1e9f, 1e9f}, {0}, "2^24"},
+                                         {{0, 0, 4, 4, 1, 1, 5, 5}, {0}, "batch_indices"}}) {
+    const int64_t n = static_cast<int64_t>(bad.rois.size() / 4);
+    try {
+      s.run({{"x", x},
+             {"rois", Tensor::from(bad.rois, {n, 4})},
+             {"batch", Tensor::from(bad.batch, {static_cast<int64_t>(bad.batch.size())})}});
+      ADD_FAILURE() << "ran: " << bad.says;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad.says), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace volt

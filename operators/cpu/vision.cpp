@@ -267,6 +267,10 @@ class GridSampler {
       const int64_t at = pixel(h, w, py, px);
       if (at >= 0) tap(at, weight);
     };
+    // A grid value that is not a number, or so far outside that its pixel index would not fit
+    // an integer, reads nothing (its output is 0 whatever the padding mode): converting it to
+    // an index is undefined.
+    if (!(std::abs(x) < 1e9) || !(std::abs(y) < 1e9)) return;
     if (padding_ == Padding::Border) {
       x = std::clamp(x, 0.0, static_cast<double>(w - 1));
       y = std::clamp(y, 0.0, static_cast<double>(h - 1));

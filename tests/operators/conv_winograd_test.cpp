@@ -69,7 +69,8 @@ TEST(ConvWinograd, MatchesTheDirectConvolution) {
       {64, 72, {1, 1, 1, 1}, true, false, "LeakyRelu"},  // part of the last column block over
       {128, 64, {0, 2, 1, 0}, false, false, ""},         // asymmetric pads, no epilogue
       {96, 96, {1, 1, 1, 1}, false, true, ""},           // a residual without an activation
-      {16, 8, {1, 1, 1, 1}, true, false, "Relu"},        // the fewest channels the pass marks
+      {8, 8, {1, 1, 1, 1}, true, false, "Relu"},         // the fewest channels the pass marks
+      {8, 16, {0, 0, 0, 0}, true, false, "Relu"},        // LeNet's second layer, unpadded
       // Dilated (FCN's and DeepLab's backbones): interleaved grids of uneven sizes.
       {64, 64, {2, 2, 2, 2}, true, true, "Relu", {2, 2}},
       {64, 80, {3, 1, 0, 2}, true, false, "Clip", {3, 2}},

@@ -47,13 +47,7 @@ class BroadcastIterator {
     std::vector<int64_t> idx(rank, 0), off(k, 0);
     for (int64_t done = 0; done < total_; done += n) {
       f(static_cast<const int64_t*>(off.data()), n, static_cast<const int64_t*>(steps.data()));
-      for (size_t d = rank - 1; d-- > 0;) {
-        ++idx[d];
-        for (size_t j = 0; j < k; ++j) off[j] += strides_[j][d];
-        if (idx[d] < shape_[d]) break;
-        for (size_t j = 0; j < k; ++j) off[j] -= strides_[j][d] * shape_[d];
-        idx[d] = 0;
-      }
+      next_row(idx, off);
     }
   }
   // f(offsets, n, steps, first) for pieces of the innermost rows as for_each_row gives them,
@@ -96,13 +90,7 @@ class BroadcastIterator {
       for (int64_t row = lo; row < hi; ++row) {
         f(static_cast<const int64_t*>(off.data()), n, static_cast<const int64_t*>(steps.data()),
           row * n);
-        for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) {
-          ++idx[d];
-          for (size_t j = 0; j < k; ++j) off[j] += strides_[j][d];
-          if (idx[d] < shape_[d]) break;
-          for (size_t j = 0; j < k; ++j) off[j] -= strides_[j][d] * shape_[d];
-          idx[d] = 0;
-        }
+        next_row(idx, off);
       }
     });
   }
@@ -120,6 +108,19 @@ class BroadcastIterator {
   }
 
  private:
+  // From one innermost row's multi-index (all axes but the last) and operand offsets to the
+  // next row's.
+  void next_row(std::vector<int64_t>& idx, std::vector<int64_t>& off) const {
+    const size_t rank = shape_.size(), k = strides_.size();
+    for (size_t d = rank > 0 ? rank - 1 : 0; d-- > 0;) {
+      ++idx[d];
+      for (size_t j = 0; j < k; ++j) off[j] += strides_[j][d];
+      if (idx[d] < shape_[d]) break;
+      for (size_t j = 0; j < k; ++j) off[j] -= strides_[j][d] * shape_[d];
+      idx[d] = 0;
+    }
+  }
+
   Shape shape_;                                // merged axes
   std::vector<std::vector<int64_t>> strides_;  // per operand, per merged axis
   int64_t total_;

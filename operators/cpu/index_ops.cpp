@@ -389,11 +389,24 @@ class NonZero final : public Kernel {
 };
 
 template <class C>
-bool is_nan(C v) {
+bool is_nan(const C& v) {
   if constexpr (std::is_floating_point_v<C>)
     return std::isnan(v);
   else
     return false;
+}
+
+// The order TopK and Unique sort (value, index) pairs in: by value (largest first, or
+// smallest), NaNs after every number, ties (and NaNs among themselves) by the lower index: a
+// strict weak order, which is what a stable sort by value alone gives.
+template <class C>
+auto value_then_index(bool largest) {
+  return [largest](const std::pair<C, int64_t>& a, const std::pair<C, int64_t>& b) {
+    const bool na = is_nan(a.first), nb = is_nan(b.first);
+    if (na || nb) return na == nb ? a.second < b.second : nb;
+    if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
+    return a.second < b.second;
+  };
 }
 
 class TopK final : public Kernel {
@@ -447,13 +460,7 @@ class TopK final : public Kernel {
       // (value, then the lower index first, as the spec asks for ties; NaNs after every number,
       // as the ONNX reference's sort puts them) are selected, then sorted, which is what a
       // stable sort's first k are, in O(n + k log k).
-      auto before = [largest = largest_](const std::pair<C, int64_t>& a,
-                                         const std::pair<C, int64_t>& b) {
-        const bool na = is_nan(a.first), nb = is_nan(b.first);
-        if (na || nb) return na == nb ? a.second < b.second : nb;
-        if (a.first != b.first) return largest ? a.first > b.first : a.first < b.first;
-        return a.second < b.second;
-      };
+      const auto before = value_then_index<C>(largest_);
       parallel_for(
           outer * inner, outer * inner > 1 && outer * inner * n >= 32768, [&](int64_t row) {
             const int64_t o = row / inner, i = row % inner;
@@ -529,18 +536,12 @@ class Unique final : public Kernel {
         else
           return static_cast<C>(p[(o * n + j) * inner + i]);
       };
-      auto nan = [](const C& v) {
-        if constexpr (std::is_floating_point_v<C>)
-          return std::isnan(v);
-        else
-          return false;
-      };
       // -1, 0 or 1: slice a against slice b.
       auto compare = [&](int64_t a, int64_t b) {
         for (int64_t o = 0; o < outer; ++o)
           for (int64_t i = 0; i < inner; ++i) {
             const C u = at(a, o, i), v = at(b, o, i);
-            const bool nu = nan(u), nv = nan(v);
+            const bool nu = is_nan(u), nv = is_nan(v);
             if (nu || nv) {
               if (nu != nv) return nu ? 1 : -1;
               continue;
@@ -558,11 +559,7 @@ class Unique final : public Kernel {
         if (outer * inner == 1) {  // single elements: sorted as (value, index) pairs, in cache
           std::vector<std::pair<C, int64_t>> items(static_cast<size_t>(n));
           for (int64_t j = 0; j < n; ++j) items[static_cast<size_t>(j)] = {at(j, 0, 0), j};
-          std::sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
-            const bool na = nan(a.first), nb = nan(b.first);
-            if (na || nb) return na == nb ? a.second < b.second : nb;
-            return a.first != b.first ? a.first < b.first : a.second < b.second;
-          });
+          std::sort(items.begin(), items.end(), value_then_index<C>(false));
           for (int64_t j = 0; j < n; ++j)
             by_value[static_cast<size_t>(j)] = items[static_cast<size_t>(j)].second;
         }

@@ -177,12 +177,25 @@ std::vector<int64_t> select_boxes(const Corners& c, const float* scores, int64_t
   return kept;
 }
 
-std::vector<float> as_floats(const Tensor& t) {
-  if (t.dtype() == DType::Float)
-    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
-  const std::vector<double> d = to_doubles(t);
-  return std::vector<float>(d.begin(), d.end());
-}
+// A tensor's values as floats: its own buffer where it holds float32 (the spec's type), else a
+// converted copy.
+class Floats {
+ public:
+  explicit Floats(const Tensor& t) {
+    if (t.dtype() == DType::Float) {
+      data_ = t.data<float>();
+      return;
+    }
+    const std::vector<double> d = to_doubles(t);
+    copy_.assign(d.begin(), d.end());
+    data_ = copy_.data();
+  }
+  const float* data() const { return data_; }
+
+ private:
+  std::vector<float> copy_;
+  const float* data_ = nullptr;
+};
 
 class NonMaxSuppression final : public Kernel {
  public:
@@ -209,7 +222,7 @@ class NonMaxSuppression final : public Kernel {
     std::optional<float> score_threshold;
     if (ctx.has_input(4) && ctx.input(4).numel())
       score_threshold = static_cast<float>(to_doubles(ctx.input(4))[0]);
-    const std::vector<float> boxes = as_floats(boxes_t), scores = as_floats(scores_t);
+    const Floats boxes(boxes_t), scores(scores_t);
 
     std::vector<Corners> corners;
     corners.reserve(static_cast<size_t>(batches));

@@ -1,5 +1,5 @@
-// LayerNormalization (oneDNN for f32 when only Y is asked for), InstanceNormalization,
-// MeanVarianceNormalization and LRN.
+// LayerNormalization (oneDNN for f32 when only Y is asked for), GroupNormalization and
+// InstanceNormalization (one loop over groups of channels), MeanVarianceNormalization and LRN.
 #include <algorithm>
 #include <cmath>
 
@@ -178,10 +178,9 @@ class LayerNorm final : public Kernel {
   float epsilon_;
 };
 
-// Normalizes over `axes` of each slice, then y = scale[c] * x_hat + bias[c] (Instance) or
-// y = x_hat (MeanVarianceNormalization).
+// MeanVarianceNormalization's loop: each slice normalized over the `reduced` axes.
 void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced, double epsilon,
-                    const Tensor* scale, const Tensor* bias, const RunContext& ctx) {
+                    const RunContext& ctx) {
   if (x.numel() == 0) return;  // nothing to write (and no slice to divide by)
   const Shape& s = x.shape();
   const auto st = strides_of(s);
@@ -204,11 +203,52 @@ void normalize_over(const Tensor& x, Tensor& y, const std::vector<char>& reduced
         mean /= static_cast<double>(inner.size());
         for (int64_t i : inner) var += (value_at(x, b + i) - mean) * (value_at(x, b + i) - mean);
         const double inv = 1.0 / std::sqrt(var / static_cast<double>(inner.size()) + epsilon);
-        const int64_t c = s.size() > 1 ? (b / st[1]) % s[1] : 0;
-        const double sc = scale ? value_at(*scale, c) : 1.0, bi = bias ? value_at(*bias, c) : 0.0;
-        for (int64_t i : inner) write<T>(y, b + i, (value_at(x, b + i) - mean) * inv * sc + bi);
+        for (int64_t i : inner) write<T>(y, b + i, (value_at(x, b + i) - mean) * inv);
       }
     }
+  });
+}
+
+// X [N, C, ...] normalized over each of `groups` runs of C / groups channels (contiguous), in
+// parallel; the mean and variance summed in double, then each channel scaled and shifted by
+// scale[at] and bias[at], `at` the channel (`per_channel`) or the group. GroupNormalization's
+// loop, and InstanceNormalization's with one channel a group.
+void normalize_groups(const Tensor& x, Tensor& y, int64_t groups, const std::vector<double>& scale,
+                      const std::vector<double>& bias, bool per_channel, double epsilon,
+                      const RunContext& ctx) {
+  const int64_t n = x.dim(0), c = x.dim(1), g = groups, per = c / g;
+  if (x.numel() == 0) return;
+  const int64_t spatial = x.numel() / (n * c), group_size = per * spatial;
+  dispatch_floating(x.dtype(), ctx, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = typename Compute<T>::type;
+    const T* px = static_cast<const T*>(x.raw());
+    T* py = static_cast<T*>(y.raw());
+    parallel_for(n * g, n * g > 1 && x.numel() > 16384, [&](int64_t ng) {
+      const T* in = px + ng * group_size;
+      T* out = py + ng * group_size;
+      double sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < group_size; ++i) sum += static_cast<double>(static_cast<C>(in[i]));
+      const double mean = sum / static_cast<double>(group_size);
+      double sq = 0;
+#pragma omp simd reduction(+ : sq)
+      for (int64_t i = 0; i < group_size; ++i) {
+        const double d = static_cast<double>(static_cast<C>(in[i])) - mean;
+        sq += d * d;
+      }
+      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(group_size) + epsilon);
+      for (int64_t k = 0; k < per; ++k) {
+        const size_t at = static_cast<size_t>(per_channel ? ng % g * per + k : ng % g);
+        const C a = static_cast<C>(inv * scale[at]),
+                b = static_cast<C>(bias[at] - mean * inv * scale[at]);
+        const T* src = in + k * spatial;
+        T* dst = out + k * spatial;
+#pragma omp simd
+        for (int64_t i = 0; i < spatial; ++i)
+          dst[i] = static_cast<T>(static_cast<C>(static_cast<C>(src[i]) * a + b));
+      }
+    });
   });
 }
 
@@ -223,52 +263,11 @@ class InstanceNorm final : public Kernel {
         ctx.input_error(std::string(i == 1 ? "scale" : "B") + " must have shape [" +
                         std::to_string(x[1]) + "], got " + shape_str(ctx.shape(i)));
     ctx.set_output(0, ctx.dtype(0), x);
-    if (ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
-        ctx.dtype(2) != DType::Float)
-      ctx.runs_reference_loop("");
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() == DType::Float && ctx.input(1).dtype() == DType::Float &&
-        ctx.input(2).dtype() == DType::Float) {
-      planes_f32(x, ctx.input(1), ctx.input(2), ctx.output(0));
-      return;
-    }
-    std::vector<char> reduced(x.rank(), 1);
-    reduced[0] = reduced[1] = 0;
-    normalize_over(x, ctx.output(0), reduced, epsilon_, &ctx.input(1), &ctx.input(2), ctx);
-  }
-
- private:
-  // f32: each (image, channel) plane is contiguous; planes across the threads, the mean and the
-  // variance summed in double (two passes, as the reference), the scaling in float.
-  void planes_f32(const Tensor& x, const Tensor& scale, const Tensor& bias, Tensor& y) const {
-    const int64_t c = x.dim(1), planes = x.dim(0) * c;
-    if (planes == 0) return;
-    const int64_t inner = x.numel() / planes;
-    if (inner == 0) return;
-    const float* px = x.data<float>();
-    float* py = y.data<float>();
-    const float *sc = scale.data<float>(), *bi = bias.data<float>();
-    parallel_for(planes, planes > 1 && x.numel() > 16384, [&](int64_t p) {
-      const float* in = px + p * inner;
-      float* out = py + p * inner;
-      double sum = 0;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < inner; ++i) sum += in[i];
-      const double mean = sum / static_cast<double>(inner);
-      double sq = 0;
-#pragma omp simd reduction(+ : sq)
-      for (int64_t i = 0; i < inner; ++i) {
-        const double d = in[i] - mean;
-        sq += d * d;
-      }
-      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(inner) + epsilon_);
-      const float a = static_cast<float>(inv * sc[p % c]),
-                  b = static_cast<float>(bi[p % c] - mean * inv * sc[p % c]);
-#pragma omp simd
-      for (int64_t i = 0; i < inner; ++i) out[i] = in[i] * a + b;
-    });
+    normalize_groups(x, ctx.output(0), x.dim(1), to_doubles(ctx.input(1)), to_doubles(ctx.input(2)),
+                     true, epsilon_, ctx);
   }
 
  private:
@@ -302,38 +301,9 @@ class GroupNorm final : public Kernel {
   }
   void run(RunContext& ctx) const override {
     const Tensor& x = ctx.input(0);
-    const int64_t n = x.dim(0), c = x.dim(1), g = groups_, per = c / g;
-    if (x.numel() == 0) return;
-    const int64_t spatial = x.numel() / (n * c), group_size = per * spatial;
-    const auto scale = to_doubles(ctx.input(1)), bias = to_doubles(ctx.input(2));
-    dispatch_floating(x.dtype(), ctx, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      using C = typename Compute<T>::type;
-      const T* px = static_cast<const T*>(x.raw());
-      T* py = static_cast<T*>(ctx.output(0).raw());
-      parallel_for(n * g, n * g > 1 && x.numel() > 16384, [&](int64_t ng) {
-        const T* in = px + ng * group_size;
-        T* out = py + ng * group_size;
-        double sum = 0;
-        for (int64_t i = 0; i < group_size; ++i) sum += static_cast<double>(static_cast<C>(in[i]));
-        const double mean = sum / static_cast<double>(group_size);
-        double sq = 0;
-        for (int64_t i = 0; i < group_size; ++i) {
-          const double d = static_cast<double>(static_cast<C>(in[i])) - mean;
-          sq += d * d;
-        }
-        const double inv = 1.0 / std::sqrt(sq / static_cast<double>(group_size) + epsilon_);
-        for (int64_t k = 0; k < per; ++k) {
-          const size_t at = static_cast<size_t>(per_channel_ ? ng % g * per + k : ng % g);
-          const C a = static_cast<C>(inv * scale[at]),
-                  b = static_cast<C>(bias[at] - mean * inv * scale[at]);
-          const T* src = in + k * spatial;
-          T* dst = out + k * spatial;
-          for (int64_t i = 0; i < spatial; ++i)
-            dst[i] = static_cast<T>(static_cast<C>(static_cast<C>(src[i]) * a + b));
-        }
-      });
-    });
+    const int64_t g = groups_;
+    normalize_groups(x, ctx.output(0), g, to_doubles(ctx.input(1)), to_doubles(ctx.input(2)),
+                     per_channel_, epsilon_, ctx);
   }
 
  private:
@@ -351,7 +321,7 @@ class MeanVarianceNorm final : public Kernel {
     std::vector<char> reduced(x.rank(), 0);
     for (int64_t a : axes_)
       reduced[normalize_axis(a, static_cast<int64_t>(x.rank()), ctx.node())] = 1;
-    normalize_over(x, ctx.output(0), reduced, 1e-9, nullptr, nullptr, ctx);
+    normalize_over(x, ctx.output(0), reduced, 1e-9, ctx);
   }
 
  private:

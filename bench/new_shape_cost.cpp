@@ -3,12 +3,19 @@
 // page faults, over a range of sizes of one axis. volt only: bench/corpus/dynamic_shapes.py
 // compares the same thing with ONNX Runtime. For profiling the planner (`perf record` on it).
 //
-//   volt_new_shape_cost MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N]
+//   volt_new_shape_cost MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N] [--by-node]
+//                       [--also NAME SHAPE [int64]]...
 //   e.g. volt_new_shape_cost build/corpus/text_classifier.onnx ids 1 1x64 20 240 2 int64
+//        volt_new_shape_cost build/corpus/gpt2_step.onnx past 4 4x2x1x4x32x64 1 256 32
+//            --also ids 1x1 int64
 //
 // SHAPE is the input's shape at the warm-up (1x64); each size in [LO, HI) by STEP replaces
 // dimension AXIS. With --passes N, the sizes run N-1 times before the measured pass (primitives
-// kept across plans are then made; plans are rebuilt if the cache evicted them).
+// kept across plans are then made; plans are rebuilt if the cache evicted them). --also feeds
+// another input at a fixed shape; --by-node lists the slower nodes by name. To profile the first
+// runs alone:
+//   mkfifo /tmp/ctl /tmp/ack; PERF_CTL_FIFO=/tmp/ctl PERF_ACK_FIFO=/tmp/ack
+//       perf record --control fifo:/tmp/ctl,/tmp/ack -D -1 ...
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -37,6 +44,36 @@ volt::Value make_input(const volt::Shape& shape, bool int64) {
   return volt::Tensor::from(v, shape);
 }
 
+// Dimensions joined by 'x': 1x64.
+volt::Shape parse_shape(const char* text) {
+  volt::Shape shape;
+  for (const char* p = text; *p;) {
+    char* end = nullptr;
+    const long long d = std::strtoll(p, &end, 10);
+    if (end == p || d < 0 || (*end != 'x' && *end != '\0'))
+      throw volt::Error(
+          volt::ErrorCode::InvalidArgument,
+          std::string("a shape must be dimensions joined by 'x' (1x64), got '") + text + "'");
+    shape.push_back(d);
+    p = *end == 'x' ? end + 1 : end;
+  }
+  return shape;
+}
+
+// With PERF_CTL_FIFO and PERF_ACK_FIFO naming the pipes of `perf record --control
+// fifo:CTL,ACK -D -1`, perf records the first runs only: `what` is "enable" or "disable".
+void perf_control(const char* what) {
+  static FILE* ctl =
+      std::getenv("PERF_CTL_FIFO") ? std::fopen(std::getenv("PERF_CTL_FIFO"), "w") : nullptr;
+  static FILE* ack =
+      std::getenv("PERF_ACK_FIFO") ? std::fopen(std::getenv("PERF_ACK_FIFO"), "r") : nullptr;
+  if (!ctl) return;
+  std::fprintf(ctl, "%s\n", what);
+  std::fflush(ctl);
+  char line[16];
+  if (ack && !std::fgets(line, sizeof line, ack)) ack = nullptr;  // (perf answers "ack")
+}
+
 long minor_faults() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -54,24 +91,26 @@ int main(int argc, char** argv) {
   try {
     const std::string model = argv[1], input = argv[2];
     const size_t axis = std::strtoul(argv[3], nullptr, 10);
-    volt::Shape shape;
-    for (const char* p = argv[4]; *p;) {  // dimensions separated by 'x': 1x64
-      char* end = nullptr;
-      const long long d = std::strtoll(p, &end, 10);
-      if (end == p || d < 0 || (*end != 'x' && *end != '\0'))
-        throw volt::Error(volt::ErrorCode::InvalidArgument,
-                          std::string("SHAPE must be dimensions joined by 'x' (1x64), got '") +
-                              argv[4] + "'");
-      shape.push_back(d);
-      p = *end == 'x' ? end + 1 : end;
-    }
+    const volt::Shape shape = parse_shape(argv[4]);
     const int lo = std::atoi(argv[5]), hi = std::atoi(argv[6]),
               step = std::max(1, std::atoi(argv[7]));
-    bool int64 = false;
+    bool int64 = false, by_node = false;
     int passes = 1;
+    struct Fixed {
+      std::string name;
+      volt::Shape shape;
+      bool int64 = false;
+    };
+    std::vector<Fixed> also;
     for (int i = 8; i < argc; ++i) {
       if (std::strcmp(argv[i], "int64") == 0) int64 = true;
+      if (std::strcmp(argv[i], "--by-node") == 0) by_node = true;
       if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) passes = std::atoi(argv[++i]);
+      if (std::strcmp(argv[i], "--also") == 0 && i + 2 < argc) {
+        also.push_back({argv[i + 1], parse_shape(argv[i + 2])});
+        i += 2;
+        if (i + 1 < argc && std::strcmp(argv[i + 1], "int64") == 0) also.back().int64 = ++i > 0;
+      }
     }
     if (axis >= shape.size())
       throw volt::Error(volt::ErrorCode::InvalidArgument, "AXIS is past SHAPE");
@@ -84,6 +123,7 @@ int main(int argc, char** argv) {
       s[axis] = size;
       volt::NamedValues f;
       f.emplace_back(input, make_input(s, int64));
+      for (const Fixed& a : also) f.emplace_back(a.name, make_input(a.shape, a.int64));
       return f;
     };
     for (int i = 0; i < 3; ++i) session.run(feeds(shape[axis]));
@@ -101,6 +141,8 @@ int main(int argc, char** argv) {
           continue;
         }
         for (Totals* t : {&first, &second}) {
+          if (t == &first) perf_control("enable");
+          if (t == &second) perf_control("disable");
           volt::RunProfile profile;
           volt::RunOptions run_options;
           run_options.profile = &profile;
@@ -114,7 +156,7 @@ int main(int argc, char** argv) {
           if (!profile.events.empty()) t->planning += profile.events.front().start_us;
           for (const volt::ProfileEvent& e : profile.events) {
             t->nodes += e.duration_us;
-            t->by_op[e.op + " (" + e.kernel + ")"] += e.duration_us;
+            t->by_op[by_node ? e.node : e.op + " (" + e.kernel + ")"] += e.duration_us;
           }
         }
         ++sizes;
@@ -132,7 +174,7 @@ int main(int argc, char** argv) {
     std::vector<std::pair<double, std::string>> slower;
     for (const auto& [op, us] : first.by_op) slower.emplace_back((us - second.by_op[op]) / n, op);
     std::sort(slower.rbegin(), slower.rend());
-    std::printf("nodes slower in the first run:\n");
+    std::printf("%s slower in the first run:\n", by_node ? "nodes" : "ops");
     for (size_t i = 0; i < slower.size() && i < 8; ++i)
       std::printf("  %-40s +%7.1f us\n", slower[i].second.c_str(), slower[i].first);
     return 0;

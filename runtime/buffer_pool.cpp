@@ -1,9 +1,11 @@
 #include "runtime/buffer_pool.hpp"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -241,6 +243,20 @@ RecycleLastingBuffers::~RecycleLastingBuffers() {
     if (--p.recycling == 0) left.swap(p.recycled);
   }
   for (const auto& [q, size] : left) unmap_buffer(q, size);
+}
+
+void keep_freed_memory() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!VOLT_POOL_ENABLED) return;
+    for (const char* set_by_user :
+         {"MALLOC_TOP_PAD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES",
+          "VOLT_SYSTEM_MALLOC"})
+      if (std::getenv(set_by_user)) return;
+    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    ::mallopt(M_TOP_PAD, 16 << 20);
+  });
 }
 
 }  // namespace volt

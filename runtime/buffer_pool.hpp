@@ -37,4 +37,17 @@ class RecycleLastingBuffers {
   RecycleLastingBuffers& operator=(const RecycleLastingBuffers&) = delete;
 };
 
+// Has glibc's malloc keep what is freed, once per process: at most 16 MiB above the top of each
+// heap is given back when freed (trimmed past 64 MiB), and blocks under 32 MiB come from the
+// heaps rather than mappings of their own. By default glibc trims past 128 KiB and maps blocks
+// above a threshold that follows the sizes freed, so the buffers oneDNN allocates per call (its
+// gemm's packing buffers on each OpenMP worker, for products with run-time dimensions; what
+// primitive creation allocates) are faulted in again at each larger input shape: a text
+// classifier's first run at a new length took 256 page faults (about 1.2 us each here), 62 with
+// this. The resident size then stays near its peak, as with any runtime's arena. Left as it is
+// where the process set glibc's malloc tunables (MALLOC_*_ variables, GLIBC_TUNABLES) or
+// VOLT_SYSTEM_MALLOC, and under AddressSanitizer. Session creation calls it before it loads the
+// model: called after (a model's parse frees large blocks first), it left the faults as they were.
+void keep_freed_memory();
+
 }  // namespace volt

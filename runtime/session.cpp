@@ -6,6 +6,7 @@
 
 #include "loaders/loader.hpp"
 #include "operators/common/gemm_warmup.hpp"
+#include "runtime/buffer_pool.hpp"
 #include "runtime/calibration.hpp"
 #include "runtime/device.hpp"
 #include "runtime/feeds.hpp"
@@ -61,6 +62,7 @@ bool expects_generic_products(const Graph& g, const SessionOptions& o) {
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
+  keep_freed_memory();
   if (expects_generic_products(model.graph, options)) gemm_warmup = start_gemm_warmup();
   Graph optimized =
       options.precision == "int8" && !options.calibration.empty()
@@ -114,11 +116,14 @@ std::vector<Value> Session::Impl::run(const NamedValues& feeds,
 // --- public API
 // ----------------------------------------------------------------------------------------
 Session::Session(const std::string& model_path, SessionOptions options)
-    : impl_(as_volt_error(
-          [&] { return std::make_shared<Impl>(load_model(model_path), std::move(options)); })) {}
+    : impl_(as_volt_error([&] {
+        keep_freed_memory();  // (before loading: see keep_freed_memory)
+        return std::make_shared<Impl>(load_model(model_path), std::move(options));
+      })) {}
 Session::Session(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session Session::from_bytes(const void* data, size_t size, SessionOptions options) {
   return Session(as_volt_error([&] {
+    keep_freed_memory();
     return std::make_shared<Impl>(load_model_from_bytes(data, size), std::move(options));
   }));
 }

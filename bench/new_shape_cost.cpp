@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
 
     struct Totals {
       double wall = 0, nodes = 0, planning = 0, faults = 0;
+      std::vector<double> walls, plannings;  // by size
       std::map<std::string, double> by_op;
     } first, second;
     int sizes = 0;
@@ -149,11 +150,13 @@ int main(int argc, char** argv) {
           const long faults = minor_faults();
           const auto start = std::chrono::steady_clock::now();
           session.run(f, {}, run_options);
-          t->wall +=
+          t->walls.push_back(
               std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                  .count();
+                  .count());
+          t->wall += t->walls.back();
           t->faults += static_cast<double>(minor_faults() - faults);
-          if (!profile.events.empty()) t->planning += profile.events.front().start_us;
+          t->plannings.push_back(profile.events.empty() ? 0.0 : profile.events.front().start_us);
+          t->planning += t->plannings.back();
           for (const volt::ProfileEvent& e : profile.events) {
             t->nodes += e.duration_us;
             t->by_op[by_node ? e.node : e.op + " (" + e.kernel + ")"] += e.duration_us;
@@ -168,6 +171,16 @@ int main(int argc, char** argv) {
                 second.wall / n, first.wall / second.wall);
     std::printf("  before the first node       %8.0f  %8.0f   (planning)\n", first.planning / n,
                 second.planning / n);
+    // What bench/corpus/dynamic_shapes.py's floor reads: the median over sizes of first/second,
+    // which the first size's one-off costs (weights kept for every plan) do not move.
+    std::vector<double> ratios;
+    for (size_t i = 0; i < first.walls.size(); ++i)
+      ratios.push_back(first.walls[i] / second.walls[i]);
+    std::sort(ratios.begin(), ratios.end());
+    std::vector<double> plannings = first.plannings;
+    std::sort(plannings.begin(), plannings.end());
+    std::printf("  median over sizes           %8.0f planning, first/second %.2fx\n",
+                plannings[plannings.size() / 2], ratios[ratios.size() / 2]);
     std::printf("  nodes                       %8.0f  %8.0f\n", first.nodes / n, second.nodes / n);
     std::printf("  minor page faults           %8.1f  %8.1f\n", first.faults / n,
                 second.faults / n);
@@ -175,8 +188,9 @@ int main(int argc, char** argv) {
     for (const auto& [op, us] : first.by_op) slower.emplace_back((us - second.by_op[op]) / n, op);
     std::sort(slower.rbegin(), slower.rend());
     std::printf("%s slower in the first run:\n", by_node ? "nodes" : "ops");
-    for (size_t i = 0; i < slower.size() && i < 8; ++i)
-      std::printf("  %-40s +%7.1f us\n", slower[i].second.c_str(), slower[i].first);
+    for (size_t i = 0; i < slower.size() && i < (by_node ? 40u : 8u); ++i)
+      std::printf("  %-40s +%7.1f us  (second run %7.1f us)\n", slower[i].second.c_str(),
+                  slower[i].first, second.by_op[slower[i].second] / n);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "volt_new_shape_cost: %s\n", e.what());

@@ -14,6 +14,7 @@
 #include "operators/common/layout.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/width_buckets.hpp"
+#include "operators/cpu/conv_few_channels.hpp"
 #include "operators/cpu/conv_live_taps.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/cpu/conv_winograd.hpp"
@@ -54,6 +55,9 @@ struct ConvState {
   std::shared_ptr<const LiveTapProducts> live_taps;
   // Or volt's own Winograd convolution (conv_winograd.hpp); nothing else set.
   std::shared_ptr<const WinogradConv> winograd;
+  // Or, for a stem over few channels in a plan for several shapes, volt's direct loop
+  // (conv_few_channels.hpp); nothing else set.
+  std::shared_ptr<const FewChannelConv> few_channels;
 };
 
 class Conv final : public Kernel {
@@ -102,6 +106,11 @@ class Conv final : public Kernel {
       if (auto wino = own_winograd(ctx, s)) {
         auto st = std::make_shared<ConvState>();
         st->winograd = std::move(wino);
+        return ctx.set_state(st);
+      }
+      if (auto few = few_channels(ctx, s)) {
+        auto st = std::make_shared<ConvState>();
+        st->few_channels = std::move(few);
         return ctx.set_state(st);
       }
       if (auto st = bucketed(ctx, s, x)) return ctx.set_state(st);
@@ -183,6 +192,10 @@ class Conv final : public Kernel {
                                ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
                                residual_ ? ctx.input(3).data<float>() : nullptr,
                                ctx.output(0).data<float>(), ctx.scratch());
+    if (st.few_channels)
+      return run_few_channel_conv(*st.few_channels, ctx.input(0).data<float>(),
+                                  ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
+                                  ctx.output(0).data<float>());
     if (st.live_taps)
       return run_live_tap_products(*st.live_taps, ctx.input(0).data<float>(),
                                    ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
@@ -383,6 +396,18 @@ class Conv final : public Kernel {
     // transforming patches of zeros (deeplabv3_mbv3 b1 8.8 -> 51.7 ms when Winograd took them).
     if (live_window(s.win)) return nullptr;
     return plan_winograd_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_);
+  }
+
+  // A stem over few channels in a plan built for one of several shapes: volt's loop, which
+  // needs no code generated for the shape (conv_few_channels.hpp); and in the plan specialized
+  // to such a shape later, so that the shape's runs give the same bits before and after. A
+  // session's first plan keeps oneDNN's kernel, which blocks over more outputs at once.
+  std::shared_ptr<const FewChannelConv> few_channels(InferContext& ctx, const ConvShapes& s) const {
+    if (residual_ || bf16_ || ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
+        !ctx.input_tensor(1))
+      return nullptr;
+    return plan_few_channel_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_,
+                                 !ctx.shapes_vary());
   }
 
   // The state of a plan built for one of several shapes: the primitive for the bucket of the

@@ -1,9 +1,10 @@
 // Plans built for one of several input shapes (InferContext::shapes_vary) avoid oneDNN code
 // generated for the exact shape: convolutions run the primitive of a bucket of widths on a copy
-// of X widened with zeros (width_buckets.hpp), 2-D max pools over stored channels run volt's
-// loop. Each width they compute what a fresh session (its first plan: primitives for the exact
-// shape) computes: channels-last or blocked regions, strides, dilations, asymmetric pads, a
-// padded pool, a bias and a fused ReLU, and auto_pad (which keeps exact-shape primitives).
+// of X widened with zeros (width_buckets.hpp), a stem over few channels volt's direct loop
+// (conv_few_channels.hpp), 2-D max pools over stored channels run volt's loop. Each width they
+// compute what a fresh session (its first plan: primitives for the exact shape) computes:
+// channels-last or blocked regions, strides, dilations, asymmetric pads, a padded pool, a bias
+// and a fused ReLU, and auto_pad (which keeps exact-shape primitives).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,9 +59,12 @@ TEST(ShapeGeneric, ConvBucketsAndPoolLoopsComputeWhatFreshSessionsDo) {
     const Tensor got = varying.run({{"x", x}}, {}, {.profile = &profile})[0].tensor();
     for (const ProfileEvent& e : profile.events) EXPECT_EQ(e.reference, "") << e.node << " " << w;
     ASSERT_EQ(got.shape(), want.shape()) << "width " << w;
+    // (The stem's 27 taps are summed in another order than oneDNN's by volt's loop
+    // (conv_few_channels.hpp): rounding apart, 5e-7, which the Winograd convolution after it
+    // amplifies to 2e-4. A column out of place is off by the values themselves.)
     for (int64_t i = 0; i < got.numel(); ++i)
       ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i],
-                  1e-4f * (1.0f + std::abs(want.data<float>()[i])))
+                  1e-3f * (1.0f + std::abs(want.data<float>()[i])))
           << "width " << w << " at " << i;
   }
 }

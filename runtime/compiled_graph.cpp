@@ -146,6 +146,7 @@ CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::strin
   }
   cg.is_graph_output.assign(cg.names.size(), 0);
   for (int id : cg.graph_outputs) cg.is_graph_output[id] = 1;
+  for (const auto& [name, tensor] : g.initializers) cg.initializer_ids.push_back(cg.id(name));
 
   // Kahn's algorithm; what is left over sits on a cycle.
   std::vector<int> pending(g.nodes.size(), 0);

@@ -30,6 +30,10 @@ struct CompiledGraph {
       node_inputs;  // per node: explicit inputs, then values its subgraphs capture (-1 = omitted)
   std::vector<std::vector<int>> node_outputs;  // per node (-1 = omitted)
   std::vector<char> is_graph_output;           // by value id
+  // The value id of each initializer, in the order Graph::initializers holds them: while the map
+  // holds every one (a plan may drop some; they come back for the next), the planner reads the
+  // ids from here rather than hashing each name for every input shape.
+  std::vector<int> initializer_ids;
   // By node index: what a node keeps across the plans of a session (NodeMemo): its kernel's
   // shape-generic state, and the planner's outputs of a node that folds from weights alone.
   std::shared_ptr<NodeMemo[]> memos;

@@ -201,16 +201,19 @@ bool same_type(const TypeShape& a, const TypeShape& b) {
          a.shape == b.shape;
 }
 
-// Whether every input of a node has the type it had in the previous plan and constant inputs
-// hold the same values (PlanInputs::previous): then the node plans as it did there.
-bool inputs_as_before(const Plan& previous, const Plan& plan, const std::vector<int>& ids) {
-  for (const int id : ids) {
-    if (id < 0) continue;
-    const bool constant = plan.placement[id] == Placement::Constant,
-               was_constant = previous.placement[id] == Placement::Constant;
-    if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return false;
-    if (constant && !same_constant(*plan.constants[id], *previous.constants[id])) return false;
-  }
+// Whether value `id` is as it was in the previous plan (PlanInputs::previous): the same type, a
+// constant in both or in neither, and as a constant the same value. Judged once per value, when
+// it is planned: a node whose inputs all are plans as it did there.
+bool value_as_before(const Plan& previous, const Plan& plan, int id) {
+  const bool constant = plan.placement[id] == Placement::Constant,
+             was_constant = previous.placement[id] == Placement::Constant;
+  if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return false;
+  return !constant || same_constant(*plan.constants[id], *previous.constants[id]);
+}
+
+bool all_as_before(const std::vector<char>& as_before, const std::vector<int>& ids) {
+  for (const int id : ids)
+    if (id >= 0 && !as_before[static_cast<size_t>(id)]) return false;
   return true;
 }
 
@@ -224,19 +227,21 @@ bool types_as_in(const std::vector<TypeShape>& types, const Plan& plan,
 
 // The previous plan's step for this node, when its inputs are as before; null otherwise.
 const PlanStep* reusable_step(const Plan& previous, const std::vector<int>& step_of_node,
-                              const Plan& plan, const std::vector<int>& ids, int node_index) {
+                              const std::vector<char>& as_before, const std::vector<int>& ids,
+                              int node_index) {
   const int at = step_of_node[static_cast<size_t>(node_index)];
   if (at < 0) return nullptr;
   const PlanStep& step = previous.steps[static_cast<size_t>(at)];
   if (!step.shapes_static || !step.kernel) return nullptr;
-  return inputs_as_before(previous, plan, ids) ? &step : nullptr;
+  return all_as_before(as_before, ids) ? &step : nullptr;
 }
 
 // Whether the previous plan folded this node (its outputs were constants there) and its
 // inputs are as before: its outputs are then the same values (folding reads the inputs'
 // types and constant values only).
-bool refoldable(const Plan& previous, const std::vector<int>& step_of_node, const Plan& plan,
-                const std::vector<int>& ids, const std::vector<int>& outputs, int node_index) {
+bool refoldable(const Plan& previous, const std::vector<int>& step_of_node,
+                const std::vector<char>& as_before, const std::vector<int>& ids,
+                const std::vector<int>& outputs, int node_index) {
   if (step_of_node[static_cast<size_t>(node_index)] >= 0) return false;
   bool any = false;
   for (const int id : outputs) {
@@ -244,7 +249,7 @@ bool refoldable(const Plan& previous, const std::vector<int>& step_of_node, cons
     if (previous.placement[id] != Placement::Constant) return false;
     any = true;
   }
-  return any && inputs_as_before(previous, plan, ids);
+  return any && all_as_before(as_before, ids);
 }
 
 }  // namespace
@@ -333,8 +338,11 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       known[id] = 1;
     }
   const Plan* previous = in.previous && in.previous->graph == &cg ? in.previous.get() : nullptr;
+  // (The map holds the initializers compile_graph saw, in its order, unless a plan dropped some.)
+  const bool all_initializers = g.initializers.size() == cg.initializer_ids.size();
+  size_t initializer_index = 0;
   for (const auto& [name, tensor] : g.initializers) {
-    const int id = cg.id(name);
+    const int id = all_initializers ? cg.initializer_ids[initializer_index++] : cg.id(name);
     if (id < 0 || known[id]) continue;
     // (The previous plan's value where it holds the same tensor: a new shape does not wrap
     // every weight again.)
@@ -355,6 +363,18 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     plan->types[id] = TypeShape::of(*plan->constants[id]);
     plan->placement[id] = Placement::Constant;
     known[id] = 1;
+  }
+
+  // By value id, with a previous plan: value_as_before, judged as each value is planned.
+  std::vector<char> as_before;
+  auto judge = [&](int id) {
+    if (previous && id >= 0)
+      as_before[static_cast<size_t>(id)] = value_as_before(*previous, *plan, id);
+  };
+  if (previous) {
+    as_before.assign(n, 0);
+    for (size_t id = 0; id < n; ++id)
+      if (known[id]) judge(static_cast<int>(id));
   }
 
   // By value id: the value does not depend on what the caller feeds (an initializer it does
@@ -392,6 +412,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           plan->types[id] = TypeShape::of(*(*outs)[i]);
           plan->placement[id] = Placement::Constant;
           fixed[id] = 1;
+          judge(id);
         }
         copied.planned(node_index, false, no_restorers);
         continue;
@@ -411,25 +432,30 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     for (size_t i = node.inputs.size(); i < ids.size(); ++i)
       if (plan->placement[ids[i]] != Placement::Constant) inputs_constant = false;
 
-    if (previous &&
-        refoldable(*previous, step_of_node, *plan, ids, cg.node_outputs[node_index], node_index)) {
+    if (previous && refoldable(*previous, step_of_node, as_before, ids, cg.node_outputs[node_index],
+                               node_index)) {
       for (const int id : cg.node_outputs[node_index]) {
         if (id < 0) continue;
         plan->constants[id] = previous->constants[id];
         plan->types[id] = previous->types[id];
         plan->placement[id] = Placement::Constant;
         fixed[id] = from_fixed;
+        as_before[static_cast<size_t>(id)] = 1;
       }
       copied.planned(node_index, false, no_restorers);
       continue;
     }
     if (previous)
-      if (const PlanStep* same = reusable_step(*previous, step_of_node, *plan, ids, node_index)) {
+      if (const PlanStep* same =
+              reusable_step(*previous, step_of_node, as_before, ids, node_index)) {
         plan->steps.push_back(*same);
         plan->steps.back().scratch_offset = -1;
         plan->steps.back().release.clear();
         for (const int id : same->outputs)
-          if (id >= 0) plan->types[id] = previous->types[id];
+          if (id >= 0) {
+            plan->types[id] = previous->types[id];
+            as_before[static_cast<size_t>(id)] = 1;
+          }
         copied.planned(node_index, true, no_restorers);
         continue;
       }
@@ -472,6 +498,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           plan->constants[id] = std::move(value);
           plan->placement[id] = Placement::Constant;
           fixed[id] = from_fixed;
+          judge(id);
         }
         if (memoized) memo->keep(kFolded, kept);
         copied.planned(node_index, false, no_restorers);
@@ -492,6 +519,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     // even where a node is planned as for one shape.)
     copied.planned(node_index, true,
                    c.deferred || in.shapes_vary ? no_restorers : c.ctx->restorers);
+    for (const int id : step.outputs) judge(id);
     plan->steps.push_back(std::move(step));
   }
 

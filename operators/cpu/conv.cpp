@@ -400,14 +400,17 @@ class Conv final : public Kernel {
 
   // A stem over few channels in a plan built for one of several shapes: volt's loop, which
   // needs no code generated for the shape (conv_few_channels.hpp); and in the plan specialized
-  // to such a shape later, so that the shape's runs give the same bits before and after. A
-  // session's first plan keeps oneDNN's kernel, which blocks over more outputs at once.
+  // to such a shape later, so that the shape's runs give the same bits before and after.
+  // Elsewhere oneDNN's kernel, which is faster (a text-line recognizer's 1 -> 32 stem at batch
+  // 1: 42 us against the loop's 67; 3 -> 64 stride 2: 221-241 against 263-295), except for eight
+  // output channels: its AVX-512 kernels block sixteen, the loop one vector of eight (LeNet's
+  // 1 -> 8 stem at batch 64: 162-165 us against 129-149).
   std::shared_ptr<const FewChannelConv> few_channels(InferContext& ctx, const ConvShapes& s) const {
     if (residual_ || bf16_ || ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
         !ctx.input_tensor(1))
       return nullptr;
     return plan_few_channel_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_,
-                                 !ctx.shapes_vary());
+                                 !ctx.shapes_vary() && s.m != 8);
   }
 
   // The state of a plan built for one of several shapes: the primitive for the bucket of the

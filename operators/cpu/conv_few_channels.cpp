@@ -13,8 +13,8 @@
 namespace volt {
 namespace {
 
-constexpr int64_t kPixels = 8;    // outputs of a row computed together
-constexpr int64_t kColumns = 16;  // output channels computed together (M padded to them)
+// Output channels computed together: M is padded to a multiple of 16 (8 where it is 8).
+constexpr int64_t kColumns = 16;
 
 // Where X's value (c, iy, ix) lies in a stored image: channel_offset(c) + iy row + ix column.
 struct XStrides {
@@ -35,93 +35,127 @@ XStrides x_strides(StoredLayout layout, int64_t c, int64_t h, int64_t w) {
   return {layout, h, w, w * b, b};
 }
 
-// Per tap: its offset in X from the patch's corner, and its distance in rows and columns.
-struct Taps {
-  int64_t offset[FewChannelConv::kMaxTaps];
-  int64_t dy[FewChannelConv::kMaxTaps], dx[FewChannelConv::kMaxTaps];
-};
-
-// kColumns floats (GCC's vector arithmetic: one AVX-512 register, two AVX2 ones).
-typedef float Columns __attribute__((vector_size(kColumns * sizeof(float))));
-
-// Stores one output pixel's block of kColumns channels (from channel `first`) where Y keeps
-// them: groups of 8 channels, one store where the two groups lie side by side (blocks of 16,
-// channels-last), and nothing past M.
-inline void store_columns(const FewChannelConv& p, const ChannelGroups& y_at, Columns v,
-                          int64_t first, int64_t pixel, bool relu, float* y) {
-  if (relu) v = v < 0.0f ? Columns{} : v;  // (NaN stays NaN, as ONNX's Relu)
-  if (!relu && p.act.any())
-    for (int64_t l = 0; l < kColumns; ++l) v[l] = p.act.apply(v[l]);
-  const int64_t lo = y_at.at(first / 8, pixel);
-  if (first + kColumns <= p.m && y_at.at(first / 8 + 1, pixel) == lo + 8) {
-    __builtin_memcpy(y + lo, &v, sizeof v);
-    return;
-  }
-  for (int64_t half = 0; half < kColumns && first + half < p.m; half += 8) {
-    float* out = y + y_at.at((first + half) / 8, pixel);
-    for (int64_t l = 0; l < 8; ++l) out[l] = v[half + l];
+// Stores the blocks of `kCols` channels (from channel `first`) of `pixels` consecutive output
+// pixels from `pixel` on, where Y keeps them: groups of 8 channels (one store where two groups
+// lie side by side: blocks of 16, channels-last), one pixel's a pixel stride after the last's,
+// nothing past M.
+template <int kCols, int kPix, class V>
+__attribute__((always_inline)) inline void store_columns(const FewChannelConv& p,
+                                                         const ChannelGroups& y_at, V* acc,
+                                                         int64_t pixels, int64_t first,
+                                                         int64_t pixel, float* y) {
+  const int64_t step = y_at.pixel_stride;
+  float* lo = y + y_at.at(first / 8, pixel);
+  const bool whole =
+      first + kCols <= p.m && (kCols == 8 || y + y_at.at(first / 8 + 1, pixel) == lo + 8);
+  using Kind = FusedActivation::Kind;
+  const Kind kind = p.act.kind;
+  const float alpha = p.act.alpha, beta = p.act.beta;
+  for (int64_t q = 0; q < pixels; ++q) {
+    V v = acc[q];
+    // (As FusedActivation::apply: NaN stays NaN.)
+    if (kind == Kind::Relu) v = v < 0.0f ? V{} : v;
+    if (kind == Kind::LeakyRelu) v = v < 0.0f ? v * alpha : v;
+    if (kind == Kind::Clip) {
+      v = v < alpha ? V{} + alpha : v;
+      v = v > beta ? V{} + beta : v;
+    }
+    if (whole) {
+      __builtin_memcpy(lo + q * step, &v, sizeof v);
+      continue;
+    }
+    for (int64_t half = 0; half < kCols && first + half < p.m; half += 8) {
+      float* out = y + y_at.at((first + half) / 8, pixel + q);
+      for (int64_t l = 0; l < 8; ++l) out[l] = v[half + l];
+    }
   }
 }
 
-// Output row `oy` of one image, kPixels outputs at a time: each block of kColumns output
-// channels as kPixels vectors of sums, each tap's weights loaded once for all of them and its X
-// values broadcast from where they lie (from a patch of zeros and values where the window
-// reaches past X). (Compiled for AVX-512, AVX2 and the baseline.)
-VOLT_SIMD_CLONES void few_channel_row(const FewChannelConv& p, const Taps& taps, int64_t x_row,
-                                      int64_t x_column, const float* x, int64_t oy,
-                                      const float* bias, const ChannelGroups& y_at, float* y) {
+// Output row `oy` of one image, kPix outputs at a time: each block of kCols output channels as
+// kPix vectors of sums, each tap's weights loaded once for all of them and its X values broadcast
+// from `rows`: the X rows this output row reads, each channel's and kernel row's in turn, from
+// the left pad on, with zeros where the window reaches past X (so that no block checks bounds).
+template <int kCols, int kPix>
+__attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p, const float* x,
+                                                         int64_t oy, const float* bias,
+                                                         const ChannelGroups& y_at, float* rows,
+                                                         int64_t row_length, float* y) {
+  typedef float V __attribute__((vector_size(kCols * sizeof(float))));
+  const XStrides xs = x_strides(p.x_layout, p.c, p.h, p.w);
   const int64_t t_count = p.taps, mp = p.m_padded;
   const float* wt = p.weights->data<float>();
   const int64_t iy0 = oy * p.stride_y - p.pad_top;
-  // Whether every tap's row lies inside X: then only the columns are checked, at the edges.
-  const bool rows_inside = iy0 >= 0 && iy0 + (p.kh - 1) * p.dilation_y < p.h;
-  const bool relu = p.act.kind == FusedActivation::Kind::Relu;
-  float patch[kPixels][FewChannelConv::kMaxTaps];
-  for (int64_t ox0 = 0; ox0 < p.ow; ox0 += kPixels) {
-    const int64_t pixels = std::min(kPixels, p.ow - ox0);
-    const int64_t first_ix = ox0 * p.stride_x - p.pad_left,
-                  last_ix =
-                      (ox0 + pixels - 1) * p.stride_x - p.pad_left + (p.kw - 1) * p.dilation_x;
-    // Inside X: each pixel's taps are read at taps.offset from its corner; else from a patch.
-    const bool inside = rows_inside && pixels == kPixels && first_ix >= 0 && last_ix < p.w;
-    const float* corner[kPixels];
-    if (inside) {
-      for (int64_t q = 0; q < kPixels; ++q)
-        corner[q] = x + iy0 * x_row + (first_ix + q * p.stride_x) * x_column;
-    } else {
-      for (int64_t q = 0; q < kPixels; ++q) {
-        const int64_t ix0 = first_ix + q * p.stride_x;
-        for (int64_t t = 0; t < t_count; ++t) {
-          const int64_t iy = iy0 + taps.dy[t], ix = ix0 + taps.dx[t];
-          patch[q][t] = q < pixels && iy >= 0 && iy < p.h && ix >= 0 && ix < p.w
-                            ? x[iy0 * x_row + ix0 * x_column + taps.offset[t]]
-                            : 0.0f;
-        }
-      }
+  for (int64_t c = 0; c < p.c; ++c)
+    for (int64_t i = 0; i < p.kh; ++i) {
+      float* row = rows + (c * p.kh + i) * row_length;
+      const int64_t iy = iy0 + i * p.dilation_y;
+      std::fill_n(row, row_length, 0.0f);
+      if (iy < 0 || iy >= p.h) continue;
+      const float* from = x + xs.channel_offset(c) + iy * xs.row;
+      const int64_t first = std::max<int64_t>(0, p.pad_left),
+                    last = std::min<int64_t>(row_length, p.pad_left + p.w);
+      for (int64_t k = first; k < last; ++k) row[k] = from[(k - p.pad_left) * xs.column];
     }
-    for (int64_t mb = 0; mb < mp; mb += kColumns) {
-      Columns b;
+  int64_t offset[FewChannelConv::kMaxTaps];
+  for (int64_t c = 0, t = 0; c < p.c; ++c)
+    for (int64_t i = 0; i < p.kh; ++i)
+      for (int64_t j = 0; j < p.kw; ++j, ++t)
+        offset[t] = (c * p.kh + i) * row_length + j * p.dilation_x;
+  for (int64_t ox0 = 0; ox0 < p.ow; ox0 += kPix) {
+    const int64_t pixels = std::min<int64_t>(kPix, p.ow - ox0);
+    const float* first = rows + ox0 * p.stride_x;
+    for (int64_t mb = 0; mb < mp; mb += kCols) {
+      V b;
       __builtin_memcpy(&b, bias + mb, sizeof b);
-      Columns acc[kPixels];
-      for (int64_t q = 0; q < kPixels; ++q) acc[q] = b;
-      if (inside) {
+      V acc[kPix];
+      for (int q = 0; q < kPix; ++q) acc[q] = b;
+      // (Strides 1 and 2: each tap's kPix values at fixed distances from one address.)
+      if (p.stride_x == 1) {
         for (int64_t t = 0; t < t_count; ++t) {
-          Columns w;
+          V w;
           __builtin_memcpy(&w, wt + t * mp + mb, sizeof w);
-          const int64_t at = taps.offset[t];
-          for (int64_t q = 0; q < kPixels; ++q) acc[q] += corner[q][at] * w;
+          const float* at = first + offset[t];
+          for (int q = 0; q < kPix; ++q) acc[q] += at[q] * w;
+        }
+      } else if (p.stride_x == 2) {
+        for (int64_t t = 0; t < t_count; ++t) {
+          V w;
+          __builtin_memcpy(&w, wt + t * mp + mb, sizeof w);
+          const float* at = first + offset[t];
+          for (int q = 0; q < kPix; ++q) acc[q] += at[2 * q] * w;
         }
       } else {
         for (int64_t t = 0; t < t_count; ++t) {
-          Columns w;
+          V w;
           __builtin_memcpy(&w, wt + t * mp + mb, sizeof w);
-          for (int64_t q = 0; q < kPixels; ++q) acc[q] += patch[q][t] * w;
+          const float* at = first + offset[t];
+          for (int q = 0; q < kPix; ++q) acc[q] += at[q * p.stride_x] * w;
         }
       }
-      for (int64_t q = 0; q < pixels; ++q)
-        store_columns(p, y_at, acc[q], mb, oy * p.ow + ox0 + q, relu, y);
+      store_columns<kCols, kPix>(p, y_at, acc, pixels, mb, oy * p.ow + ox0, y);
     }
   }
+}
+
+// The rows in blocks of 16 output channels (8 pixels at a time) or, where M is 8, of 8 (16
+// pixels at a time: the accumulators of both fill the registers alike). Compiled for AVX-512,
+// AVX2 and the baseline.
+// (x86-64-v4 and -v3 rather than VOLT_SIMD_CLONES's avx512f and avx2: GCC's avx512f alone gives
+// 8-float vectors neither fused multiply-adds nor registers 16-31, and this loop holds 16 of
+// them: 2.6x slower for a 1 -> 8 stem.)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define VOLT_FEW_CHANNEL_CLONES
+#else
+#define VOLT_FEW_CHANNEL_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+VOLT_FEW_CHANNEL_CLONES void few_channel_row(const FewChannelConv& p, const float* x, int64_t oy,
+                                             const float* bias, const ChannelGroups& y_at,
+                                             float* rows, int64_t row_length, float* y) {
+  if (p.m_padded == 8)
+    row_in_blocks<8, 16>(p, x, oy, bias, y_at, rows, row_length, y);
+  else
+    row_in_blocks<16, 8>(p, x, oy, bias, y_at, rows, row_length, y);
 }
 
 }  // namespace
@@ -135,13 +169,18 @@ std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
     return nullptr;
   const int64_t taps = s.c * g.kernel[0] * g.kernel[1];
   if (taps > FewChannelConv::kMaxTaps) return nullptr;
+  // (The activations a vector select computes; the others are oneDNN's post-ops.)
+  using Kind = FusedActivation::Kind;
+  if (act.kind != Kind::None && act.kind != Kind::Relu && act.kind != Kind::LeakyRelu &&
+      act.kind != Kind::Clip)
+    return nullptr;
   // (Blocked X: whole blocks of channels, as the layout passes store them.)
   if (block_channels(x_layout) && s.c % block_channels(x_layout) != 0) return nullptr;
   auto p = std::make_shared<FewChannelConv>();
   p->n = s.n;
   p->c = s.c;
   p->m = s.m;
-  p->m_padded = (s.m + kColumns - 1) / kColumns * kColumns;
+  p->m_padded = s.m == 8 ? 8 : (s.m + kColumns - 1) / kColumns * kColumns;
   p->taps = taps;
   p->h = g.in[0];
   p->w = g.in[1];
@@ -179,24 +218,27 @@ std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
 }
 
 void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* bias, float* y) {
-  const XStrides xs = x_strides(p.x_layout, p.c, p.h, p.w);
-  Taps taps{};
-  for (int64_t c = 0, t = 0; c < p.c; ++c)
-    for (int64_t i = 0; i < p.kh; ++i)
-      for (int64_t j = 0; j < p.kw; ++j, ++t) {
-        taps.dy[t] = i * p.dilation_y;
-        taps.dx[t] = j * p.dilation_x;
-        taps.offset[t] = xs.channel_offset(c) + taps.dy[t] * xs.row + taps.dx[t] * xs.column;
-      }
   std::vector<float> padded_bias(static_cast<size_t>(p.m_padded), 0.0f);
   if (bias) std::copy_n(bias, p.m, padded_bias.begin());
   const ChannelGroups y_at(p.y_layout, p.m, p.oh * p.ow, 8);
   const int64_t x_image = p.c * p.h * p.w, y_image = p.m * p.oh * p.ow;
+  // A row of `rows` spans every block's window from the left pad on (the last block's pixels
+  // past the output read zeros there).
+  const int64_t blocks_width = (p.ow + 15) / 16 * 16;
+  const int64_t row_length = (blocks_width - 1) * p.stride_x + (p.kw - 1) * p.dilation_x + 1;
   const int64_t rows = p.n * p.oh;
-  parallel_for(rows, rows * p.ow * p.m_padded * p.taps > (int64_t{1} << 16), [&](int64_t r) {
-    const int64_t image = r / p.oh, oy = r % p.oh;
-    few_channel_row(p, taps, xs.row, xs.column, x + image * x_image, oy, padded_bias.data(), y_at,
-                    y + image * y_image);
+  const size_t buffer = static_cast<size_t>(p.c * p.kh * row_length);
+  // Rows in up to 16 chunks (several per thread, evening out the edges' cost), each with its
+  // buffer for the X rows.
+  const bool parallel = rows * p.ow * p.m_padded * p.taps > (int64_t{1} << 16);
+  const int64_t grain = parallel ? std::max<int64_t>(1, (rows + 15) / 16) : rows;
+  parallel_chunks(rows, grain, [&](int64_t lo, int64_t hi) {
+    std::vector<float> x_rows(buffer);
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t image = r / p.oh, oy = r % p.oh;
+      few_channel_row(p, x + image * x_image, oy, padded_bias.data(), y_at, x_rows.data(),
+                      row_length, y + image * y_image);
+    }
   });
 }
 

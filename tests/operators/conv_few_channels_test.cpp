@@ -86,3 +86,52 @@ TEST(ConvFewChannels, MatchesOneDnnInPlansForSeveralWidths) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// Eight output channels take the loop in every plan (oneDNN's AVX-512 kernels block sixteen): a
+// session's first plan for a 1 -> 8 stem (LeNet's) computes what oneDNN computes for the same stem
+// widened to 16 channels whose extra weights the 1x1 convolution after it multiplies by zero.
+TEST(ConvFewChannels, EightChannelsInASessionsFirstPlanMatchOneDnn) {
+  std::mt19937 rng(17);
+  const std::vector<float> w8 = uniform_values(rng, 8 * 9), b8 = uniform_values(rng, 8),
+                           w1 = uniform_values(rng, 16 * 8);
+  auto model = [&](int64_t m) {
+    std::vector<float> w(w8), b(b8), w1m(static_cast<size_t>(16 * m), 0.0f);
+    w.resize(static_cast<size_t>(m * 9), 0.5f);
+    b.resize(static_cast<size_t>(m), 0.25f);
+    for (int64_t o = 0; o < 16; ++o)
+      for (int64_t c = 0; c < 8; ++c)
+        w1m[static_cast<size_t>(o * m + c)] = w1[static_cast<size_t>(o * 8 + c)];
+    ModelBuilder b_;
+    b_.input("x", 1, {64, 1, 28, 28}).output_any("y", 1);
+    b_.initializer("W", {m, 1, 3, 3}, w)
+        .initializer("B", {m}, b)
+        .initializer("W1", {16, m, 1, 1}, w1m);
+    b_.node("Conv", {"x", "W", "B"}, {"s"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    b_.node("Relu", {"s"}, {"r"});
+    b_.node("Conv", {"r", "W1"}, {"y"});
+    return b_.bytes();
+  };
+  const std::string eight = model(8), sixteen = model(16);
+  Tensor x = Tensor::empty(DType::Float, {64, 1, 28, 28});
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  const Tensor got =
+      Session::from_bytes(eight.data(), eight.size(), {.threads = 2}).run({{"x", x}})[0].tensor();
+  const Tensor want = Session::from_bytes(sixteen.data(), sixteen.size(), {.threads = 2})
+                          .run({{"x", x}})[0]
+                          .tensor();
+  ASSERT_EQ(got.shape(), want.shape());
+  float scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i)
+    scale = std::max(scale, std::abs(want.data<float>()[i]));
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 2e-6f * scale) << "at " << i;
+}
+
+}  // namespace
+}  // namespace volt

@@ -138,11 +138,10 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
 }
 
 // The rows in blocks of 16 output channels (8 pixels at a time) or, where M is 8, of 8 (16
-// pixels at a time: the accumulators of both fill the registers alike). Compiled for AVX-512,
-// AVX2 and the baseline.
-// (x86-64-v4 and -v3 rather than VOLT_SIMD_CLONES's avx512f and avx2: GCC's avx512f alone gives
-// 8-float vectors neither fused multiply-adds nor registers 16-31, and this loop holds 16 of
-// them: 2.6x slower for a 1 -> 8 stem.)
+// pixels at a time: the accumulators of both fill the registers alike). Compiled for
+// x86-64-v4 (AVX-512), -v3 (AVX2 with FMA) and the baseline, rather than VOLT_SIMD_CLONES's
+// avx512f and avx2: GCC's avx512f alone gives 8-float vectors neither fused multiply-adds nor
+// registers 16-31, and this loop holds 16 of them (2.6x slower for a 1 -> 8 stem).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define VOLT_FEW_CHANNEL_CLONES
 #else

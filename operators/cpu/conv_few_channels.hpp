@@ -5,11 +5,12 @@
 // code for each problem shape, and the bucket of widths that avoids it (width_buckets.hpp) still
 // makes a primitive for each new bucket: 0.17-0.3 ms for a text-line recognizer's 1 -> 32 3x3
 // stem at each new width, where the run at that width takes 1.5-3 ms. This loop needs no code
-// generated and its weights are laid out once per session.
+// generated and its weights are laid out once per session. (Conv also takes it for eight output
+// channels in any plan: see Conv::few_channels.)
 //
 // X stored channels-first, channels-last or in blocks of 8 or 16 channels; Y channels-last or
 // in blocks, with M a multiple of 8; f32, one group, constant weights, any strides, dilations
-// and pads; bias and fused activation applied as the outputs are stored.
+// and pads; the bias, and a fused ReLU, LeakyRelu or Clip, applied as the outputs are stored.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -253,8 +253,6 @@ void keep_freed_memory() {
          {"MALLOC_TOP_PAD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES",
           "VOLT_SYSTEM_MALLOC"})
       if (std::getenv(set_by_user)) return;
-    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    ::mallopt(M_TRIM_THRESHOLD, 64 << 20);
     ::mallopt(M_TOP_PAD, 16 << 20);
   });
 }

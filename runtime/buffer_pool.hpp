@@ -37,17 +37,20 @@ class RecycleLastingBuffers {
   RecycleLastingBuffers& operator=(const RecycleLastingBuffers&) = delete;
 };
 
-// Has glibc's malloc keep what is freed, once per process: at most 16 MiB above the top of each
-// heap is given back when freed (trimmed past 64 MiB), and blocks under 32 MiB come from the
-// heaps rather than mappings of their own. By default glibc trims past 128 KiB and maps blocks
-// above a threshold that follows the sizes freed, so the buffers oneDNN allocates per call (its
-// gemm's packing buffers on each OpenMP worker, for products with run-time dimensions; what
-// primitive creation allocates) are faulted in again at each larger input shape: a text
-// classifier's first run at a new length took 256 page faults (about 1.2 us each here), 62 with
-// this. The resident size then stays near its peak, as with any runtime's arena. Left as it is
-// where the process set glibc's malloc tunables (MALLOC_*_ variables, GLIBC_TUNABLES) or
+// Has glibc's malloc keep 16 MiB above the top of each heap when it gives freed memory back
+// (M_TOP_PAD), once per process. By default it keeps 128 KiB, so the buffers oneDNN allocates
+// per call (its gemm's packing buffers on each OpenMP worker, for products with run-time
+// dimensions; what primitive creation allocates) are faulted in again at each larger input
+// shape: a text classifier's first run at a new length took 256 page faults (about 1.2 us each
+// here), 62 with this. (Setting the pad also fixes glibc's mmap threshold at 128 KiB: blocks
+// above it stay mappings of their own, given back when freed. Keeping those in the heaps too, a
+// 32 MiB threshold, raised BERT's peak resident size from 524 to 778 MiB: a model's parse frees
+// large blocks that the heaps then held while the packed weights were made.) Left as it is where
+// the process set glibc's malloc tunables (MALLOC_*_ variables, GLIBC_TUNABLES) or
 // VOLT_SYSTEM_MALLOC, and under AddressSanitizer. Session creation calls it before it loads the
-// model: called after (a model's parse frees large blocks first), it left the faults as they were.
+// model: called after, it left the faults as they were. (In a Python process the pad does not
+// reach the run's allocations: Python's own objects sit above them in the heap, and a text
+// classifier's first runs there fault as before, 160-180 pages.)
 void keep_freed_memory();
 
 }  // namespace volt

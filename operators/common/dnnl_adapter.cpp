@@ -174,6 +174,14 @@ PreparedReorder::PreparedReorder(const dnnl::memory::desc& from, const dnnl::mem
     prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
 }
 
+PreparedReorder PreparedReorder::gather(std::vector<int64_t> shape, std::vector<int64_t> strides) {
+  PreparedReorder r;
+  merge_contiguous_axes(shape, strides);
+  r.gather_shape = std::move(shape);
+  r.gather_strides = std::move(strides);
+  return r;
+}
+
 void PreparedReorder::operator()(const void* from, void* to) const {
   if (!gather_shape.empty())
     return strided_gather_merged(static_cast<const uint32_t*>(from), static_cast<uint32_t*>(to),

@@ -123,6 +123,10 @@ struct PreparedReorder {
   std::vector<int64_t> gather_shape, gather_strides;
   PreparedReorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to);
   PreparedReorder() = default;
+  // volt's strided_gather alone, no code generated: `to` (4-byte elements) in its storage order
+  // as `shape`, read from `from` at `strides` along it (plans for several input shapes, where a
+  // oneDNN reorder would be made for each shape).
+  static PreparedReorder gather(std::vector<int64_t> shape, std::vector<int64_t> strides);
   void operator()(const void* from, void* to) const;
 };
 

@@ -42,7 +42,7 @@ class RecycleLastingBuffers {
 // per call (its gemm's packing buffers on each OpenMP worker, for products with run-time
 // dimensions; what primitive creation allocates) are faulted in again at each larger input
 // shape: a text classifier's first run at a new length took 256 page faults (about 1.2 us each
-// here), 62 with this. (Setting the pad also fixes glibc's mmap threshold at 128 KiB: blocks
+// here), 62-79 with this. (Setting the pad also fixes glibc's mmap threshold at 128 KiB: blocks
 // above it stay mappings of their own, given back when freed. Keeping those in the heaps too, a
 // 32 MiB threshold, raised BERT's peak resident size from 524 to 778 MiB: a model's parse frees
 // large blocks that the heaps then held while the packed weights were made.) Left as it is where

@@ -217,8 +217,12 @@ std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
 }
 
 void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* bias, float* y) {
-  std::vector<float> padded_bias(static_cast<size_t>(p.m_padded), 0.0f);
-  if (bias) std::copy_n(bias, p.m, padded_bias.begin());
+  // (Buffers kept by each thread: no allocation per run once they are as large as needed.)
+  thread_local std::vector<float> bias_buffer;
+  bias_buffer.assign(static_cast<size_t>(p.m_padded), 0.0f);
+  if (bias) std::copy_n(bias, p.m, bias_buffer.begin());
+  // (This thread's: a thread_local named inside the parallel body is each worker's own.)
+  const float* padded_bias = bias_buffer.data();
   const ChannelGroups y_at(p.y_layout, p.m, p.oh * p.ow, 8);
   const int64_t x_image = p.c * p.h * p.w, y_image = p.m * p.oh * p.ow;
   // A row of `rows` spans every block's window from the left pad on (the last block's pixels
@@ -232,11 +236,12 @@ void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* 
   const bool parallel = rows * p.ow * p.m_padded * p.taps > (int64_t{1} << 16);
   const int64_t grain = parallel ? std::max<int64_t>(1, (rows + 15) / 16) : rows;
   parallel_chunks(rows, grain, [&](int64_t lo, int64_t hi) {
-    std::vector<float> x_rows(buffer);
+    thread_local std::vector<float> x_rows;
+    if (x_rows.size() < buffer) x_rows.resize(buffer);
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t image = r / p.oh, oy = r % p.oh;
-      few_channel_row(p, x + image * x_image, oy, padded_bias.data(), y_at, x_rows.data(),
-                      row_length, y + image * y_image);
+      few_channel_row(p, x + image * x_image, oy, padded_bias, y_at, x_rows.data(), row_length,
+                      y + image * y_image);
     }
   });
 }

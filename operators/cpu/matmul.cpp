@@ -5,6 +5,7 @@
 // volt.perm_a, volt.perm_b, volt.perm_y), read and written through strided descriptors.
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "operators/common/cpu_isa.hpp"
@@ -168,7 +169,9 @@ struct MatMulState {
   // for (ConvNeXt's channels-first to channels-last), copied by a prepared reorder into the
   // scratch at the offset (Y out of it).
   struct Staged {
-    std::optional<dnnl_adapter::PreparedReorder> copy;
+    // (Behind a pointer: most products stage nothing, and a plan for a new input shape holds a
+    // state per product; a PreparedReorder is 1.4 KB of descriptors.)
+    std::unique_ptr<const dnnl_adapter::PreparedReorder> copy;
     size_t offset = 0;
   } stage_a, stage_b, stage_y;
 };
@@ -387,8 +390,9 @@ class DnnlMatMul final : public Kernel {
                      const dnnl::memory::desc& primitive, bool into_primitive) {
       if (graph == primitive) return;
       staged.copy = dnnl_adapter::guarded(ctx.node(), [&] {
-        return into_primitive ? dnnl_adapter::PreparedReorder(graph, primitive)
-                              : dnnl_adapter::PreparedReorder(primitive, graph);
+        return std::make_unique<const dnnl_adapter::PreparedReorder>(
+            into_primitive ? dnnl_adapter::PreparedReorder(graph, primitive)
+                           : dnnl_adapter::PreparedReorder(primitive, graph));
       });
       staged.offset = dnnl_adapter::align64(bytes);
       bytes = staged.offset + primitive.get_size();

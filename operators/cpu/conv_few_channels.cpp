@@ -167,7 +167,9 @@ std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
       y_layout == StoredLayout::ChannelsFirst)
     return nullptr;
   const int64_t taps = s.c * g.kernel[0] * g.kernel[1];
-  if (taps > FewChannelConv::kMaxTaps) return nullptr;
+  // (A window over few planes, what the loop was measured on; a 1x1 convolution is a matrix
+  // product, oneDNN's.)
+  if (taps > FewChannelConv::kMaxTaps || g.kernel[0] * g.kernel[1] == 1) return nullptr;
   // (The activations a vector select computes; the others are oneDNN's post-ops.)
   using Kind = FusedActivation::Kind;
   if (act.kind != Kind::None && act.kind != Kind::Relu && act.kind != Kind::LeakyRelu &&

@@ -1,12 +1,12 @@
-// A 2-D convolution that reads few values per output (input channels x kernel taps <= 32: a
-// model's stem over one to three image planes) as a direct loop: per output pixel, its patch of
-// X times a [taps, M] weight matrix, vectorized over the output channels. It serves plans built
-// for one of several input shapes (InferContext::shapes_vary): oneDNN generates a convolution's
-// code for each problem shape, and the bucket of widths that avoids it (width_buckets.hpp) still
-// makes a primitive for each new bucket: 0.17-0.3 ms for a text-line recognizer's 1 -> 32 3x3
-// stem at each new width, where the run at that width takes 1.5-3 ms. This loop needs no code
-// generated and its weights are laid out once per session. (Conv also takes it for eight output
-// channels in any plan: see Conv::few_channels.)
+// A 2-D convolution that reads few values per output (input channels x kernel taps <= 32, a
+// window of more than one tap: a model's stem over one to three image planes) as a direct loop: per
+// output pixel, its patch of X times a [taps, M] weight matrix, vectorized over the output
+// channels. It serves plans built for one of several input shapes (InferContext::shapes_vary):
+// oneDNN generates a convolution's code for each problem shape, and the bucket of widths that
+// avoids it (width_buckets.hpp) still makes a primitive for each new bucket: 0.17-0.3 ms for a
+// text-line recognizer's 1 -> 32 3x3 stem at each new width, where the run at that width
+// takes 1.5-3 ms. This loop needs no code generated and its weights are laid out once per session.
+// (Conv also takes it for eight output channels in any plan: see Conv::few_channels.)
 //
 // X stored channels-first, channels-last or in blocks of 8 or 16 channels; Y channels-last or
 // in blocks, with M a multiple of 8; f32, one group, constant weights, any strides, dilations

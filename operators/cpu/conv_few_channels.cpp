@@ -16,23 +16,44 @@ namespace {
 // Output channels computed together: M is padded to a multiple of 16 (8 where it is 8).
 constexpr int64_t kColumns = 16;
 
-// Where X's value (c, iy, ix) lies in a stored image: channel_offset(c) + iy row + ix column.
-struct XStrides {
-  StoredLayout layout = StoredLayout::ChannelsFirst;
-  int64_t h = 0, w = 0, row = 0, column = 0;
-  int64_t channel_offset(int64_t c) const {
-    const int64_t b = block_channels(layout);
-    if (layout == StoredLayout::ChannelsFirst) return c * h * w;
-    if (layout == StoredLayout::ChannelsLast) return c;
-    return c / b * h * w * b + c % b;
-  }
+// Where X's value (c, iy, ix) lies in a stored image: channel[c] + iy row + ix column; and each
+// tap's place in the staged X rows (see row_in_blocks). The same for every output row of a run.
+struct RowGeometry {
+  int64_t row = 0, column = 0, row_length = 0;
+  int64_t channel[FewChannelConv::kMaxTaps];  // (c <= taps)
+  int64_t tap[FewChannelConv::kMaxTaps];
 };
 
-XStrides x_strides(StoredLayout layout, int64_t c, int64_t h, int64_t w) {
-  const int64_t b = block_channels(layout);
-  if (layout == StoredLayout::ChannelsFirst) return {layout, h, w, w, 1};
-  if (layout == StoredLayout::ChannelsLast) return {layout, h, w, w * c, c};
-  return {layout, h, w, w * b, b};
+RowGeometry row_geometry(const FewChannelConv& p, int64_t row_length) {
+  RowGeometry r;
+  const int64_t b = block_channels(p.x_layout);
+  const bool first = p.x_layout == StoredLayout::ChannelsFirst;
+  r.row = first ? p.w : p.w * (b ? b : p.c);
+  r.column = first ? 1 : (b ? b : p.c);
+  r.row_length = row_length;
+  for (int64_t c = 0; c < p.c; ++c)
+    r.channel[c] = first ? c * p.h * p.w : (b ? c / b * p.h * p.w * b + c % b : c);
+  for (int64_t c = 0, t = 0; c < p.c; ++c)
+    for (int64_t i = 0; i < p.kh; ++i)
+      for (int64_t j = 0; j < p.kw; ++j, ++t)
+        r.tap[t] = (c * p.kh + i) * row_length + j * p.dilation_x;
+  return r;
+}
+
+// acc[q] += (X value of tap t for pixel q) x (the tap's weights), over the taps, the pixels
+// kStride apart in the staged rows (0: p.stride_x apart; 1 and 2 give fixed distances from one
+// address).
+template <int kStride, int kPix, class V>
+__attribute__((always_inline)) inline void accumulate(const FewChannelConv& p, const RowGeometry& r,
+                                                      const float* first, const float* weights,
+                                                      V* acc) {
+  const int64_t stride = kStride ? kStride : p.stride_x;
+  for (int64_t t = 0; t < p.taps; ++t) {
+    V w;
+    __builtin_memcpy(&w, weights + t * p.m_padded, sizeof w);
+    const float* at = first + r.tap[t];
+    for (int q = 0; q < kPix; ++q) acc[q] += at[q * stride] * w;
+  }
 }
 
 // Stores the blocks of `kCols` channels (from channel `first`) of `pixels` consecutive output
@@ -76,62 +97,39 @@ __attribute__((always_inline)) inline void store_columns(const FewChannelConv& p
 // from `rows`: the X rows this output row reads, each channel's and kernel row's in turn, from
 // the left pad on, with zeros where the window reaches past X (so that no block checks bounds).
 template <int kCols, int kPix>
-__attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p, const float* x,
+__attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p,
+                                                         const RowGeometry& r, const float* x,
                                                          int64_t oy, const float* bias,
                                                          const ChannelGroups& y_at, float* rows,
-                                                         int64_t row_length, float* y) {
+                                                         float* y) {
   typedef float V __attribute__((vector_size(kCols * sizeof(float))));
-  const XStrides xs = x_strides(p.x_layout, p.c, p.h, p.w);
-  const int64_t t_count = p.taps, mp = p.m_padded;
   const float* wt = p.weights->data<float>();
   const int64_t iy0 = oy * p.stride_y - p.pad_top;
   for (int64_t c = 0; c < p.c; ++c)
     for (int64_t i = 0; i < p.kh; ++i) {
-      float* row = rows + (c * p.kh + i) * row_length;
+      float* row = rows + (c * p.kh + i) * r.row_length;
       const int64_t iy = iy0 + i * p.dilation_y;
-      std::fill_n(row, row_length, 0.0f);
+      std::fill_n(row, r.row_length, 0.0f);
       if (iy < 0 || iy >= p.h) continue;
-      const float* from = x + xs.channel_offset(c) + iy * xs.row;
+      const float* from = x + r.channel[c] + iy * r.row;
       const int64_t first = std::max<int64_t>(0, p.pad_left),
-                    last = std::min<int64_t>(row_length, p.pad_left + p.w);
-      for (int64_t k = first; k < last; ++k) row[k] = from[(k - p.pad_left) * xs.column];
+                    last = std::min<int64_t>(r.row_length, p.pad_left + p.w);
+      for (int64_t k = first; k < last; ++k) row[k] = from[(k - p.pad_left) * r.column];
     }
-  int64_t offset[FewChannelConv::kMaxTaps];
-  for (int64_t c = 0, t = 0; c < p.c; ++c)
-    for (int64_t i = 0; i < p.kh; ++i)
-      for (int64_t j = 0; j < p.kw; ++j, ++t)
-        offset[t] = (c * p.kh + i) * row_length + j * p.dilation_x;
   for (int64_t ox0 = 0; ox0 < p.ow; ox0 += kPix) {
     const int64_t pixels = std::min<int64_t>(kPix, p.ow - ox0);
     const float* first = rows + ox0 * p.stride_x;
-    for (int64_t mb = 0; mb < mp; mb += kCols) {
+    for (int64_t mb = 0; mb < p.m_padded; mb += kCols) {
       V b;
       __builtin_memcpy(&b, bias + mb, sizeof b);
       V acc[kPix];
       for (int q = 0; q < kPix; ++q) acc[q] = b;
-      // (Strides 1 and 2: each tap's kPix values at fixed distances from one address.)
-      if (p.stride_x == 1) {
-        for (int64_t t = 0; t < t_count; ++t) {
-          V w;
-          __builtin_memcpy(&w, wt + t * mp + mb, sizeof w);
-          const float* at = first + offset[t];
-          for (int q = 0; q < kPix; ++q) acc[q] += at[q] * w;
-        }
-      } else if (p.stride_x == 2) {
-        for (int64_t t = 0; t < t_count; ++t) {
-          V w;
-          __builtin_memcpy(&w, wt + t * mp + mb, sizeof w);
-          const float* at = first + offset[t];
-          for (int q = 0; q < kPix; ++q) acc[q] += at[2 * q] * w;
-        }
-      } else {
-        for (int64_t t = 0; t < t_count; ++t) {
-          V w;
-          __builtin_memcpy(&w, wt + t * mp + mb, sizeof w);
-          const float* at = first + offset[t];
-          for (int q = 0; q < kPix; ++q) acc[q] += at[q * p.stride_x] * w;
-        }
-      }
+      if (p.stride_x == 1)
+        accumulate<1, kPix>(p, r, first, wt + mb, acc);
+      else if (p.stride_x == 2)
+        accumulate<2, kPix>(p, r, first, wt + mb, acc);
+      else
+        accumulate<0, kPix>(p, r, first, wt + mb, acc);
       store_columns<kCols, kPix>(p, y_at, acc, pixels, mb, oy * p.ow + ox0, y);
     }
   }
@@ -148,13 +146,13 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
 #define VOLT_FEW_CHANNEL_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-VOLT_FEW_CHANNEL_CLONES void few_channel_row(const FewChannelConv& p, const float* x, int64_t oy,
-                                             const float* bias, const ChannelGroups& y_at,
-                                             float* rows, int64_t row_length, float* y) {
+VOLT_FEW_CHANNEL_CLONES void few_channel_row(const FewChannelConv& p, const RowGeometry& r,
+                                             const float* x, int64_t oy, const float* bias,
+                                             const ChannelGroups& y_at, float* rows, float* y) {
   if (p.m_padded == 8)
-    row_in_blocks<8, 16>(p, x, oy, bias, y_at, rows, row_length, y);
+    row_in_blocks<8, 16>(p, r, x, oy, bias, y_at, rows, y);
   else
-    row_in_blocks<16, 8>(p, x, oy, bias, y_at, rows, row_length, y);
+    row_in_blocks<16, 8>(p, r, x, oy, bias, y_at, rows, y);
 }
 
 }  // namespace
@@ -231,6 +229,7 @@ void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* 
   // past the output read zeros there).
   const int64_t blocks_width = (p.ow + 15) / 16 * 16;
   const int64_t row_length = (blocks_width - 1) * p.stride_x + (p.kw - 1) * p.dilation_x + 1;
+  const RowGeometry geometry = row_geometry(p, row_length);
   const int64_t rows = p.n * p.oh;
   const size_t buffer = static_cast<size_t>(p.c * p.kh * row_length);
   // Rows in up to 16 chunks (several per thread, evening out the edges' cost), each with its
@@ -242,7 +241,7 @@ void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* 
     if (x_rows.size() < buffer) x_rows.resize(buffer);
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t image = r / p.oh, oy = r % p.oh;
-      few_channel_row(p, x + image * x_image, oy, padded_bias, y_at, x_rows.data(), row_length,
+      few_channel_row(p, geometry, x + image * x_image, oy, padded_bias, y_at, x_rows.data(),
                       y + image * y_image);
     }
   });

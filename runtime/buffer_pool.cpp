@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -227,6 +228,134 @@ void lasting_free(void* q, size_t bytes) noexcept {
       }
   }
   unmap_buffer(q, size);
+}
+
+namespace {
+
+// Run arenas: address space reserved once and made usable as runs need it, so that an arena
+// grows in place and keeps the pages it has. Each region serves one run at a time; a run at a
+// larger shape than before faults only the pages past what earlier runs touched, and a smaller
+// one touches none. (pool_allocate's buffers, one per size class, each faulted its own pages:
+// every class a growing shape crossed was faulted in whole again, and all of them stayed
+// resident.) Free regions whose usable bytes pass the pool's cap are unmapped.
+struct ArenaRegion {
+  char* base;
+  size_t reserved;  // address space
+  size_t usable;    // readable and writable from base; what may be resident
+  bool in_use;
+};
+struct ArenaRegions {
+  std::mutex mutex;
+  std::vector<ArenaRegion> list;
+  size_t free_usable = 0;
+};
+ArenaRegions& arena_regions() {
+  static ArenaRegions* r = new ArenaRegions;  // never destroyed, like the pool
+  return *r;
+}
+
+// Address space per region: untouched, reserved pages cost neither memory nor commit charge.
+constexpr size_t kArenaReservation = size_t{1} << 30;
+
+// What a region is made usable to for a request: pages, rounded up to the pool's size classes (a
+// quarter of a power of two), so that slowly growing shapes do not change the mapping each run.
+size_t usable_bytes(size_t bytes) {
+  return page_multiple(class_bytes(size_class(bytes)));
+}
+
+// Makes [from, to) of the region usable; huge pages for arenas of several MiB, like the pool's.
+bool make_usable(ArenaRegion& region, size_t to) {
+  if (::mprotect(region.base + region.usable, to - region.usable, PROT_READ | PROT_WRITE) != 0)
+    return false;
+  region.usable = to;
+  if (to >= 2 * kHugePage) ::madvise(region.base, to, MADV_HUGEPAGE);  // a hint
+  return true;
+}
+
+// Faults pages in ahead of use, in one call (Linux 5.14); where the kernel lacks it, the run
+// faults them as it touches them.
+void populate(char* from, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+  ::madvise(from, bytes, MADV_POPULATE_WRITE);  // a hint: failure changes nothing
+}
+
+// A new region of `reserved` bytes (rounded up to huge pages), its start aligned to one; base
+// null on failure.
+ArenaRegion reserve_region_of(size_t reserved) {
+  reserved = (reserved + kHugePage - 1) / kHugePage * kHugePage;
+  void* raw = ::mmap(nullptr, reserved + kHugePage, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return {nullptr, 0, 0, false};
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
+  if (aligned > start) ::munmap(raw, aligned - start);
+  const size_t tail = kHugePage - (aligned - start);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + reserved), tail);
+  return {reinterpret_cast<char*>(aligned), reserved, 0, false};
+}
+ArenaRegion reserve_region(size_t bytes) {
+  const ArenaRegion roomy = reserve_region_of(std::max(kArenaReservation, bytes));
+  return roomy.base ? roomy : reserve_region_of(bytes);  // (under an address-space limit)
+}
+
+}  // namespace
+
+void* arena_allocate(size_t bytes, size_t* capacity) {
+  if (!VOLT_POOL_ENABLED || bytes < kMinPooled) return pool_allocate(bytes, capacity);
+  const size_t wanted = usable_bytes(bytes);
+  ArenaRegions& r = arena_regions();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  // The free region with the most usable bytes: its pages are the likeliest to be resident.
+  ArenaRegion* best = nullptr;
+  for (ArenaRegion& region : r.list)
+    if (!region.in_use && region.reserved >= wanted && (!best || region.usable > best->usable))
+      best = &region;
+  if (!best) {
+    ArenaRegion fresh = reserve_region(wanted);
+    if (!fresh.base) return nullptr;
+    try {
+      r.list.push_back(fresh);
+    } catch (...) {
+      ::munmap(fresh.base, fresh.reserved);
+      return nullptr;
+    }
+    best = &r.list.back();
+  }
+  if (best->usable < bytes) {
+    const size_t before = best->usable;
+    // A region that grows doubles at least, its new pages faulted in at once (one call): runs
+    // at growing shapes (a decoder's past, longer sentences) then fault at a few of them rather
+    // than a little at each.
+    const size_t to = before == 0 ? wanted : std::min(best->reserved, std::max(wanted, 2 * before));
+    if (!make_usable(*best, to)) return nullptr;
+    if (before > 0) populate(best->base + before, to - before);
+    r.free_usable += best->usable - before;
+  }
+  best->in_use = true;
+  r.free_usable -= best->usable;
+  *capacity = best->usable;
+  return best->base;
+}
+
+void arena_free(void* p, size_t capacity) noexcept {
+  if (!p) return;
+  if (!VOLT_POOL_ENABLED || capacity < kMinPooled) return pool_free(p, capacity);
+  ArenaRegions& r = arena_regions();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (size_t i = 0; i < r.list.size(); ++i) {
+    ArenaRegion& region = r.list[i];
+    if (region.base != p) continue;
+    if (r.free_usable + region.usable > pool().cap) {  // more kept than the pool may keep
+      ::munmap(region.base, region.reserved);
+      r.list.erase(r.list.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+    region.in_use = false;
+    r.free_usable += region.usable;
+    return;
+  }
 }
 
 RecycleLastingBuffers::RecycleLastingBuffers() {

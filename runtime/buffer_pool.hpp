@@ -18,6 +18,14 @@ void* pool_allocate(size_t bytes, size_t* capacity);
 // Gives back a buffer from pool_allocate, with the capacity it gave.
 void pool_free(void* p, size_t bytes) noexcept;
 
+// A run's arena of at least `bytes` (page-aligned; nullptr when memory is exhausted), with
+// `*capacity` to pass to arena_free. Arenas are regions of reserved address space, kept with
+// their pages between runs and grown in place, doubling, when a run needs more: at growing input
+// shapes (a decoder's past, longer sentences) runs fault only pages no earlier run touched, and
+// at a few shapes rather than a little at each. Small arenas come from pool_allocate.
+void* arena_allocate(size_t bytes, size_t* capacity);
+void arena_free(void* p, size_t capacity) noexcept;
+
 // A 64-byte aligned buffer the pool never keeps: for data that lives as long as a session (a
 // model's weights, their packed copies). Freed (with the bytes asked for), its memory goes back to
 // the system, except while a RecycleLastingBuffers scope is open anywhere.

@@ -80,6 +80,42 @@ TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
   pool_free(tiny, small);
 }
 
+// Run arenas grow in place: a larger arena after a smaller one is the same region, with the
+// pages (and bytes) the first run left; one taken while another is in use is a region of its
+// own. (Under AddressSanitizer arenas are plain allocations.)
+TEST(BufferPool, ArenasGrowInPlaceKeepingTheirPages) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer arenas are plain allocations";
+#else
+  size_t capacity = 0;
+  auto* first = static_cast<unsigned char*>(arena_allocate(600 << 10, &capacity));
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 4096, 0u);
+  EXPECT_GE(capacity, size_t{600} << 10);
+  first[0] = 42;
+  first[capacity - 1] = 7;  // all of it is the caller's
+  arena_free(first, capacity);
+
+  size_t grown = 0;
+  auto* second = static_cast<unsigned char*>(arena_allocate(3 * capacity, &grown));
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second, first) << "the arena did not grow in place";
+  EXPECT_GE(grown, 3 * capacity);
+  EXPECT_EQ(second[0], 42) << "its pages did not stay";
+  EXPECT_EQ(second[capacity - 1], 7);
+  second[grown - 1] = 1;
+
+  size_t other = 0;
+  auto* concurrent = static_cast<unsigned char*>(arena_allocate(100 << 10, &other));
+  ASSERT_NE(concurrent, nullptr);
+  EXPECT_TRUE(concurrent + other <= second || second + grown <= concurrent)
+      << "two runs were given overlapping arenas";
+  concurrent[0] = 1;
+  arena_free(concurrent, other);
+  arena_free(second, grown);
+#endif
+}
+
 // While planning recycles lasting buffers, a dropped weight's buffer becomes the next packed
 // copy that fits in it (cut to that copy's size), with the pages it has.
 TEST(BufferPool, PlanningRecyclesLastingBuffers) {

@@ -523,6 +523,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     plan->steps.push_back(std::move(step));
   }
 
+  plan->steps.shrink_to_fit();  // (reserved for every node; folded ones took none)
+
   // --- liveness ------------------------------------------------------------------------------
   const int end = static_cast<int>(plan->steps.size());
   std::vector<int> last_use(n, -1), producer(n, -1);

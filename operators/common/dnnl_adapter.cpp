@@ -295,8 +295,8 @@ void Args::add(int arg, const dnnl::memory::desc& md, const void* data) {
 namespace {
 
 // This thread's memory objects, one per (descriptor address, argument). The address alone could
-// name another descriptor later (a plan's state freed, another allocated there): the entry keeps
-// the bytes it was made for and is made again when they differ. Bounded: past kLimit entries
+// name another descriptor later (a plan's state freed, another allocated there): an object is
+// made again when its own descriptor differs from the bytes there. Bounded: past kLimit entries
 // (plans for many shapes) it starts over, between executions only (an execution's earlier
 // arguments hold raw pointers to their objects).
 class MemoryCache {
@@ -305,17 +305,14 @@ class MemoryCache {
     if (entries_.size() > kLimit) entries_.clear();
   }
   dnnl_memory_t take(const dnnl::memory::desc& md, int arg, void* data) {
-    Entry& e = entries_[Key{&md, arg}];
-    if (!e.memory || std::memcmp(&e.md, &md.data, sizeof e.md) != 0) {
-      // The object first: if making it throws, the entry keeps an old object and the bytes
-      // that object was made for.
-      e.memory = wrap(md, data);
-      e.md = md.data;
-      return e.memory.get();
+    dnnl::memory& kept = entries_[Key{&md, arg}];
+    if (!kept || !made_for(kept, md)) {
+      kept = wrap(md, data);
+      return kept.get();
     }
-    dnnl::error::wrap_c_api(dnnl_memory_set_data_handle_v2(e.memory.get(), data, stream().get()),
+    dnnl::error::wrap_c_api(dnnl_memory_set_data_handle_v2(kept.get(), data, stream().get()),
                             "could not set a memory object's data handle");
-    return e.memory.get();
+    return kept.get();
   }
 
  private:
@@ -330,11 +327,14 @@ class MemoryCache {
       return std::hash<const void*>()(k.md) ^ (static_cast<size_t>(k.arg) * 0x9e3779b97f4a7c15ull);
     }
   };
-  struct Entry {
-    dnnl_memory_desc_t md;
-    dnnl::memory memory;
-  };
-  std::unordered_map<Key, Entry, KeyHash> entries_;
+  // Whether `memory` was made for the bytes `md` holds now. (Compared with the object's own
+  // descriptor: a copy per entry was 700 bytes more of each new shape's first run.)
+  static bool made_for(const dnnl::memory& memory, const dnnl::memory::desc& md) {
+    const dnnl_memory_desc_t* own = nullptr;
+    return dnnl_memory_get_memory_desc(memory.get(), &own) == dnnl_success && own &&
+           std::memcmp(own, &md.data, sizeof md.data) == 0;
+  }
+  std::unordered_map<Key, dnnl::memory, KeyHash> entries_;
 };
 
 MemoryCache& memory_cache() {

@@ -46,6 +46,8 @@ struct RecurrentState {
     Tensor layer, iter, peephole, bias;
   } weights;
   size_t dst_layer_offset = 0, dst_iter_offset = 0, dst_iter_c_offset = 0;
+  // A right-to-left direction run apart: X in reverse time order, in the direction's scratch.
+  size_t reversed_x_offset = 0;
   // A bidirectional node run as its two directions side by side (runs_directions_apart): one
   // unidirectional state per direction, its buffers at direction_scratch[d] in the node's scratch.
   std::vector<std::shared_ptr<RecurrentState>> directions;
@@ -60,10 +62,12 @@ struct RecurrentState {
     std::shared_ptr<const RecurrentState> primitive;
   };
   struct ChunkedDirection {
-    std::vector<Chunk> chunks;  // in the order they run (right to left: last chunk first)
+    std::vector<Chunk> chunks;  // in the order they run, over X as the direction reads it
     // In the node's scratch: this direction's region; within it, the primitives' scratch at 0,
-    // the direction's outputs [T, N, H] and two state slots (h, then c) that the chunks pass on.
-    size_t region = 0, layer = 0, slots[2] = {0, 0};
+    // the direction's outputs [T, N, H] (in its reading order) and two state slots (h, then c)
+    // that the chunks pass on; right to left, X in reverse time order after them.
+    size_t region = 0, layer = 0, slots[2] = {0, 0}, reversed_x = 0;
+    bool reversed = false;
   };
   std::vector<ChunkedDirection> chunked;
 };
@@ -393,11 +397,16 @@ bool runs_directions_apart(const InferContext& ctx, const RecurrentSpec& spec, c
   return spec.dirs == 2 && spec.layout == 0 && ctx.threads() == 2 && g.constant_weights;
 }
 
-// Direction d of a node as a unidirectional primitive (d = 1: right to left), over `steps` of
-// the sequence (0: all of it); a chunk (steps > 0) always takes and gives initial states.
+// Direction d of a node (d = 1: right to left) as a unidirectional primitive over `steps` of the
+// sequence (0: all of it); a chunk (steps > 0) always takes and gives initial states. The
+// primitive runs left to right either way: right to left reads X in reverse time order and
+// writes its outputs so (reversed around it at run time), which lets both directions share one
+// primitive, `shared` when given: each one a bidirectional layer made cost 0.5-1 ms of code
+// generation, twice (a recognizer's first plan for several widths made 14 for its chunks).
 std::shared_ptr<RecurrentState> prepare_direction(InferContext& ctx, const RecurrentSpec& spec,
                                                   const Geometry& both, int64_t d,
-                                                  int64_t steps = 0) {
+                                                  int64_t steps = 0,
+                                                  const Primitives* shared = nullptr) {
   auto st = std::make_shared<RecurrentState>();
   RecurrentSpec one = spec;
   one.dirs = 1;
@@ -417,11 +426,19 @@ std::shared_ptr<RecurrentState> prepare_direction(InferContext& ctx, const Recur
   g.dst_layer = dnnl::memory::desc({g.seq, n, h}, f32, tag::tnc);
   g.dst_iter = dnnl::memory::desc({1, 1, n, h}, f32, tag::ldnc);
   if (spec.cell == Cell::Lstm) g.dst_iter_c = g.dst_iter;
-  g.direction = d == 0 ? dnnl::rnn_direction::unidirectional_left2right
-                       : dnnl::rnn_direction::unidirectional_right2left;
-  st->p = make_primitives(g, one, false);
+  g.direction = dnnl::rnn_direction::unidirectional_left2right;
+  st->p = shared ? *shared : make_primitives(g, one, false);
   st->weights = shared_constant_weights(ctx, both, spec, st->p, spec.dirs == 2 ? d : -1);
   return st;
+}
+
+// X [T, N, I] in reverse time order: its bytes, and the copy.
+size_t reversed_x_bytes(const Geometry& g) {
+  return dnnl_adapter::align64(static_cast<size_t>(g.seq * g.batch * g.in) * sizeof(float));
+}
+const float* reverse_time(const float* x, float* out, int64_t t, int64_t row) {
+  for (int64_t s = 0; s < t; ++s) std::copy_n(x + (t - 1 - s) * row, row, out + s * row);
+  return out;
 }
 
 // The chunks a sequence of t steps runs as: of 64 steps while they last, then the binary digits
@@ -448,7 +465,12 @@ std::shared_ptr<const RecurrentState> chunk_primitive(InferContext& ctx, const R
   key.append(reinterpret_cast<const char*>(words), sizeof words);
   if (auto kept = ctx.memo()->find(key))
     return std::static_pointer_cast<const RecurrentState>(kept);
-  auto st = prepare_direction(ctx, spec, g, d, steps);
+  // The other direction's chunk of this length, if made: its primitive serves this one too.
+  std::string other = key;
+  const int64_t other_d = 1 - d;
+  std::memcpy(other.data() + other.size() - 3 * sizeof(int64_t), &other_d, sizeof other_d);
+  auto twin = std::static_pointer_cast<const RecurrentState>(ctx.memo()->find(other));
+  auto st = prepare_direction(ctx, spec, g, d, steps, twin ? &twin->p : nullptr);
   ctx.memo()->keep(key, st);
   return st;
 }
@@ -483,13 +505,14 @@ std::shared_ptr<RecurrentState> prepare_chunked(InferContext& ctx, const Recurre
       own = std::max(own, cd.chunks.back().primitive->p.scratch.get_size());
       start += steps;
     }
-    if (direction == 1) std::reverse(cd.chunks.begin(), cd.chunks.end());
+    cd.reversed = direction == 1;
     cd.region = bytes;
     cd.layer = dnnl_adapter::align64(own);
     cd.slots[0] = cd.layer + dnnl_adapter::align64(static_cast<size_t>(g.seq * g.batch * g.hidden) *
                                                    sizeof(float));
     cd.slots[1] = cd.slots[0] + state_bytes;
-    bytes += cd.slots[1] + state_bytes;
+    cd.reversed_x = cd.slots[1] + state_bytes;
+    bytes += cd.reversed_x + (cd.reversed ? reversed_x_bytes(g) : 0);
   }
   ctx.request_scratch(bytes);
   return st;
@@ -502,12 +525,16 @@ std::shared_ptr<RecurrentState> prepare(InferContext& ctx, const RecurrentSpec& 
   if (runs_directions_apart(ctx, spec, st->g)) {
     size_t bytes = 0;
     for (int64_t d = 0; d < 2; ++d) {
-      st->directions.push_back(prepare_direction(ctx, spec, st->g, d));
+      st->directions.push_back(
+          prepare_direction(ctx, spec, st->g, d, 0, d == 1 ? &st->directions[0]->p : nullptr));
       RecurrentState& one = *st->directions.back();
       st->direction_scratch.push_back(bytes);
       size_t own = dnnl_adapter::align64(one.p.scratch.get_size());
       place_outputs(one, spec, own);
-      bytes += dnnl_adapter::align64(own);
+      own = dnnl_adapter::align64(own);
+      one.reversed_x_offset = own;
+      if (d == 1) own += reversed_x_bytes(one.g);
+      bytes += own;
     }
     ctx.request_scratch(bytes);
     return st;
@@ -722,13 +749,15 @@ void for_each_direction(int64_t dirs, bool apart, Body&& body) {
 
 // Direction d's results into the node's outputs: its sequence [T, N, H] into Y [T, D, N, H], its
 // final states into Y_h and Y_c [D, N, H].
+// (`reversed`: the sequence is in reverse time order.)
 void write_direction(RunContext& ctx, const RecurrentSpec& spec, int64_t d, int64_t t, int64_t n,
-                     int64_t h, const float* layer, const float* h_final, const float* c_final) {
+                     int64_t h, const float* layer, const float* h_final, const float* c_final,
+                     bool reversed) {
   const int64_t dirs = spec.dirs;
   if (ctx.has_output(0)) {
     float* y = ctx.output(0).data<float>();
     for (int64_t s = 0; s < t; ++s)
-      std::copy_n(layer + s * n * h, n * h, y + (s * dirs + d) * n * h);
+      std::copy_n(layer + (reversed ? t - 1 - s : s) * n * h, n * h, y + (s * dirs + d) * n * h);
   }
   if (ctx.has_output(1)) std::copy_n(h_final, n * h, ctx.output(1).data<float>() + d * n * h);
   if (spec.cell == Cell::Lstm && ctx.has_output(2))
@@ -746,8 +775,10 @@ void run_directions_apart(const RecurrentState& st, RunContext& ctx, const Recur
   for_each_direction(2, true, [&](int64_t d) {
     const RecurrentState& one = *st.directions[static_cast<size_t>(d)];
     char* own = scratch + st.direction_scratch[static_cast<size_t>(d)];
-    const Sources src{ctx.input(0).raw(), h0 ? h0 + d * n * h : nullptr,
-                      c0 ? c0 + d * n * h : nullptr};
+    const float* x = ctx.input(0).data<float>();
+    if (d == 1)
+      x = reverse_time(x, reinterpret_cast<float*>(own + one.reversed_x_offset), t, n * one.g.in);
+    const Sources src{x, h0 ? h0 + d * n * h : nullptr, c0 ? c0 + d * n * h : nullptr};
     dnnl_adapter::guarded(ctx.node(), [&] {
       dnnl_adapter::execute(one.p.forward,
                             forward_args(one, spec, src, one.weights, scratch_outputs(one, own)),
@@ -760,7 +791,7 @@ void run_directions_apart(const RecurrentState& st, RunContext& ctx, const Recur
     const char* own = scratch + st.direction_scratch[static_cast<size_t>(d)];
     auto at = [&](size_t offset) { return reinterpret_cast<const float*>(own + offset); };
     write_direction(ctx, spec, d, t, n, h, at(one.dst_layer_offset), at(one.dst_iter_offset),
-                    at(one.dst_iter_c_offset));
+                    at(one.dst_iter_c_offset), d == 1);
   }
 }
 
@@ -794,11 +825,13 @@ void run_chunked(const RecurrentState& st, RunContext& ctx, const RecurrentSpec&
     else if (lstm)
       std::fill_n(state + n * h, n * h, 0.0f);
     float* layer = reinterpret_cast<float*>(own + cd.layer);
+    const float* xd =
+        cd.reversed ? reverse_time(x, reinterpret_cast<float*>(own + cd.reversed_x), t, n * in) : x;
     int from = 0;
     for (const auto& chunk : cd.chunks) {
       const RecurrentState& one = *chunk.primitive;
       float *src = slot(cd, from), *dst = slot(cd, 1 - from);
-      const Sources in_chunk{x + chunk.start * n * in, src, lstm ? src + n * h : nullptr};
+      const Sources in_chunk{xd + chunk.start * n * in, src, lstm ? src + n * h : nullptr};
       const Destinations out_chunk{layer + chunk.start * n * h, dst, lstm ? dst + n * h : nullptr};
       dnnl_adapter::guarded(ctx.node(), [&] {
         dnnl_adapter::execute(one.p.forward,
@@ -814,7 +847,7 @@ void run_chunked(const RecurrentState& st, RunContext& ctx, const RecurrentSpec&
     const float* state = slot(cd, final_slot(cd));
     write_direction(ctx, spec, d, t, n, h,
                     reinterpret_cast<const float*>(scratch + cd.region + cd.layer), state,
-                    state + n * h);
+                    state + n * h, cd.reversed);
   }
 }
 

@@ -257,8 +257,9 @@ namespace {
 
 // From a session's second sequence length on, a recurrent node runs as chunks of fixed lengths
 // (64 and the powers of two below) on primitives kept for the session, each chunk's final
-// state the next one's initial state, right-to-left directions from the last chunk back. Every
-// length, the chunks' output is what one primitive for the whole sequence computes (a fresh
+// state the next one's initial state, right-to-left directions over X in reverse time order (on
+// the left-to-right primitives, shared by both directions). Every length, the chunks' output is
+// what one primitive for the whole sequence computes (a fresh
 // session): Y, Y_h and Y_c, bidirectional with initial states and peepholes, a reversed
 // linear-before-reset GRU, an RNN. 1e-6: the same arithmetic per step (bit-identical on the
 // development machine); chunks run out of order differ by 1e-5 on these weights.

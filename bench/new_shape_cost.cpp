@@ -3,14 +3,17 @@
 // page faults, over a range of sizes of one axis. volt only: bench/corpus/dynamic_shapes.py
 // compares the same thing with ONNX Runtime. For profiling the planner (`perf record` on it).
 //
-//   volt_new_shape_cost MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N] [--by-node]
+//   volt_new_shape_cost MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N] [--runs R]
+//   [--by-node]
 //                       [--also NAME SHAPE [int64]]...
 //   e.g. volt_new_shape_cost build/corpus/text_classifier.onnx ids 1 1x64 20 240 2 int64
 //        volt_new_shape_cost build/corpus/gpt2_step.onnx past 4 4x2x1x4x32x64 1 256 32
 //            --also ids 1x1 int64
 //
 // SHAPE is the input's shape at the warm-up (1x64); each size in [LO, HI) by STEP replaces
-// dimension AXIS. With --passes N, the sizes run N-1 times before the measured pass (primitives
+// dimension AXIS. With --runs R, each size runs R times (the first two measured; a shape's eighth
+// run specializes its plan, as in bench/corpus/dynamic_shapes.py's 11 runs a size). With
+// --passes N, the sizes run N-1 times before the measured pass (primitives
 // kept across plans are then made; plans are rebuilt if the cache evicted them). --also feeds
 // another input at a fixed shape; --by-node lists the slower nodes by name. To profile the first
 // runs alone:
@@ -95,7 +98,7 @@ int main(int argc, char** argv) {
     const int lo = std::atoi(argv[5]), hi = std::atoi(argv[6]),
               step = std::max(1, std::atoi(argv[7]));
     bool int64 = false, by_node = false;
-    int passes = 1;
+    int passes = 1, runs = 2;
     struct Fixed {
       std::string name;
       volt::Shape shape;
@@ -106,6 +109,8 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "int64") == 0) int64 = true;
       if (std::strcmp(argv[i], "--by-node") == 0) by_node = true;
       if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) passes = std::atoi(argv[++i]);
+      if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
+        runs = std::max(2, std::atoi(argv[++i]));
       if (std::strcmp(argv[i], "--also") == 0 && i + 2 < argc) {
         also.push_back({argv[i + 1], parse_shape(argv[i + 2])});
         i += 2;
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
             t->by_op[by_node ? e.node : e.op + " (" + e.kernel + ")"] += e.duration_us;
           }
         }
+        for (int r = 2; r < runs; ++r) session.run(f);
         ++sizes;
       }
     if (sizes == 0) throw volt::Error(volt::ErrorCode::InvalidArgument, "no size in [LO, HI)");

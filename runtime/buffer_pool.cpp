@@ -112,22 +112,26 @@ void system_free(void* q, size_t bytes) {
 // Lasting buffers are mappings of their own (page-aligned), given back to the system when freed
 // and cut to size when recycled. Those of several MiB are aligned to 2 MiB and marked for huge
 // pages.
-void* map_buffer(size_t bytes, size_t capacity) {
-  if (bytes < 2 * kHugePage) {
-    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? nullptr : p;
-  }
-  // Over-mapped by a huge page, then trimmed to an aligned start.
-  void* raw = ::mmap(nullptr, capacity + kHugePage, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+// `bytes` (a multiple of the page) of fresh anonymous memory mapped with `prot` and `flags`, its
+// start aligned to a huge page: over-mapped by one, then trimmed. nullptr on failure.
+void* map_aligned(size_t bytes, int prot, int flags) {
+  void* raw = ::mmap(nullptr, bytes + kHugePage, prot, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
   if (aligned > start) ::munmap(raw, aligned - start);
   const size_t tail = kHugePage - (aligned - start);
-  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + capacity), tail);
-  void* p = reinterpret_cast<void*>(aligned);
-  ::madvise(p, capacity, MADV_HUGEPAGE);  // a hint: failure changes nothing
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void* map_buffer(size_t bytes, size_t capacity) {
+  if (bytes < 2 * kHugePage) {
+    void* p = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  void* p = map_aligned(capacity, PROT_READ | PROT_WRITE, 0);
+  if (p) ::madvise(p, capacity, MADV_HUGEPAGE);  // a hint: failure changes nothing
   return p;
 }
 
@@ -288,15 +292,8 @@ void populate(char* from, size_t bytes) {
 // null on failure.
 ArenaRegion reserve_region_of(size_t reserved) {
   reserved = (reserved + kHugePage - 1) / kHugePage * kHugePage;
-  void* raw = ::mmap(nullptr, reserved + kHugePage, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) return {nullptr, 0, 0, false};
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHugePage - 1) & ~uintptr_t{kHugePage - 1};
-  if (aligned > start) ::munmap(raw, aligned - start);
-  const size_t tail = kHugePage - (aligned - start);
-  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + reserved), tail);
-  return {reinterpret_cast<char*>(aligned), reserved, 0, false};
+  void* p = map_aligned(reserved, PROT_NONE, MAP_NORESERVE);
+  return {static_cast<char*>(p), p ? reserved : 0, 0, false};
 }
 ArenaRegion reserve_region(size_t bytes) {
   const ArenaRegion roomy = reserve_region_of(std::max(kArenaReservation, bytes));

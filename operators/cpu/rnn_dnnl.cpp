@@ -458,18 +458,20 @@ std::vector<int64_t> chunk_lengths(int64_t t) {
 // and kept there on first use): it depends on the batch and the weights, not on the length.
 std::shared_ptr<const RecurrentState> chunk_primitive(InferContext& ctx, const RecurrentSpec& spec,
                                                       const Geometry& g, int64_t d, int64_t steps) {
-  std::string key = "rnn chunk";
-  const int64_t words[] = {
-      steps, d, g.batch,
-      static_cast<int64_t>(reinterpret_cast<uintptr_t>(ctx.input_tensor(1)->raw()))};
-  key.append(reinterpret_cast<const char*>(words), sizeof words);
+  // (By direction, length, batch and the weights: what the state holds.)
+  auto key_of = [&](int64_t direction) {
+    std::string key = "rnn chunk";
+    const int64_t words[] = {
+        steps, direction, g.batch,
+        static_cast<int64_t>(reinterpret_cast<uintptr_t>(ctx.input_tensor(1)->raw()))};
+    key.append(reinterpret_cast<const char*>(words), sizeof words);
+    return key;
+  };
+  const std::string key = key_of(d);
   if (auto kept = ctx.memo()->find(key))
     return std::static_pointer_cast<const RecurrentState>(kept);
   // The other direction's chunk of this length, if made: its primitive serves this one too.
-  std::string other = key;
-  const int64_t other_d = 1 - d;
-  std::memcpy(other.data() + other.size() - 3 * sizeof(int64_t), &other_d, sizeof other_d);
-  auto twin = std::static_pointer_cast<const RecurrentState>(ctx.memo()->find(other));
+  auto twin = std::static_pointer_cast<const RecurrentState>(ctx.memo()->find(key_of(1 - d)));
   auto st = prepare_direction(ctx, spec, g, d, steps, twin ? &twin->p : nullptr);
   ctx.memo()->keep(key, st);
   return st;

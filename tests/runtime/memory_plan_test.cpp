@@ -52,10 +52,11 @@ TEST(ArenaLayout, ReusesMemoryOfDeadBuffers) {
   EXPECT_EQ(l.total_bytes, 2u * 4096u);
 }
 
-// Arenas for growing input shapes: a fresh one is rounded up to a power of two, and a larger
-// request up to that size gets the kept buffer back (pages earlier runs touched), not fresh pages.
+// Buffers for growing input shapes (graph outputs, values shaped at run time): a fresh one is
+// rounded up to a power of two, and a larger request up to that size gets the kept buffer back
+// (pages earlier runs touched), not fresh pages.
 // (Under AddressSanitizer the pool keeps nothing: exact sizes, fresh buffers.)
-TEST(BufferPool, ArenasOfGrowingSizesReuseOneRoomyBuffer) {
+TEST(BufferPool, BuffersOfGrowingSizesReuseOneRoomyBuffer) {
   size_t capacity = 0;
   void* first = pool_allocate(600 << 10, &capacity);
   ASSERT_NE(first, nullptr);

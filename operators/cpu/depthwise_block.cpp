@@ -12,6 +12,9 @@
 // buffer and are not expanded again. Below that size the three run over the whole batch, as they
 // would unfused, the intermediates in the node's scratch.
 //
+// Neither 1x1 convolution is there where the depthwise convolution's activation is one volt
+// applies itself (own_activation.hpp): strips keep its output rows in cache for that pass.
+//
 // Inputs: X [N, H, W, C] (channels-last), W1 [E, C, 1, 1] and B1 [E] (the expansion: optional,
 // E = C without it), W2 [E, 1, kh, kw], B2 [E], W3 [M, E, 1, 1] and B3 [M] (the projection:
 // optional), R [N, OH, OW, M] (the residual the projection adds: optional); float, the weights
@@ -32,6 +35,8 @@
 
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/fused_activation.hpp"
+#include "operators/common/own_activation.hpp"
+#include "operators/common/parallel.hpp"
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -80,7 +85,10 @@ struct DepthwiseBlockState {
   size_t expanded_bytes = 0, depthwise_bytes = 0;  // the two buffers, per thread
   size_t per_thread = 0;  // scratch bytes: the buffers, then the primitives' scratchpad
   int threads = 1;        // work items run in parallel (1: the primitives use all threads)
-  Tensor b1, b2, b3;      // the biases (undefined when absent)
+  // The expansion's and the depthwise convolution's activations, where volt applies them to the
+  // rows the primitive wrote (own_activation.hpp) instead of oneDNN's post-op.
+  bool own_expand_act = false, own_act = false;
+  Tensor b1, b2, b3;  // the biases (undefined when absent)
   // oneDNN's primitives: the expansion per strip height, the depthwise convolution per strip
   // shape (input rows, padding above and below), the projection per output rows; the weights in
   // each layout those picked.
@@ -188,13 +196,14 @@ class DepthwiseBlock final : public Kernel {
     const int64_t per_item = static_cast<int64_t>(st.chunks.size());
     const int64_t items = st.n / st.images * per_item;
     const int64_t y_image = st.oh * st.ow * st.m;
+    const bool in_parallel = st.threads > 1 && items > 1;
     auto item = [&](int64_t i, int thread) {
       const int64_t image = i / per_item * st.images;
       run_chunk(st, st.chunks[static_cast<size_t>(i % per_item)], x + image * st.h * st.w * st.c,
                 r ? r + image * y_image : nullptr, y + image * y_image,
-                scratch + static_cast<size_t>(thread) * st.per_thread);
+                scratch + static_cast<size_t>(thread) * st.per_thread, !in_parallel);
     };
-    if (st.threads > 1 && items > 1) {
+    if (in_parallel) {
       // Each item's primitives then run on their thread alone (oneDNN does not nest teams).
 #pragma omp parallel for num_threads(st.threads) schedule(static)
       for (int64_t i = 0; i < items; ++i) item(i, omp_get_thread_num());
@@ -204,9 +213,17 @@ class DepthwiseBlock final : public Kernel {
   }
 
  private:
-  // One item's rows of its image(s).
+  // One item's rows of its image(s); `spread`: the item runs alone, its primitives (and volt's
+  // activations) over all threads.
   void run_chunk(const DepthwiseBlockState& st, const std::vector<Strip>& strips, const float* x,
-                 const float* r, float* y, char* workspace) const {
+                 const float* r, float* y, char* workspace, bool spread) const {
+    auto activate = [&](const FusedActivation& act, float* data, int64_t rows, int64_t row_floats) {
+      const int64_t count = st.images * rows * row_floats;
+      if (!spread) return apply_own_activation(act, data, count);
+      parallel_chunks(count, 16384, [&](int64_t lo, int64_t hi) {
+        apply_own_activation(act, data + lo, hi - lo);
+      });
+    };
     float* expanded = reinterpret_cast<float*>(workspace);
     float* filtered = reinterpret_cast<float*>(workspace + st.expanded_bytes);
     void* prim_scratch = workspace + st.expanded_bytes + st.depthwise_bytes;
@@ -218,14 +235,19 @@ class DepthwiseBlock final : public Kernel {
         if (s.kept > 0 && s.a != held_a)
           std::memmove(expanded, expanded + (s.a - held_a) * row,
                        static_cast<size_t>(s.kept * row) * sizeof(float));
-        if (s.e1 > s.e0)
-          execute(st, st.expansions.at(s.e1 - s.e0), x + s.e0 * st.w * st.c, st.b1, st.b1_md,
-                  expanded + (s.e0 - s.a) * row, prim_scratch);
+        if (s.e1 > s.e0) {
+          float* rows = expanded + (s.e0 - s.a) * row;
+          execute(st, st.expansions.at(s.e1 - s.e0), x + s.e0 * st.w * st.c, st.b1, st.b1_md, rows,
+                  prim_scratch);
+          if (st.own_expand_act) activate(expand_act_, rows, s.e1 - s.e0, row);
+        }
         dw_in = expanded;
       }
       float* out = y + s.o0 * st.ow * st.m;
+      float* dw_out = st.project ? filtered : out;
       execute(st, st.depthwise.at({s.b - s.a, s.pad_top, s.pad_bottom}), dw_in, st.b2, st.b2_md,
-              st.project ? filtered : out, prim_scratch);
+              dw_out, prim_scratch);
+      if (st.own_act) activate(act_, dw_out, s.o1 - s.o0, st.ow * st.e);
       if (st.project) {
         if (r)  // the sum post-op adds the projection to what the output rows hold
           std::memcpy(
@@ -274,13 +296,11 @@ class DepthwiseBlock final : public Kernel {
     if (st->n * st->oh * st->ow * m == 0) return st;
 
     const int64_t in_row = st->w * e * 4, out_row = st->ow * e * 4;  // bytes, E channels
-    const int64_t widest =
-        st->n * std::max(st->expand ? st->h * in_row : 0, st->project ? st->oh * out_row : 0);
+    // (A block of the depthwise convolution alone is there for the activation volt applies to
+    // its output rows, in strips where that output is large.)
+    const int64_t widest = st->n * std::max(st->expand ? st->h * in_row : 0, st->oh * out_row);
     const int threads = std::max(1, ctx.threads());
-    if (widest <= (threads > 1 ? kStripAboveThreaded : kStripAbove)) {  // the whole batch at once
-      st->images = st->n;
-      st->chunks.push_back(walk(0, st->oh, st->oh, *st));
-    } else {
+    if (widest > (threads > 1 ? kStripAboveThreaded : kStripAbove)) {
       // Strip height: as many output rows as keep what they read (expanded) or write (before
       // the projection) within kStripBytes. Threads: whole images where the batch gives each
       // thread one; otherwise images split into bands of rows, each band expanding again the
@@ -296,6 +316,19 @@ class DepthwiseBlock final : public Kernel {
       for (int64_t b = 0; b < bands; ++b)
         st->chunks.push_back(walk(st->oh * b / bands, st->oh * (b + 1) / bands, strip, *st));
       st->threads = threads;
+      // A strip whose windows read padding alone (pads of the window's height or more, which
+      // ONNX allows) would be a convolution of no rows: the whole batch at once then.
+      bool padding_alone = false;
+      for (const auto& chunk : st->chunks)
+        for (const Strip& s : chunk) padding_alone = padding_alone || s.b == s.a;
+      if (padding_alone) {
+        st->chunks.clear();
+        st->threads = 1;
+      }
+    }
+    if (st->chunks.empty()) {  // the whole batch at once
+      st->images = st->n;
+      st->chunks.push_back(walk(0, st->oh, st->oh, *st));
     }
     int64_t in_rows = 0, out_rows = 0;
     for (const auto& chunk : st->chunks)
@@ -371,6 +404,10 @@ class DepthwiseBlock final : public Kernel {
       return p;
     };
     const dnnl::memory::dims ones = {1, 1}, zeros = {0, 0};
+    st.own_expand_act = has_own_activation(expand_act_);
+    st.own_act = has_own_activation(act_);
+    const FusedActivation none, &expand_act = st.own_expand_act ? none : expand_act_,
+                                &act = st.own_act ? none : act_;
     for (const auto& chunk : st.chunks)
       for (const Strip& s : chunk) {
         const int64_t rows = s.e1 - s.e0, out_rows = s.o1 - s.o0;
@@ -378,14 +415,14 @@ class DepthwiseBlock final : public Kernel {
           st.expansions.emplace(
               rows,
               make(kW1, {st.e, st.c, 1, 1}, tag::oihw, activation({n, st.c, rows, st.w}), st.b1_md,
-                   activation({n, st.e, rows, st.w}), ones, zeros, zeros, expand_act_, false));
+                   activation({n, st.e, rows, st.w}), ones, zeros, zeros, expand_act, false));
         const std::tuple<int64_t, int64_t, int64_t> shape{s.b - s.a, s.pad_top, s.pad_bottom};
         if (!st.depthwise.count(shape))
           st.depthwise.emplace(shape,
                                make(kW2, {st.e, 1, 1, st.kh, st.kw}, tag::goihw,
                                     activation({n, st.e, s.b - s.a, st.w}), st.b2_md,
                                     activation({n, st.e, out_rows, st.ow}), {st.sh, st.sw},
-                                    {s.pad_top, st.pw}, {s.pad_bottom, st.pw_end}, act_, false));
+                                    {s.pad_top, st.pw}, {s.pad_bottom, st.pw_end}, act, false));
         if (st.project && !st.projections.count(out_rows))
           st.projections.emplace(out_rows, make(kW3, {st.m, st.e, 1, 1}, tag::oihw,
                                                 activation({n, st.e, out_rows, st.ow}), st.b3_md,

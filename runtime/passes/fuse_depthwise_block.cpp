@@ -9,6 +9,12 @@
 // residual and reading a channels-last X. The depthwise convolution: one group per channel,
 // constant fp32 weights, no dilation, no residual, any fused activation. All already channels-
 // last (after use_channels_last) and left in fp32 (not for bf16 precision).
+//
+// With neither 1×1, a depthwise convolution whose activation volt applies itself
+// (own_activation.hpp: EfficientNet's Swish) becomes a block too: the kernel runs it in strips
+// and applies the activation to each strip's rows while they are in cache, where oneDNN's
+// post-op cost more than the convolution.
+#include "operators/common/own_activation.hpp"
 #include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 
@@ -53,7 +59,7 @@ Graph fuse_depthwise_block(const Graph& graph) {
     if (project &&
         (project->inputs[0] != dw.outputs[0] || !nhwc_pointwise_conv(g, *project, channels, true)))
       project = nullptr;
-    if (!expand && !project) continue;
+    if (!expand && !project && !has_own_activation(FusedActivation::of(dw))) continue;
     auto input = [](const Node* n, size_t i) { return n && n->has_input(i) ? n->inputs[i] : ""; };
     std::vector<std::string> inputs = {expand ? expand->inputs[0] : dw.inputs[0],
                                        input(expand, 1),

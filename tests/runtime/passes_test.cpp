@@ -11,6 +11,7 @@
 #include "model_builder.hpp"
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/layout.hpp"
+#include "operators/common/own_activation.hpp"
 #include "runtime/graph_runner.hpp"
 #include "runtime/passes/passes.hpp"
 #include "test_options.hpp"
@@ -1557,14 +1558,29 @@ TEST(Passes, Bf16ActivationsReachTheReferenceConvolution) {
 // An inverted-residual block as MobileNetV2 has it: 1×1 expansion + ReLU6 (or none, as in its
 // first block), depthwise 3×3 + activation, 1×1 projection (+ the block's input); after a 3×3
 // convolution, as in a network (the first convolution reads its input channels-first and is
-// not fused).
+// not fused). EfficientNet's has Swish (x * Sigmoid(x)) after both.
 struct InvertedBlock {
   int64_t n, c, e, h, w, stride;
   std::vector<int64_t> pads;  // top, left, bottom, right
   bool biases;
   const char* activation;  // after the depthwise convolution
   bool expand, residual;
+  const char* expand_activation = "Clip";  // ReLU6
 };
+
+// `op` (or Swish written out as x * Sigmoid(x)) from `in` to `out`.
+void activation_node(ModelBuilder& b, const std::string& op, const std::string& in,
+                     const std::string& out) {
+  if (op == "Swish") {
+    b.node("Sigmoid", {in}, {out + "_gate"}).node("Mul", {in, out + "_gate"}, {out});
+    return;
+  }
+  const std::vector<std::string> inputs =
+      op == "Clip" ? std::vector<std::string>{in, "lo", "hi"} : std::vector<std::string>{in};
+  b.node(op, inputs, {out}, [&](auto& n) {
+    if (op == "LeakyRelu") ModelBuilder::set_float(n, "alpha", 0.1f);
+  });
+}
 
 std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
   const int64_t m = p.residual ? p.c : 8;
@@ -1589,17 +1605,17 @@ std::string inverted_block(const InvertedBlock& p, std::mt19937& rng) {
     if (p.biases) in.push_back(bias);
     return in;
   };
-  if (p.expand)
-    b.node("Conv", conv({"s", "W1"}, "B1"), {"e"}).node("Clip", {"e", "lo", "hi"}, {"r"});
+  if (p.expand) {
+    b.node("Conv", conv({"s", "W1"}, "B1"), {"e"});
+    activation_node(b, p.expand_activation, "e", "r");
+  }
   b.node("Conv", conv({p.expand ? "r" : "s", "W2"}, "B2"), {"d"}, [&](auto& n) {
     ModelBuilder::set_int(n, "group", p.e);
     ModelBuilder::set_ints(n, "kernel_shape", {3, 3});
     ModelBuilder::set_ints(n, "strides", {p.stride, p.stride});
     ModelBuilder::set_ints(n, "pads", p.pads);
   });
-  b.node(p.activation, {"d"}, {"a"}, [](auto& n) {
-    if (n.op_type() == "LeakyRelu") ModelBuilder::set_float(n, "alpha", 0.1f);
-  });
+  activation_node(b, p.activation, "d", "a");
   b.node("Conv", conv({"a", "W3"}, "B3"), {p.residual ? "p" : "y"});
   if (p.residual) b.node("Add", {"p", "s"}, {"y"});
   return b.bytes();
@@ -1618,6 +1634,10 @@ TEST(Passes, DepthwiseBlockRunsAsOneKernel) {
       {2, 8, 512, 65, 33, 2, {0, 1, 1, 0}, true, "Relu", true, false},
       {2, 96, 96, 112, 112, 1, {1, 1, 1, 1}, true, "Relu", false, false},
       {2, 16, 16, 9, 9, 1, {1, 1, 1, 1}, false, "Relu", false, true},
+      // Swish and Sigmoid: volt's own pass over what the primitives wrote, where it has one
+      {2, 8, 48, 15, 15, 1, {1, 1, 1, 1}, true, "Swish", true, true, "Swish"},
+      {1, 16, 256, 96, 96, 2, {1, 1, 1, 1}, true, "Swish", true, false, "Sigmoid"},
+      {3, 8, 256, 64, 64, 1, {1, 1, 1, 1}, false, "Sigmoid", true, true, "Swish"},
   };
   std::mt19937 rng(21);
   for (const InvertedBlock& p : blocks) {
@@ -1647,6 +1667,44 @@ TEST(Passes, DepthwiseBlockRunsAsOneKernel) {
     for (int64_t i = 0; i < a.numel(); ++i)
       ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i],
                   1e-4f * std::max(1.0f, std::abs(a.data<float>()[i])));
+  }
+}
+
+TEST(Passes, DepthwiseBlockTakesABareDepthwiseConvolutionWhoseActivationVoltApplies) {
+  // EfficientNet's first block: a depthwise 3x3 + Swish after the stem (no 1x1 before it) and
+  // read by more than a projection. Where volt applies Swish itself, the convolution runs in
+  // strips as a block of its own and each strip's rows get the activation while in cache; a
+  // ReLU stays a Conv with its post-op.
+  FusedActivation swish;
+  swish.kind = FusedActivation::Kind::Swish;
+  auto model = [](const std::string& activation, int64_t c, std::mt19937& rng) {
+    ModelBuilder b;
+    b.input("x", 1, {-1, 3, -1, -1}).output_any("y", 1).output_any("g", 1);
+    b.initializer("Ws", {c, 3, 3, 3}, random_values(static_cast<size_t>(c * 27), rng))
+        .initializer("Wd", {c, 1, 3, 3}, random_values(static_cast<size_t>(c * 9), rng))
+        .initializer("Bd", {c}, random_values(static_cast<size_t>(c), rng));
+    b.node("Conv", {"x", "Ws"}, {"s"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    b.node("Conv", {"s", "Wd", "Bd"}, {"d"}, [&](auto& n) {
+      ModelBuilder::set_int(n, "group", c);
+      ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+    });
+    activation_node(b, activation, "d", "y");
+    b.node("GlobalAveragePool", {"y"}, {"g"});
+    return b.bytes();
+  };
+  std::mt19937 rng(26);
+  const std::string relu = model("Relu", 16, rng);
+  EXPECT_EQ(count_op(run_passes(load(relu), test_options()), "DepthwiseBlock"), 0);
+  // 2 x 32 x 112 x 112 is 3.2 MB: strips, one image a thread; 1 x 16 x 9 x 9 the whole batch.
+  for (auto [c, n, size] : {std::tuple{32, 2, 112}, std::tuple{16, 1, 9}}) {
+    SCOPED_TRACE(std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(size));
+    const std::string bytes = model("Swish", c, rng);
+    EXPECT_EQ(count_op(run_passes(load(bytes), test_options()), "DepthwiseBlock"),
+              has_own_activation(swish) ? 1 : 0);
+    // Sums of 27 and 9 products of values in [-1, 1]: float rounding, another order.
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({n, 3, size, size}, rng)}}, 1e-4f);
   }
 }
 

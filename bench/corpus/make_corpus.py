@@ -6,7 +6,8 @@ beside it (inputs: name, shape per batch, dtype, value range; batches) that run_
   torchvision (python3-torchvision), exported by torch.onnx at opsets 11, 13 and 17;
   hand-written torch modules (U-Net with ConvTranspose decoders, LSTM/GRU speech model, log-mel
   front end, GPT-2-style decoder step with past key/values, scripted control flow, a text
-  classifier with a dynamic sequence axis);
+  classifier with a dynamic sequence axis, a wav2vec2-style encoder of strided 1-D convolutions
+  with a Conformer block);
   graphs written with python3-onnx in the styles other exporters produce (NHWC with Transposes
   around every convolution, decomposed HardSwish/HardSigmoid, Resize by scales, BatchNorm not
   folded, Pad before convolutions, opset 9 Upsample and attribute Slice);
@@ -350,6 +351,65 @@ def crnn_recognizer(path):
                   {"axis": [["image", 3]], "range": [32, 512], "multiple": 4})
 
 
+def wav2vec_conformer(path):
+    """A speech encoder over a raw waveform, as wav2vec2 / HuBERT and Conformer ASR models have
+    it: a feature encoder of strided 1-D convolutions (512 channels, 10 taps stride 5, then 3 and
+    2 taps stride 2; GroupNorm, GELU), a projection, and a Conformer block (macaron feed-forwards
+    with SiLU, self-attention, and a convolution module: pointwise, GLU, depthwise 1-D over 31
+    steps, BatchNorm, SiLU, pointwise)."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    dim = 256
+
+    class FeedForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, 4 * dim), nn.SiLU(), nn.Linear(4 * dim, dim))
+
+        def forward(self, x):
+            return x + 0.5 * self.net(x)
+
+    class ConvModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.pw1 = nn.Conv1d(dim, 2 * dim, 1)
+            self.dw = nn.Conv1d(dim, dim, 31, padding=15, groups=dim)
+            self.bn = nn.BatchNorm1d(dim)
+            self.pw2 = nn.Conv1d(dim, dim, 1)
+
+        def forward(self, x):  # [B, T, dim]
+            y = nn.functional.glu(self.pw1(self.norm(x).transpose(1, 2)), dim=1)
+            y = self.pw2(nn.functional.silu(self.bn(self.dw(y))))
+            return x + y.transpose(1, 2)
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers = [nn.Conv1d(1, 512, 10, stride=5, bias=False), nn.GroupNorm(512, 512), nn.GELU()]
+            for k in (3, 3, 3, 3, 2, 2):
+                layers += [nn.Conv1d(512, 512, k, stride=2, bias=False), nn.GELU()]
+            self.features = nn.Sequential(*layers)
+            self.project = nn.Sequential(nn.LayerNorm(512), nn.Linear(512, dim))
+            self.ff1, self.ff2 = FeedForward(), FeedForward()
+            self.attn_norm = nn.LayerNorm(dim)
+            self.attn = nn.MultiheadAttention(dim, 4, batch_first=True)
+            self.conv = ConvModule()
+            self.out = nn.LayerNorm(dim)
+
+        def forward(self, wav):
+            x = self.project(self.features(wav.unsqueeze(1)).transpose(1, 2))
+            x = self.ff1(x)
+            a = self.attn_norm(x)
+            x = x + self.attn(a, a, a, need_weights=False)[0]
+            return self.out(self.ff2(self.conv(x)))
+
+    torch_export(Encoder(), torch.randn(1, 16000), path, 13, ["wav"], ["hidden"],
+                 {"wav": {0: "B"}, "hidden": {0: "B"}})
+    return recipe([("wav", ["B", 16000], "float32", (-1, 1))], [1, 4], "raw waveform, one second")
+
+
 # --- written with python3-onnx, in other exporters' styles --------------------------------------
 
 def onnx_styles():
@@ -408,6 +468,7 @@ MODELS = {
     "scripted_control_flow": control_flow,
     "text_classifier": text_classifier,
     "crnn_recognizer": crnn_recognizer,
+    "wav2vec_conformer": wav2vec_conformer,
     "keras_nhwc": None, "decomposed_activations": None, "resize_scales": None, "unfolded_bn_pad": None,
     "opset9_upsample": None, "tiny_op_chain": None,
     "resnet18_fp16": fp16_of("resnet18_op11"),

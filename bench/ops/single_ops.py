@@ -73,6 +73,8 @@ case("gather_embed_in", "Gather", {"w": f32(30000, 768), "i": rng.integers(0, 30
 case("argmax", "ArgMax", {"x": f32(1, 1000, 4000)}, {"axis": 1, "keepdims": 0})
 case("conv1d_wav2vec", "Conv", {"x": f32(1, 1, 160000)}, {"kernel_shape": [10], "strides": [5]}, {"w": f32(512, 1, 10)})
 case("conv1d_k3", "Conv", {"x": f32(1, 512, 4000)}, {"kernel_shape": [3], "strides": [2]}, {"w": f32(512, 512, 3)})
+case("conv1d_k2", "Conv", {"x": f32(1, 512, 2000)}, {"kernel_shape": [2], "strides": [2]}, {"w": f32(512, 512, 2)})
+case("conv1d_dw31", "Conv", {"x": f32(1, 256, 500)}, {"kernel_shape": [31], "pads": [15, 15], "group": 256}, {"w": f32(256, 1, 31)})
 case("convt1d", "ConvTranspose", {"x": f32(1, 256, 2000)}, {"kernel_shape": [4], "strides": [2], "pads": [1, 1]}, {"w": f32(256, 128, 4)})
 case("matmul_batched", "MatMul", {"a": f32(12, 128, 64), "b": f32(12, 64, 128)})
 case("erf", "Erf", {"x": f32(8, 128, 3072)})

@@ -67,6 +67,26 @@ struct ConvState {
   std::shared_ptr<const FewChannelConv> few_channels;
 };
 
+// The shapes of a 1-D convolution's 2-D form: a unit height inserted after N and C (X, W, Y) and
+// a window of one row.
+Shape with_unit_height(Shape s) {
+  s.insert(s.begin() + 2, 1);
+  return s;
+}
+ConvShapes with_unit_height(ConvShapes s) {
+  WindowGeometry& w = s.win;
+  for (auto [axis, unit] : {std::pair{&w.kernel, 1},
+                            {&w.strides, 1},
+                            {&w.dilations, 1},
+                            {&w.pad_begin, 0},
+                            {&w.pad_end, 0},
+                            {&w.in, 1},
+                            {&w.out, 1}})
+    axis->insert(axis->begin(), unit);
+  s.out = with_unit_height(std::move(s.out));
+  return s;
+}
+
 class Conv final : public Kernel {
  public:
   explicit Conv(const Node& n)
@@ -261,7 +281,15 @@ class Conv final : public Kernel {
     st.dst.finish(y, scratch);
   }
 
-  std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& s, const Shape& x) const {
+  std::shared_ptr<ConvState> prepare(InferContext& ctx, const ConvShapes& shapes,
+                                     const Shape& x_shape) const {
+    // A 1-D convolution runs as the 2-D one of unit height it is (the same bytes, channels-first):
+    // oneDNN 2.6 has its depthwise kernels for 2-D only and ran a 1-D one (Conformer's 31 taps
+    // over 256 channels, 500 steps) as im2col and gemm, 1.26 ms against 0.05.
+    const bool lift = shapes.win.in.size() == 1 && x_layout_ == StoredLayout::ChannelsFirst &&
+                      layout_ == StoredLayout::ChannelsFirst;
+    const ConvShapes s = lift ? with_unit_height(shapes) : shapes;
+    const Shape x = lift ? with_unit_height(x_shape) : x_shape;
     return dnnl_adapter::guarded(ctx.node(), [&] {
       using dims = dnnl::memory::dims;
       using tag = dnnl::memory::format_tag;
@@ -272,7 +300,7 @@ class Conv final : public Kernel {
       // bf16 arithmetic on fp32 weights: the primitive reads bf16 activations and weights (the
       // reorders into its layouts convert them) and writes fp32, or bf16 for a bf16 reader.
       const auto cdt = bf16_ && ctx.dtype(1) == DType::Float ? dnnl::memory::data_type::bf16 : dt;
-      const Shape& ws = ctx.shape(1);
+      const Shape ws = lift ? with_unit_height(ctx.shape(1)) : ctx.shape(1);
       Shape wshape = ws;
       if (s.group > 1) {  // oneDNN wants grouped weights as [G, M/G, C/G, k...]
         wshape = {s.group, s.m / s.group};
@@ -318,6 +346,17 @@ class Conv final : public Kernel {
           block_channels(x_layout_) || as_stored ? activation_md(x, cdt, x_layout_) : free_src;
       dnnl::memory::desc dst_any =
           block_channels(layout_) || as_stored ? activation_md(s.out, y_dt, layout_) : free_dst;
+      // Free to pick, oneDNN 2.6 runs a strided 1-D convolution over many channels on its
+      // channels-last brgconv, at 125-175 GFLOP/s where its kernel on blocks of 16 channels runs
+      // 215-225 (wav2vec2's feature encoder: 512 -> 512 channels, 3 and 2 taps, stride 2,
+      // 2000-16000 steps; 2 threads, Zen 4): those are asked for blocks. (With 10 taps and stride 5
+      // neither form won over the other, and the first layer's single channel has no blocked
+      // kernel.)
+      if (lift && cpu_has_avx512() && s.group == 1 && x[1] % 16 == 0 && s.m % 16 == 0 &&
+          s.win.strides[1] > 1 && s.win.kernel[1] <= 4) {
+        src_any = dnnl::memory::desc(dims(x.begin(), x.end()), cdt, tag::nChw16c);
+        dst_any = dnnl::memory::desc(dims(s.out.begin(), s.out.end()), y_dt, tag::nChw16c);
+      }
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);
       dims strides(win.strides.begin(), win.strides.end()),
           pl(win.pad_begin.begin(), win.pad_begin.end()),

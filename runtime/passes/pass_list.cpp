@@ -32,10 +32,12 @@ const std::vector<Pass>& optimization_passes() {
       // HardSwish and HardSigmoid written out as Add/Div/Clip/Mul chains: before the fusion
       // that takes them into the convolution.
       {"fold_clamped_gates", 2, fold_clamped_gates},
+      // GELU written out (Erf and its constants) becomes one node before the convolutions take
+      // activations in: wav2vec2's feature encoder puts one after each of its convolutions.
+      {"fuse_gelu", 2, fuse_gelu},
       {"fuse_conv_activation", 2, fuse_conv_activation, on_cpu},
       // After the activation fusion: a split convolution's activation goes to its last part.
       {"distribute_channel_concat", 2, distribute_channel_concat, on_cpu},
-      {"fuse_gelu", 2, fuse_gelu},
       {"fuse_layer_norm", 2, fuse_layer_norm},
       // Quantized layers (ConvInteger, QLinearConv, QDQ around Conv/MatMul/Gemm, ...) onto
       // oneDNN's int8 primitives, taking in the activation the passes above recognized (GELU

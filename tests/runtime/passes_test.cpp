@@ -1304,6 +1304,28 @@ TEST(Passes, TransformerBlockFusesLayerNormGeluAndLinearEpilogues) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 5, 8}, rng)}}, 1e-4f);
 }
 
+TEST(Passes, WrittenOutGeluFusesIntoTheConvolutionBeforeIt) {
+  // wav2vec2's feature encoder: strided 1-D convolutions, each followed by GELU in its Erf form
+  // (the exporters' opset 13): with every pass, the GELU is the convolution's post-op.
+  ModelBuilder b;
+  std::mt19937 rng(27);
+  b.input("x", 1, {1, 32, 41}).output_any("y", 1);
+  b.initializer("W", {32, 32, 3}, random_values(32 * 32 * 3, rng, -0.3f, 0.3f))
+      .initializer("sqrt2", {}, {1.4142135f})
+      .initializer("one", {}, {1.0f})
+      .initializer("half", {}, {0.5f});
+  b.node("Conv", {"x", "W"}, {"h"}, [](auto& n) { ModelBuilder::set_ints(n, "strides", {2}); });
+  b.node("Div", {"h", "sqrt2"}, {"t"}).node("Erf", {"t"}, {"e"}).node("Add", {"e", "one"}, {"e1"});
+  b.node("Mul", {"h", "e1"}, {"g0"}).node("Mul", {"g0", "half"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), test_options());
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Conv");
+  EXPECT_EQ(g.nodes[0].attr_string("volt.activation", ""), "Gelu");
+  // Sums of 96 products of values below 0.3: float rounding in another order.
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 32, 41}, rng)}}, 1e-4f);
+}
+
 TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
   // The residual [8] broadcasts over the output: added after the product, not as a post-op.
   ModelBuilder b;

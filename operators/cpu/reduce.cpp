@@ -11,6 +11,7 @@
 #include "operators/common/reduction.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
+#include "operators/common/vector_exp.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -37,6 +38,26 @@ VOLT_SIMD_CLONES double sum_contiguous_f32(const float* x, int64_t n) {
     for (int k = 0; k < 8; ++k) part[k] += static_cast<double>(x[i + k]);
   for (int k = 0; i < n; ++i, ++k) part[k] += static_cast<double>(x[i]);
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+// Σ exp(x[i] - shift) over x[0, n) in double, shift being the run's maximum (every term is at
+// most 1): each term by vector_exp, in 16 float lanes over blocks of 1024 (at most 64 terms a
+// lane: 6e-6 relative at worst, far less in practice), the blocks' sums added in double.
+VOLT_SIMD_CLONES double sum_exp_shifted_f32(const float* x, int64_t n, float shift) {
+  double total = 0;
+  for (int64_t b = 0; b < n; b += 1024) {
+    const int64_t e = std::min(n, b + 1024);
+    float part[16] = {};
+    int64_t i = b;
+    for (; i + 16 <= e; i += 16)
+#pragma omp simd
+      for (int k = 0; k < 16; ++k) part[k] += vector_exp(x[i + k] - shift);
+    for (int k = 0; i < e; ++i, ++k) part[k] += vector_exp(x[i] - shift);
+    double block = 0;
+    for (float v : part) block += static_cast<double>(v);
+    total += block;
+  }
+  return total;
 }
 
 // Offsets of every output element's first input element, and of every reduced position
@@ -82,7 +103,8 @@ class Reduce final : public Kernel {
       std::memcpy(y.raw(), x.raw(), x.nbytes());
       return;
     }
-    if (sum_block_f32(x, p, y) || extreme_block_f32(x, p, y)) return;
+    if (sum_block_f32(x, p, y) || extreme_block_f32(x, p, y) || log_sum_exp_block_f32(x, p, y))
+      return;
     std::vector<int64_t> base, inner;
     reduce_offsets(x.shape(), p.reduced, base, inner);
     if (x.numel() == 0) inner.clear();
@@ -195,6 +217,43 @@ class Reduce final : public Kernel {
                         sum_rows_f32(px + o * count * inner, count, inner, divisor, acc.data(),
                                      py + o * inner);
                     });
+    return true;
+  }
+
+  // LogSumExp of f32 over the last axes (a CTC or language model's scores, torch.logsumexp):
+  // each run's maximum in eight lanes, then its shifted exponentials (sum_exp_shifted_f32). The
+  // general loop took std::exp in double per element, 4 ns each ([64, 32000]: 8.0 ms against
+  // ONNX Runtime's 6.0). A run whose maximum is not finite (an infinity, or NaN everywhere)
+  // takes the general loop's arithmetic, so that both give the same NaN or infinity.
+  bool log_sum_exp_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
+    int64_t outer, count, inner;
+    if (x.dtype() != DType::Float || r_ != Reduction::LogSumExp || x.numel() == 0 ||
+        !reduced_block(x.shape(), p, outer, count, inner) || inner != 1)
+      return false;
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+    parallel_chunks(outer, std::max<int64_t>(1, 16384 / count), [&](int64_t lo, int64_t hi) {
+      std::vector<int64_t> positions;
+      for (int64_t o = lo; o < hi; ++o) {
+        const float* run = px + o * count;
+        float part[8];
+        std::fill(part, part + 8, -std::numeric_limits<float>::infinity());
+        int64_t i = 0;
+        for (; i + 8 <= count; i += 8)
+          for (int k = 0; k < 8; ++k) part[k] = run[i + k] > part[k] ? run[i + k] : part[k];
+        for (int k = 0; i < count; ++i, ++k) part[k] = run[i] > part[k] ? run[i] : part[k];
+        float m = part[0];
+        for (float v : part) m = v > m ? v : m;
+        if (std::isfinite(m)) {
+          py[o] = static_cast<float>(static_cast<double>(m) +
+                                     std::log(sum_exp_shifted_f32(run, count, m)));
+          continue;
+        }
+        if (positions.empty())
+          for (int64_t j = 0; j < count; ++j) positions.push_back(j);
+        py[o] = static_cast<float>(reduce_one<float, double>(run, positions));
+      }
+    });
     return true;
   }
 

@@ -1,9 +1,11 @@
 // Float Sum and Mean reductions over the last axes (the contiguous-run path) and over inner
 // blocks (the row-vector path) against sums in long double, for lengths around the eight-lane
-// split and for a global average pool's shape.
+// split and for a global average pool's shape; LogSumExp over the last axis (its vector path)
+// against long double, with infinities and NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "model_builder.hpp"
@@ -64,6 +66,44 @@ TEST(Reduce, SumsAndMeansOverTrailingAndInnerAxesMatchLongDoubleSums) {
               << op << " " << shape_str(c.shape) << " at " << o << "," << i;
         }
     }
+}
+
+TEST(Reduce, LogSumExpOverTheLastAxisWithinAMillionthOfLongDouble) {
+  std::mt19937 rng(28);
+  std::uniform_real_distribution<float> u(-40.0f, 40.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  // Lengths around the lanes (8, 16) and the blocks of 1024; then a row holding +inf, one
+  // holding a NaN and one of -inf only.
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{17}, int64_t{1025}, int64_t{32000}}) {
+    const int64_t rows = 5;
+    ModelBuilder b(13);
+    b.input("x", 1, {rows, n}).output_any("y", 1);
+    b.node("ReduceLogSumExp", {"x"}, {"y"}, [](auto& node) {
+      ModelBuilder::set_ints(node, "axes", {1});
+      ModelBuilder::set_int(node, "keepdims", 0);
+    });
+    const std::string bytes = b.bytes();
+    Session s = Session::from_bytes(bytes.data(), bytes.size());
+    Tensor x = Tensor::empty(DType::Float, {rows, n});
+    float* px = x.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) px[i] = u(rng);
+    px[2 * n + n - 1] = inf;
+    px[3 * n + n / 2] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < n; ++i) px[4 * n + i] = -inf;
+    const Tensor y = s.run({{"x", x}})[0].tensor();
+    ASSERT_EQ(y.numel(), rows);
+    for (int64_t r = 0; r < 2; ++r) {
+      long double m = px[r * n], sum = 0;
+      for (int64_t i = 0; i < n; ++i) m = std::max<long double>(m, px[r * n + i]);
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<long double>(px[r * n + i]) - m);
+      const double want = static_cast<double>(m + std::log(sum));
+      EXPECT_NEAR(y.data<float>()[r], want, 1e-6 * std::max(1.0, std::abs(want))) << n << " " << r;
+    }
+    // As the general loop computes it: exp(inf - inf) and exp(-inf + inf) are NaN.
+    EXPECT_TRUE(std::isnan(y.data<float>()[2])) << n;
+    EXPECT_TRUE(std::isnan(y.data<float>()[3])) << n;
+    EXPECT_TRUE(std::isnan(y.data<float>()[4])) << n;
+  }
 }
 
 }  // namespace

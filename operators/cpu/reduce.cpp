@@ -150,6 +150,21 @@ class Reduce final : public Kernel {
     return true;
   }
 
+  // The maximum or minimum (`pick`) of run[0, count) from `start`, in eight lanes; `pick(v, m)`
+  // keeps m for a NaN v, so NaNs are skipped.
+  template <class Pick>
+  static float extreme_of_run(const float* run, int64_t count, float start, Pick pick) {
+    float part[8];
+    std::fill(part, part + 8, start);
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8)
+      for (int k = 0; k < 8; ++k) part[k] = pick(run[i + k], part[k]);
+    for (int k = 0; i < count; ++i, ++k) part[k] = pick(run[i], part[k]);
+    float m = start;
+    for (float v : part) m = pick(v, m);
+    return m;
+  }
+
   // Max and Min of f32 over one block, as the general loop computes them (NaNs skipped):
   // contiguous runs in eight lanes, or rows of columns.
   bool extreme_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {
@@ -166,16 +181,7 @@ class Reduce final : public Kernel {
     if (inner == 1) {
       parallel_chunks(outer, std::max<int64_t>(1, 65536 / count), [&](int64_t lo, int64_t hi) {
         for (int64_t o = lo; o < hi; ++o) {
-          const float* run = px + o * count;
-          float part[8];
-          std::fill(part, part + 8, start);
-          int64_t i = 0;
-          for (; i + 8 <= count; i += 8)
-            for (int k = 0; k < 8; ++k) part[k] = pick(run[i + k], part[k]);
-          for (int k = 0; i < count; ++i, ++k) part[k] = pick(run[i], part[k]);
-          float m = start;
-          for (float v : part) m = pick(v, m);
-          py[o] = m;
+          py[o] = extreme_of_run(px + o * count, count, start, pick);
         }
       });
       return true;
@@ -236,14 +242,8 @@ class Reduce final : public Kernel {
       std::vector<int64_t> positions;
       for (int64_t o = lo; o < hi; ++o) {
         const float* run = px + o * count;
-        float part[8];
-        std::fill(part, part + 8, -std::numeric_limits<float>::infinity());
-        int64_t i = 0;
-        for (; i + 8 <= count; i += 8)
-          for (int k = 0; k < 8; ++k) part[k] = run[i + k] > part[k] ? run[i + k] : part[k];
-        for (int k = 0; i < count; ++i, ++k) part[k] = run[i] > part[k] ? run[i] : part[k];
-        float m = part[0];
-        for (float v : part) m = v > m ? v : m;
+        const float m = extreme_of_run(run, count, -std::numeric_limits<float>::infinity(),
+                                       [](float v, float m) { return v > m ? v : m; });
         if (std::isfinite(m)) {
           py[o] = static_cast<float>(static_cast<double>(m) +
                                      std::log(sum_exp_shifted_f32(run, count, m)));

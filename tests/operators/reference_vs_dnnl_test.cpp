@@ -49,11 +49,12 @@ TEST(ReferenceVsDnnl, Conv) {
       {{1, 3, 17}, {5, 3, 4}, 1, {3}, {}, {2}, "SAME_LOWER"},
       {{1, 2, 5, 6, 7}, {4, 2, 3, 3, 3}, 1, {1, 2, 1}, {1, 1, 1, 1, 1, 1}, {1, 1, 1}, ""},
       // 1-D, run as 2-D of unit height: Conformer's depthwise 31 taps, wav2vec2's strided
-      // layers (on blocks of 16 channels with AVX-512), grouped and dilated
+      // layers (on blocks of 16 channels with AVX-512), grouped and dilated, one channel in
       {{1, 24, 50}, {24, 1, 31}, 24, {1}, {15, 15}, {1}, ""},
       {{2, 32, 41}, {48, 32, 3}, 1, {2}, {1, 0}, {1}, ""},
       {{1, 16, 30}, {32, 16, 2}, 1, {2}, {}, {1}, ""},
       {{1, 12, 40}, {12, 3, 3}, 4, {1}, {2, 2}, {2}, ""},
+      {{2, 1, 83}, {32, 1, 10}, 1, {5}, {}, {1}, ""},  // a waveform's first layer, into blocks
   };
   for (const auto& c : cases) {
     const Tensor x = random_double(c.x, rng), w = random_double(c.w, rng),

@@ -346,20 +346,20 @@ class Conv final : public Kernel {
           block_channels(x_layout_) || as_stored ? activation_md(x, cdt, x_layout_) : free_src;
       dnnl::memory::desc dst_any =
           block_channels(layout_) || as_stored ? activation_md(s.out, y_dt, layout_) : free_dst;
-      // Free to pick, oneDNN 2.6 runs a strided 1-D convolution over many channels on its
-      // channels-last brgconv, at 125-175 GFLOP/s where its kernel on blocks of 16 channels runs
-      // 215-225 (wav2vec2's feature encoder: 512 -> 512 channels, 3 and 2 taps, stride 2,
-      // 2000-16000 steps; 2 threads, Zen 4): those are asked for blocks. (With 10 taps and stride 5
-      // neither form won over the other.) A waveform's first layer (one channel in, 512 out, 10
-      // taps, stride 5) read as stored and written in blocks runs the blocked kernel too, and
-      // blocks go back to channels-first by a fast reorder where channels-last went by a
-      // transpose: 0.31 ms + 0.47 -> 0.17 + 0.10 over a second of audio.
-      const bool blocks_out = lift && cpu_has_avx512() && s.group == 1 && s.m % 16 == 0;
-      if (blocks_out && x[1] % 16 == 0 && s.win.strides[1] > 1 && s.win.kernel[1] <= 4) {
-        src_any = dnnl::memory::desc(dims(x.begin(), x.end()), cdt, tag::nChw16c);
-        dst_any = dnnl::memory::desc(dims(s.out.begin(), s.out.end()), y_dt, tag::nChw16c);
-      } else if (blocks_out && x[1] < 4) {
-        src_any = plain_src;
+      // A 1-D convolution over whole blocks of channels runs on oneDNN's blocked kernels: left
+      // free, oneDNN 2.6 picks its channels-last brgconv, at 125-175 GFLOP/s on wav2vec2's strided
+      // 512-channel layers where the blocked kernel runs 215-225, and the channels-first tensors
+      // around it then go in and out by transposes where blocks reorder fast. Input reorder,
+      // convolution and output reorder, 2 threads, Zen 4 (/tmp oneDNN benchmark): 512 -> 512,
+      // 3 taps, stride 2, 3199 steps 14.9 -> 11.6 ms; 256 -> 512 pointwise over 500 steps 0.88
+      // -> 0.60; 80 -> 384, 3 taps, 3000 steps 3.04 -> 2.51; 384 -> 384 12.6-13.0 -> 12.0-12.1;
+      // 10 taps stride 5 over 50000 steps 369-376 -> 314-321. A waveform's first layer (one
+      // channel in) reads X as stored: 0.31 ms + a 0.47 transpose -> 0.17 + 0.10 over a second of
+      // audio.
+      if (lift && cpu_has_avx512() && s.group == 1 && s.m % 16 == 0 &&
+          (x[1] % 16 == 0 || x[1] < 4)) {
+        src_any = x[1] % 16 == 0 ? dnnl::memory::desc(dims(x.begin(), x.end()), cdt, tag::nChw16c)
+                                 : plain_src;
         dst_any = dnnl::memory::desc(dims(s.out.begin(), s.out.end()), y_dt, tag::nChw16c);
       }
       const dnnl::memory::desc w_any(dims(wshape.begin(), wshape.end()), cdt, tag::any);

@@ -54,7 +54,8 @@ TEST(ReferenceVsDnnl, Conv) {
       {{2, 32, 41}, {48, 32, 3}, 1, {2}, {1, 0}, {1}, ""},
       {{1, 16, 30}, {32, 16, 2}, 1, {2}, {}, {1}, ""},
       {{1, 12, 40}, {12, 3, 3}, 4, {1}, {2, 2}, {2}, ""},
-      {{2, 1, 83}, {32, 1, 10}, 1, {5}, {}, {1}, ""},  // a waveform's first layer, into blocks
+      {{2, 1, 83}, {32, 1, 10}, 1, {5}, {}, {1}, ""},   // a waveform's first layer, into blocks
+      {{1, 16, 25}, {32, 16, 1}, 1, {1}, {}, {1}, ""},  // pointwise, on blocks
   };
   for (const auto& c : cases) {
     const Tensor x = random_double(c.x, rng), w = random_double(c.w, rng),

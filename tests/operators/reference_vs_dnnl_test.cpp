@@ -207,6 +207,10 @@ TEST(ReferenceVsDnnl, Pooling) {
         });
       }
   expect_same("GlobalAveragePool", {random_double({3, 13, 7, 5}, rng)});
+  // Channels-first global means of 1, 2 and 3 spatial axes on volt's plane loop (runs of pixels
+  // around its 64-float runs and the 8192-float bands).
+  for (const Shape& x : {Shape{2, 5, 3199}, Shape{1, 3, 130, 67}, Shape{2, 3, 4, 5, 6}})
+    expect_same("GlobalAveragePool", {random_double(x, rng)}, {}, 13, true);
   expect_same("GlobalMaxPool", {random_double({1, 24, 7, 5}, rng)});
 }
 

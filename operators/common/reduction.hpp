@@ -1,6 +1,8 @@
 // What the Reduce* ops share across devices: which reduction, which axes (an attribute before
 // the opset where they became input 1), and the output shape.
 #pragma once
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "operators/common/axes_input.hpp"
@@ -44,5 +46,20 @@ struct ReduceAttributes {
   bool keepdims, noop_with_empty_axes;
   AxesInput axes;
 };
+
+// The maximum or minimum (`pick`) of run[0, count) from `start`, in eight independent lanes;
+// `pick(v, m)` keeps m for a NaN v, so NaNs are skipped (ReduceMax/Min, LogSumExp, Hardmax).
+template <class Pick>
+float extreme_of_run(const float* run, int64_t count, float start, Pick pick) {
+  float part[8];
+  std::fill(part, part + 8, start);
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8)
+    for (int k = 0; k < 8; ++k) part[k] = pick(run[i + k], part[k]);
+  for (int k = 0; i < count; ++i, ++k) part[k] = pick(run[i], part[k]);
+  float m = start;
+  for (float v : part) m = pick(v, m);
+  return m;
+}
 
 }  // namespace volt

@@ -150,21 +150,6 @@ class Reduce final : public Kernel {
     return true;
   }
 
-  // The maximum or minimum (`pick`) of run[0, count) from `start`, in eight lanes; `pick(v, m)`
-  // keeps m for a NaN v, so NaNs are skipped.
-  template <class Pick>
-  static float extreme_of_run(const float* run, int64_t count, float start, Pick pick) {
-    float part[8];
-    std::fill(part, part + 8, start);
-    int64_t i = 0;
-    for (; i + 8 <= count; i += 8)
-      for (int k = 0; k < 8; ++k) part[k] = pick(run[i + k], part[k]);
-    for (int k = 0; i < count; ++i, ++k) part[k] = pick(run[i], part[k]);
-    float m = start;
-    for (float v : part) m = pick(v, m);
-    return m;
-  }
-
   // Max and Min of f32 over one block, as the general loop computes them (NaNs skipped):
   // contiguous runs in eight lanes, or rows of columns.
   bool extreme_block_f32(const Tensor& x, const ReducePlan& p, Tensor& y) const {

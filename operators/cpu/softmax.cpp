@@ -8,6 +8,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/parallel.hpp"
+#include "operators/common/reduction.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/common/vector_exp.hpp"
@@ -120,6 +121,27 @@ class Softmax final : public Kernel {
       parallel_chunks(e.outer, rows_per_task, [&](int64_t lo, int64_t hi) {
         softmax_rows_f32(px + lo * e.n, py + lo * e.n, hi - lo, e.n, log);
       });
+      return;
+    }
+    if (x.dtype() == DType::Float && e.inner == 1 && kind_ == SoftmaxKind::Hardmax) {
+      // Rows of f32: the row's maximum in lanes, then its first position (the reference loop's
+      // choice: the first of equal maxima, NaNs never, position 0 for a row without a number
+      // above -inf), the row zeroed and that position set. The loop took 2.3 ms on [64, 32000].
+      const auto* px = static_cast<const float*>(x.raw());
+      auto* py = static_cast<float*>(ctx.output(0).raw());
+      const float lowest = -std::numeric_limits<float>::infinity();
+      parallel_chunks(e.outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(e.n, 1)),
+                      [&](int64_t lo, int64_t hi) {
+                        for (int64_t o = lo; o < hi; ++o) {
+                          const float* row = px + o * e.n;
+                          const float m = extreme_of_run(
+                              row, e.n, lowest, [](float v, float m) { return v > m ? v : m; });
+                          const int64_t arg =
+                              m > lowest ? std::find(row, row + e.n, m) - row : int64_t{0};
+                          std::fill(py + o * e.n, py + (o + 1) * e.n, 0.0f);
+                          if (e.n > 0) py[o * e.n + arg] = 1.0f;
+                        }
+                      });
       return;
     }
     if (x.dtype() == DType::Float && kind_ != SoftmaxKind::Hardmax) {

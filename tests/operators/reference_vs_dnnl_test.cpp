@@ -404,6 +404,34 @@ TEST(ReferenceVsDnnl, SoftmaxFamilyOnEveryAxis) {
             op, {x}, [&](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", axis); }, opset);
 }
 
+// Hardmax of f32 rows on its lane loop against the float64 reference loop: random rows (opset 11
+// coerces to 2-D, 13 takes the last axis), then rows with a tie (the first wins), with NaNs
+// (never chosen), of -inf only and of NaN only (position 0).
+TEST(ReferenceVsDnnl, HardmaxRowsWithTiesNaNsAndInfinities) {
+  std::mt19937 rng(29);
+  const Tensor x = random_double({3, 5, 37}, rng, -4, 4);
+  for (int opset : {11, 13})
+    expect_same(
+        "Hardmax", {x}, [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", -1); }, opset);
+  Tensor special = random_double({4, 19}, rng, -4, 4);
+  double* v = special.data<double>();
+  v[3] = v[11] = 9.0;                                    // a tie: position 3
+  v[19 + 2] = std::numeric_limits<double>::quiet_NaN();  // a NaN among numbers
+  for (int j = 0; j < 19; ++j) v[2 * 19 + j] = -std::numeric_limits<double>::infinity();
+  for (int j = 0; j < 19; ++j) v[3 * 19 + j] = std::numeric_limits<double>::quiet_NaN();
+  const Tensor y = run_op(
+      "Hardmax", {special}, DType::Float,
+      [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", -1); }, 13);
+  const Tensor want = run_op(
+      "Hardmax", {special}, DType::Double,
+      [](onnx::NodeProto& n) { ModelBuilder::set_int(n, "axis", -1); }, 13);
+  // (run_op returns both runs' outputs as float64.)
+  for (int64_t i = 0; i < 4 * 19; ++i) EXPECT_EQ(y.data<double>()[i], want.data<double>()[i]) << i;
+  EXPECT_EQ(y.data<double>()[3], 1.0);
+  EXPECT_EQ(y.data<double>()[2 * 19], 1.0);
+  EXPECT_EQ(y.data<double>()[3 * 19], 1.0);
+}
+
 // Along an outer axis f32 runs by columns of each plane, 512 at a time: planes wider than that,
 // with masked (-inf) positions.
 TEST(ReferenceVsDnnl, SoftmaxAlongOuterAxesOfWidePlanes) {

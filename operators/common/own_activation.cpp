@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "operators/common/cpu_isa.hpp"
+#include "operators/common/parallel.hpp"
 
 namespace volt {
 namespace {
@@ -71,6 +72,11 @@ void apply_own_activation(const FusedActivation& act, float* x, int64_t n) {
     gate_in_place<true>(x, n);
   else
     gate_in_place<false>(x, n);
+}
+
+void apply_own_activation_in_parallel(const FusedActivation& act, float* x, int64_t n) {
+  parallel_chunks(n, 16384,
+                  [&](int64_t lo, int64_t hi) { apply_own_activation(act, x + lo, hi - lo); });
 }
 
 }  // namespace volt

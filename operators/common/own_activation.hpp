@@ -22,4 +22,7 @@ bool has_own_activation(const FusedActivation& act);
 // NaN.
 void apply_own_activation(const FusedActivation& act, float* x, int64_t n);
 
+// The same over the session's threads, for a kernel whose primitive ran over all of them.
+void apply_own_activation_in_parallel(const FusedActivation& act, float* x, int64_t n);
+
 }  // namespace volt

@@ -13,7 +13,6 @@
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/own_activation.hpp"
-#include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/width_buckets.hpp"
 #include "operators/cpu/conv_few_channels.hpp"
@@ -247,11 +246,7 @@ class Conv final : public Kernel {
 
   // The activation the primitive left to volt, over every float Y stores.
   void activate(const ConvState& st, Tensor& y) const {
-    if (!st.own_activation) return;
-    float* data = y.data<float>();
-    parallel_chunks(y.numel(), 16384, [&](int64_t lo, int64_t hi) {
-      apply_own_activation(act_, data + lo, hi - lo);
-    });
+    if (st.own_activation) apply_own_activation_in_parallel(act_, y.data<float>(), y.numel());
   }
 
   // The primitive on X and Y at these addresses (the node's, or their widened copies).

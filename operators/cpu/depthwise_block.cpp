@@ -36,7 +36,6 @@
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/fused_activation.hpp"
 #include "operators/common/own_activation.hpp"
-#include "operators/common/parallel.hpp"
 #include "operators/cpu/conv_geometry.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
@@ -219,10 +218,10 @@ class DepthwiseBlock final : public Kernel {
                  const float* r, float* y, char* workspace, bool spread) const {
     auto activate = [&](const FusedActivation& act, float* data, int64_t rows, int64_t row_floats) {
       const int64_t count = st.images * rows * row_floats;
-      if (!spread) return apply_own_activation(act, data, count);
-      parallel_chunks(count, 16384, [&](int64_t lo, int64_t hi) {
-        apply_own_activation(act, data + lo, hi - lo);
-      });
+      if (spread)
+        apply_own_activation_in_parallel(act, data, count);
+      else
+        apply_own_activation(act, data, count);
     };
     float* expanded = reinterpret_cast<float*>(workspace);
     float* filtered = reinterpret_cast<float*>(workspace + st.expanded_bytes);

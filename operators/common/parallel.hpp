@@ -8,6 +8,10 @@
 #pragma once
 #include <cstdint>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace volt {
 
 template <class Body>
@@ -32,6 +36,28 @@ inline void parallel_chunks(int64_t n, int64_t grain, Body&& body) {
     const int64_t lo = c * grain;
     body(lo, n - lo < grain ? n : lo + grain);
   });
+}
+
+// body(rank, size, barrier) on a team of at most `team` threads at once, for work whose threads
+// must meet between phases (a recurrence's steps): barrier() returns when every thread of the
+// team has called it. `size` is the team OpenMP gave (fewer than asked inside another parallel
+// region): the body splits its work by it. Nothing may be thrown out of the body.
+template <class Body>
+inline void parallel_team(int64_t team, Body&& body) {
+#ifdef _OPENMP
+  if (team > 1) {
+#pragma omp parallel num_threads(static_cast <int>(team))
+    {
+      const auto barrier = [] {
+#pragma omp barrier
+      };
+      body(static_cast<int64_t>(omp_get_thread_num()), static_cast<int64_t>(omp_get_num_threads()),
+           barrier);
+    }
+    return;
+  }
+#endif
+  body(int64_t{0}, int64_t{1}, [] {});
 }
 
 }  // namespace volt

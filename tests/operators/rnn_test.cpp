@@ -1,7 +1,8 @@
-// RNN, GRU and LSTM on oneDNN's primitives (constant weights, fp32) against the reference loop
-// in float64, in both directions and layouts, with initial states, biases, peepholes and
-// linear_before_reset. fp32 through up to 20 steps of a cell whose gates saturate: 2e-5
-// absolute on outputs in [-1, 1] (states of order 1).
+// RNN, GRU and LSTM on oneDNN's primitives and LSTMs at small batches on volt's own loop
+// (constant weights, fp32) against the reference loop in float64, in both directions and
+// layouts, with initial states, biases, peepholes and linear_before_reset. fp32 through up to 20
+// steps of a cell whose gates saturate: 2e-5 absolute on outputs in [-1, 1] (states of order 1;
+// the own loop's tanh and sigmoid are within 1e-7 absolute).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -23,6 +24,9 @@ struct RnnCase {
   std::string activation;  // RNN only
   bool sequence_lens = false;
   bool weights_fed = false;  // W, R, B, P graph inputs (as training feeds them), not constants
+  int64_t batch = 3;         // LSTMs up to 4 run volt's own loop, past it oneDNN's primitive
+  int64_t hidden = 6;
+  std::vector<int64_t> lens;  // with sequence_lens: each batch row's (default: all full)
 };
 
 int64_t gates(const std::string& op) {
@@ -46,10 +50,12 @@ void add_constant(ModelBuilder& b, const std::string& name, const std::vector<in
 struct Outputs {
   std::vector<std::vector<double>> values;  // Y, Y_h (and Y_c)
   std::string reference;                    // why the op ran its reference loop
+  size_t packs = 0;                         // weights packed for oneDNN by the session
 };
 
 Outputs run_rnn(const RnnCase& c, bool f64) {
-  constexpr int64_t seq = 7, batch = 3, in = 5, h = 6;
+  constexpr int64_t seq = 7, in = 5;
+  const int64_t batch = c.batch, h = c.hidden;
   const int64_t dirs = c.direction == "bidirectional" ? 2 : 1, g = gates(c.op);
   std::mt19937 rng(17);
   std::uniform_real_distribution<double> u(-0.6, 0.6);
@@ -73,7 +79,9 @@ Outputs run_rnn(const RnnCase& c, bool f64) {
     ins[3] = "B";
   }
   if (c.sequence_lens) {
-    b.initializer_i64("lens64", {batch}, {seq, seq, seq});
+    b.initializer_i64(
+        "lens64", {batch},
+        c.lens.empty() ? std::vector<int64_t>(static_cast<size_t>(batch), seq) : c.lens);
     ins[4] = "lens";
   }
   if (c.initial) {
@@ -118,6 +126,7 @@ Outputs run_rnn(const RnnCase& c, bool f64) {
       },
       "rnn");
   const std::string bytes = b.bytes();
+  const size_t packs_before = dnnl_adapter::packed_weights().packs();
   Session s =
       Session::from_bytes(bytes.data(), bytes.size(), testing::test_options({.threads = 2}));
   NamedValues feeds;
@@ -143,6 +152,7 @@ Outputs run_rnn(const RnnCase& c, bool f64) {
   RunProfile profile;
   const auto result = s.run(feeds, {}, {.profile = &profile});
   Outputs out;
+  out.packs = dnnl_adapter::packed_weights().packs() - packs_before;
   for (const ProfileEvent& e : profile.events)
     if (e.node == "rnn") out.reference = e.reference;
   for (const Value& v : result) {
@@ -152,6 +162,16 @@ Outputs run_rnn(const RnnCase& c, bool f64) {
     out.values.push_back(d);
   }
   return out;
+}
+
+// Every output within 2e-5 of the float64 reference's (see the file's comment).
+void expect_same_outputs(const Outputs& f32, const Outputs& f64, const std::string& what) {
+  ASSERT_EQ(f32.values.size(), f64.values.size()) << what;
+  for (size_t k = 0; k < f32.values.size(); ++k) {
+    ASSERT_EQ(f32.values[k].size(), f64.values[k].size()) << what;
+    for (size_t i = 0; i < f32.values[k].size(); ++i)
+      ASSERT_NEAR(f32.values[k][i], f64.values[k][i], 2e-5) << what << " output " << k << " " << i;
+  }
 }
 
 // (Sessions of two threads: bidirectional nodes over time-major data with constant weights run
@@ -173,6 +193,10 @@ TEST(Recurrent, OneDnnAgreesWithTheReference) {
       {"LSTM", "bidirectional", 0, true, true, true, false, "", false, true},
       {"GRU", "reverse", 1, true, true, false, true, "", false, true},
       {"RNN", "forward", 0, true, false, false, false, "Tanh", false, true},
+      // Past batch 4, LSTMs on oneDNN's primitive.
+      {"LSTM", "bidirectional", 0, true, true, true, false, "", false, false, 6},
+      {"LSTM", "reverse", 1, true, true, false, false, "", false, false, 6},
+      {"LSTM", "forward", 0, false, true, false, false, "", false, true, 6},
   };
   for (const auto& c : cases) {
     const std::string what = c.op + " " + c.direction + " layout " + std::to_string(c.layout) +
@@ -180,14 +204,36 @@ TEST(Recurrent, OneDnnAgreesWithTheReference) {
                              (c.lbr ? " lbr" : "") + (c.weights_fed ? " weights fed" : "");
     const Outputs f32 = run_rnn(c, false), f64 = run_rnn(c, true);
     EXPECT_EQ(f32.reference, "") << what;
-    EXPECT_FALSE(f64.reference.empty()) << what;
-    ASSERT_EQ(f32.values.size(), f64.values.size()) << what;
-    for (size_t k = 0; k < f32.values.size(); ++k) {
-      ASSERT_EQ(f32.values[k].size(), f64.values[k].size()) << what;
-      for (size_t i = 0; i < f32.values[k].size(); ++i)
-        ASSERT_NEAR(f32.values[k][i], f64.values[k][i], 2e-5)
-            << what << " output " << k << " " << i;
+    // (Constant LSTM weights are packed for oneDNN's primitive, never for the own loop.)
+    if (c.op == "LSTM" && !c.weights_fed) {
+      EXPECT_EQ(f32.packs > 0, c.batch > 4) << what;
     }
+    EXPECT_FALSE(f64.reference.empty()) << what;
+    expect_same_outputs(f32, f64, what);
+  }
+}
+
+// LSTMs at batches up to 4 on volt's own loop: rows of different lengths (sequence_lens, which
+// oneDNN's primitive does not take), hidden sizes that do not split into whole vectors across
+// the two threads (40: 32 + 8 units), one hidden unit, a batch of 4, weights fed at run time.
+TEST(Recurrent, SmallBatchLstmAgreesWithTheReference) {
+  const std::vector<RnnCase> cases = {
+      {"LSTM", "forward", 0, true, true, false, false, "", true, false, 3, 6, {7, 2, 0}},
+      {"LSTM", "bidirectional", 1, true, true, true, false, "", true, false, 2, 6, {3, 7}},
+      {"LSTM", "reverse", 0, false, true, true, false, "", true, false, 4, 40, {5, 7, 1, 6}},
+      {"LSTM", "forward", 1, true, false, false, false, "", false, false, 1, 40},
+      {"LSTM", "bidirectional", 0, true, true, false, false, "", false, false, 4, 1},
+      {"LSTM", "forward", 0, true, true, true, false, "", false, true, 2, 33},
+  };
+  for (const auto& c : cases) {
+    const std::string what = c.direction + " layout " + std::to_string(c.layout) + " batch " +
+                             std::to_string(c.batch) + " hidden " + std::to_string(c.hidden) +
+                             (c.sequence_lens ? " with lengths" : "") +
+                             (c.weights_fed ? " weights fed" : "");
+    const Outputs f32 = run_rnn(c, false), f64 = run_rnn(c, true);
+    EXPECT_EQ(f32.reference, "") << what;
+    EXPECT_EQ(f32.packs, 0u) << what << ": not on the own loop";
+    expect_same_outputs(f32, f64, what);
   }
 }
 
@@ -219,7 +265,8 @@ TEST(Recurrent, PlansForNewLengthsShareTheWeights) {
     return v;
   };
   ModelBuilder b;
-  b.input("x", 1, {-1, 1, in}).output("y", 1, {});
+  constexpr int64_t batch = 8;  // (past the own loop's batches: oneDNN's primitive packs W)
+  b.input("x", 1, {-1, batch, in}).output("y", 1, {});
   b.initializer("W", {1, 4 * h, in}, values(4 * h * in))
       .initializer("R", {1, 4 * h, h}, values(4 * h * h))
       .initializer("B", {1, 8 * h}, values(8 * h));
@@ -227,7 +274,7 @@ TEST(Recurrent, PlansForNewLengthsShareTheWeights) {
          [&](auto& n) { ModelBuilder::set_int(n, "hidden_size", h); });
   const std::string bytes = b.bytes();
   auto input = [&](int64_t t) {
-    Tensor x = Tensor::empty(DType::Float, {t, 1, in});
+    Tensor x = Tensor::empty(DType::Float, {t, batch, in});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
     return x;
   };
@@ -274,7 +321,7 @@ TEST(Recurrent, NewLengthsRunAsChunksOfKeptPrimitives) {
                                    {"RNN", "bidirectional", false, false, false}};
   std::mt19937 rng(29);
   std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-  const int64_t in = 6, h = 5, batch = 2;
+  const int64_t in = 6, h = 5, batch = 6;  // (LSTMs past batch 4 run oneDNN's primitive)
   auto values = [&](int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
     for (auto& e : v) e = u(rng);

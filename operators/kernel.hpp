@@ -24,6 +24,12 @@ struct TypeShape {
   static TypeShape of(const Value& v);
 };
 
+// Whether two values have the same kind, dtype and shape (and both are known or both not).
+inline bool same_type(const TypeShape& a, const TypeShape& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.shape_known == b.shape_known &&
+         a.shape == b.shape;
+}
+
 // Thrown by InferContext::input() when an input's shape is only known at run time; the
 // planner then defers the node's kernel choice and inference to the run.
 struct ShapeUnknown {};

@@ -37,6 +37,10 @@ class NodeInferContext final : public InferContext {
     return *inputs_[i];
   }
   const Value* input_value(size_t i) const override {
+    if (i < 64)
+      values_read |= uint64_t{1} << i;
+    else
+      values_read_beyond = true;
     return i < values_.size() ? values_[i] : nullptr;
   }
   size_t output_count() const override { return outputs.size(); }
@@ -89,6 +93,10 @@ class NodeInferContext final : public InferContext {
   std::shared_ptr<void> state;
   size_t scratch_bytes = 0;
   std::string reference;  // why the kernel runs its reference loop; empty on a fast path
+  // The inputs whose values infer() asked for (bit i: input i; past 64, values_read_beyond):
+  // what a run-time choice depends on beside the types (DeferredChoices).
+  mutable uint64_t values_read = 0;
+  mutable bool values_read_beyond = false;
   std::vector<CopyOfInput> restorers;  // by input: see keeps_copy_of_input
 
  private:

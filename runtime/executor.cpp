@@ -228,6 +228,11 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       std::vector<TypeShape> in_types;
       std::vector<const TypeShape*> in_type_ptrs;
       std::optional<NodeInferContext> run_infer;
+      // A deferred step's choice at this run: made now (run_infer) or the last run's (kept).
+      std::shared_ptr<const DeferredChoice> kept;
+      const std::vector<TypeShape>* run_outputs = nullptr;
+      size_t run_scratch_bytes = 0;
+      const std::string* run_reference = nullptr;
       if (!st.shapes_static) {
         in_types.resize(ins.size());
         in_type_ptrs.assign(ins.size(), nullptr);
@@ -237,6 +242,15 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
             in_type_ptrs[i] = &in_types[i];
           }
         check_input_type_groups(node, in_type_ptrs);
+        const bool keeps_choice = st.deferred_choices && !on_accelerator;
+        if (keeps_choice) kept = st.deferred_choices->find(in_types, ins);
+        if (kept) {
+          run_kernel = kept->kernel;
+          kernel_name = &kept->def->name;
+          chosen = kept->def;
+        }
+        uint64_t values_read = 0;
+        bool values_read_beyond = false;
         std::string reasons;
         for (const std::string* device : kernel_devices(cg, node)) {
           if (run_kernel) break;
@@ -255,10 +269,14 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
             try {
               k.infer(*run_infer);
             } catch (const KernelUnsupported& u) {
+              values_read |= run_infer->values_read;
+              values_read_beyond |= run_infer->values_read_beyond;
               reasons += "; " + u.reason;
               run_infer.reset();
               continue;
             }
+            values_read |= run_infer->values_read;
+            values_read_beyond |= run_infer->values_read_beyond;
             run_kernel = &k;
             kernel_name = &def->name;
             chosen = def;
@@ -267,7 +285,18 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         }
         if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
         kernel = run_kernel;
-        state = run_infer->state.get();
+        if (!kept && keeps_choice && !on_accelerator) {
+          std::vector<char> constant(ins.size(), 0);
+          for (size_t i = 0; i < ins.size(); ++i)
+            constant[i] = st.inputs[i] >= 0 && plan.placement[st.inputs[i]] == Placement::Constant;
+          st.deferred_choices->remember(in_types, ins, values_read, values_read_beyond, constant,
+                                        {chosen, run_kernel, run_infer->state, run_infer->outputs,
+                                         run_infer->scratch_bytes, run_infer->reference});
+        }
+        state = kept ? kept->state.get() : run_infer->state.get();
+        run_outputs = kept ? &kept->outputs : &run_infer->outputs;
+        run_scratch_bytes = kept ? kept->scratch_bytes : run_infer->scratch_bytes;
+        run_reference = kept ? &kept->reference : &run_infer->reference;
       }
       // Each input where the kernel reads it: its step's device, except the host inputs of a
       // device kernel; Shape/Size and the copy nodes take values wherever they are.
@@ -287,7 +316,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         const int id = st.outputs[j];
         if (id < 0) continue;
         outs[j] = &vals[id];
-        const TypeShape& t = run_infer ? run_infer->outputs[j] : plan.types[id];
+        const TypeShape& t = run_outputs ? (*run_outputs)[j] : plan.types[id];
         const Placement p = plan.placement[id];
         if (p == Placement::Arena && st.shapes_static) {
           vals[id] = Tensor::view(t.dtype, t.shape, arena + plan.arena_offset[id], lease.arena);
@@ -304,13 +333,13 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       Tensor device_scratch;
       void* scratch = st.scratch_offset >= 0 ? arena + st.scratch_offset : nullptr;
       const size_t device_scratch_bytes =
-          run_infer ? run_infer->scratch_bytes : (on_accelerator ? st.scratch_bytes : 0);
+          run_outputs ? run_scratch_bytes : (on_accelerator ? st.scratch_bytes : 0);
       if (on_accelerator && device_scratch_bytes) {
         device_scratch = allocate_on_device(
             step_device, DType::UInt8, {static_cast<int64_t>(device_scratch_bytes)}, stream.stream);
         scratch = device_scratch.raw();
-      } else if (run_infer && run_infer->scratch_bytes) {
-        run_scratch.reset(new char[run_infer->scratch_bytes + 64]);
+      } else if (run_outputs && run_scratch_bytes) {
+        run_scratch.reset(new char[run_scratch_bytes + 64]);
         scratch = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(run_scratch.get()) + 63) &
                                           ~uintptr_t{63});
       }
@@ -330,7 +359,7 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         kernel->run(ctx);
         profile->events.push_back({node.name.empty() ? node.op_type : node.name, node.fused_op(),
                                    *kernel_name, start, control->elapsed_us() - start,
-                                   run_infer ? run_infer->reference : st.reference});
+                                   run_reference ? *run_reference : st.reference});
       } else {
         kernel->run(ctx);
       }

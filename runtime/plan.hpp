@@ -13,6 +13,7 @@
 #include "operators/kernel.hpp"
 #include "operators/registry.hpp"
 #include "runtime/compiled_graph.hpp"
+#include "runtime/deferred_choice.hpp"
 
 namespace volt {
 
@@ -40,7 +41,10 @@ struct PlanStep {
   bool on_accelerator = false;
   int64_t scratch_offset = -1;
   size_t scratch_bytes = 0;
-  std::string reference;     // why the kernel runs its reference loop (InferContext); empty if not
+  std::string reference;  // why the kernel runs its reference loop (InferContext); empty if not
+  // A step whose shapes are known only at run time: its last run's kernel choice, taken again
+  // where the next run's inputs are as they were (DeferredChoices). Each plan has its own.
+  std::shared_ptr<DeferredChoices> deferred_choices;
   std::vector<int> release;  // heap values to drop after this step (last use)
 };
 

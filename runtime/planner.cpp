@@ -196,11 +196,6 @@ bool same_constant(const Value& a, const Value& b) {
   return x.nbytes() <= kComparedBytes && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
 }
 
-bool same_type(const TypeShape& a, const TypeShape& b) {
-  return a.kind == b.kind && a.dtype == b.dtype && a.shape_known == b.shape_known &&
-         a.shape == b.shape;
-}
-
 // Whether value `id` is as it was in the previous plan (PlanInputs::previous): the same type, a
 // constant in both or in neither, and as a constant the same value. Judged once per value, when
 // it is planned: a node whose inputs all are plans as it did there.
@@ -520,6 +515,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     copied.planned(node_index, true,
                    c.deferred || in.shapes_vary ? no_restorers : c.ctx->restorers);
     for (const int id : step.outputs) judge(id);
+    if (!step.shapes_static) step.deferred_choices = std::make_shared<DeferredChoices>();
     plan->steps.push_back(std::move(step));
   }
 

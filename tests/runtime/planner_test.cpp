@@ -852,3 +852,70 @@ TEST(GraphRunner, GenericPlansTakeTheStepsWhoseInputsKeepTheirTypes) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// A step whose input shapes are known only at run time (here downstream of a Reshape to a shape
+// fed as an input) chooses its kernel at the run; runs whose inputs have the types of the last
+// one take that choice as it is: the Gemm's constant weights are packed once, not at every run.
+// A new type makes a new choice; a choice that read a value of the run (an Expand's target
+// shape) is never taken again, so each run's target shapes its output.
+TEST(GraphRunner, DeferredStepsKeepTheirChoiceWhileTheirInputsKeepTheirTypes) {
+  constexpr int64_t k = 64, n = 48;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(k * n);
+  for (auto& e : w) e = u(rng);
+  ModelBuilder b;
+  b.input("x", 1, {-1}).input("shape", 7, {2}).output("y", 1, {-1, -1});
+  b.initializer("W", {k, n}, w);
+  b.node("Reshape", {"x", "shape"}, {"a"}).node("Gemm", {"a", "W"}, {"y"});
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 1});
+  auto run = [&](int64_t rows, int64_t cols) {
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (auto& e : x) e = u(rng);
+    const Tensor y = s.run({{"x", Tensor::from(x, {rows * cols})},
+                            {"shape", Tensor::from(std::vector<int64_t>{rows, cols}, {2})}})[0]
+                         .tensor();
+    EXPECT_EQ(y.shape(), (Shape{rows, n}));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t p = 0; p < k; ++p) want += double(x[r * cols + p]) * w[p * n + j];
+        EXPECT_NEAR(y.data<float>()[r * n + j], want, 1e-4)
+            << rows << " rows, at " << r << "," << j;
+      }
+  };
+  run(3, k);
+  const size_t packs = dnnl_adapter::packed_weights().packs();
+  for (int i = 0; i < 4; ++i) run(3, k);
+  EXPECT_EQ(dnnl_adapter::packed_weights().packs(), packs)
+      << "the deferred Gemm prepared its weights again for inputs of the same type";
+  run(5, k);  // a new type: a new choice, right for it
+  run(3, k);
+  run(5, k);
+  // The same x type as the last run, another target: the Reshape's choice read the run's value, so
+  // it is remade. (x of 5 * 64 elements as [5, 64] and as [320]: the Gemm then refuses the rank,
+  // which says the Reshape was not taken from the run before.)
+  std::vector<float> x(5 * k, 0.5f);
+  EXPECT_THROW(s.run({{"x", Tensor::from(x, {5 * k})},
+                      {"shape", Tensor::from(std::vector<int64_t>{1, 5 * k}, {2})}}),
+               Error);
+  // An Expand to a shape fed at run time: the same input types, other target values, each run's
+  // own output shape.
+  ModelBuilder e;
+  e.input("to", 7, {2}).output("z", 1, {-1, -1}).initializer("one", {1}, {2.5f});
+  e.node("Expand", {"one", "to"}, {"z"});
+  const std::string expand_bytes = e.bytes();
+  Session expand = Session::from_bytes(expand_bytes.data(), expand_bytes.size(), {.threads = 1});
+  for (const auto& to : {Shape{2, 3}, Shape{2, 3}, Shape{3, 2}, Shape{1, 7}}) {
+    const Tensor z = expand.run({{"to", Tensor::from(std::vector<int64_t>(to), {2})}})[0].tensor();
+    EXPECT_EQ(z.shape(), to);
+    for (int64_t i = 0; i < z.numel(); ++i) EXPECT_EQ(z.data<float>()[i], 2.5f);
+  }
+}
+
+}  // namespace
+}  // namespace volt

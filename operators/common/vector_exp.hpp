@@ -41,4 +41,17 @@ inline float vector_exp(float x) {
   return x != x ? x : y;
 }
 
+// The logistic function by vector_exp: within 2 ulp of 1 / (1 + e^-x); NaN stays NaN.
+inline float vector_sigmoid(float x) {
+  return 1.0f / (1.0f + vector_exp(-x));
+}
+
+// tanh by e^(-2|x|): within 1e-7 absolute (the cancellation in 1 - t for small |x|), exact 0 at
+// 0 and +-1 past 9; NaN stays NaN.
+inline float vector_tanh(float x) {
+  const float t = vector_exp(-2.0f * (x < 0 ? -x : x));
+  const float y = (1.0f - t) / (1.0f + t);
+  return x < 0 ? -y : y;
+}
+
 }  // namespace volt

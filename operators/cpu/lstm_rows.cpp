@@ -95,16 +95,6 @@ VOLT_SIMD_CLONES void recurrent_products(const float* rows, int64_t count, int64
   }
 }
 
-[[gnu::always_inline]] inline float sigmoid(float x) {
-  return 1.0f / (1.0f + vector_exp(-x));
-}
-// tanh by e^(-2|x|): within 1e-7 absolute (the cancellation in 1 - t for small |x|).
-[[gnu::always_inline]] inline float tanh_of(float x) {
-  const float t = vector_exp(-2.0f * (x < 0 ? -x : x));
-  const float y = (1.0f - t) / (1.0f + t);
-  return x < 0 ? -y : y;
-}
-
 // One batch row's cell over `units` hidden units: gate pre-activations i, o, f, c (each
 // `units` long, input and recurrent products and biases summed), the cell state c updated in
 // place, h written. Peepholes p_i, p_o, p_f (null without).
@@ -113,18 +103,19 @@ VOLT_SIMD_CLONES void lstm_cell(const float* gi, const float* go, const float* g
                                 float* h, int64_t units) {
   if (p_i) {
     for (int64_t j = 0; j < units; ++j) {
-      const float i = sigmoid(gi[j] + p_i[j] * c[j]), f = sigmoid(gf[j] + p_f[j] * c[j]);
-      const float cell = f * c[j] + i * tanh_of(gc[j]);
+      const float i = vector_sigmoid(gi[j] + p_i[j] * c[j]),
+                  f = vector_sigmoid(gf[j] + p_f[j] * c[j]);
+      const float cell = f * c[j] + i * vector_tanh(gc[j]);
       c[j] = cell;
-      h[j] = sigmoid(go[j] + p_o[j] * cell) * tanh_of(cell);
+      h[j] = vector_sigmoid(go[j] + p_o[j] * cell) * vector_tanh(cell);
     }
     return;
   }
   for (int64_t j = 0; j < units; ++j) {
-    const float i = sigmoid(gi[j]), f = sigmoid(gf[j]), o = sigmoid(go[j]);
-    const float cell = f * c[j] + i * tanh_of(gc[j]);
+    const float i = vector_sigmoid(gi[j]), f = vector_sigmoid(gf[j]), o = vector_sigmoid(go[j]);
+    const float cell = f * c[j] + i * vector_tanh(gc[j]);
     c[j] = cell;
-    h[j] = o * tanh_of(cell);
+    h[j] = o * vector_tanh(cell);
   }
 }
 

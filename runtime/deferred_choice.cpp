@@ -20,16 +20,12 @@ std::shared_ptr<const DeferredChoice> DeferredChoices::find(
 
 void DeferredChoices::remember(std::span<const TypeShape> types,
                                std::span<const Value* const> values, uint64_t read,
-                               bool read_beyond, std::span<const char> constant,
                                DeferredChoice choice) {
-  if (read_beyond || types.size() > 64 || values.size() != types.size()) return;
+  if (types.size() > 64 || values.size() != types.size()) return;
   auto e = std::make_shared<Entry>();
   e->read_constants.assign(types.size(), nullptr);
-  for (size_t i = 0; i < types.size(); ++i) {
-    if (!(read >> i & 1) || !values[i]) continue;
-    if (!constant[i]) return;  // it read a value of this run
-    e->read_constants[i] = values[i];
-  }
+  for (size_t i = 0; i < types.size(); ++i)
+    if (read >> i & 1) e->read_constants[i] = values[i];
   e->types.assign(types.begin(), types.end());
   e->choice = std::make_shared<const DeferredChoice>(std::move(choice));
   std::lock_guard<std::mutex> lock(mutex_);

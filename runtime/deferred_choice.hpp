@@ -35,11 +35,10 @@ class DeferredChoices {
   std::shared_ptr<const DeferredChoice> find(std::span<const TypeShape> types,
                                              std::span<const Value* const> values) const;
   // Keeps `choice` for runs whose inputs have `types`; `read` says which inputs' values the
-  // choice read (InferContext::input_value), `constant` which inputs are the plan's constants.
-  // Nothing is kept where it read another value.
+  // choice read (InferContext::input_value), all of them constants of the plan (the caller
+  // keeps no other choice).
   void remember(std::span<const TypeShape> types, std::span<const Value* const> values,
-                uint64_t read, bool read_beyond, std::span<const char> constant,
-                DeferredChoice choice);
+                uint64_t read, DeferredChoice choice);
 
  private:
   struct Entry {

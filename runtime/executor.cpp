@@ -285,14 +285,17 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         }
         if (!run_kernel) fail(ErrorCode::NotImplemented, "no kernel for these inputs" + reasons);
         kernel = run_kernel;
-        if (!kept && keeps_choice && !on_accelerator) {
-          std::vector<char> constant(ins.size(), 0);
-          for (size_t i = 0; i < ins.size(); ++i)
-            constant[i] = st.inputs[i] >= 0 && plan.placement[st.inputs[i]] == Placement::Constant;
-          st.deferred_choices->remember(in_types, ins, values_read, values_read_beyond, constant,
+        // (Kept only where every value the choice read is a constant of the plan: see
+        // DeferredChoices. Checked here first, so that a choice that read a value of the run, as
+        // a Slice in a Loop body does at each iteration, costs no copy.)
+        bool keep = !kept && keeps_choice && !values_read_beyond && ins.size() <= 64;
+        for (size_t i = 0; keep && i < ins.size(); ++i)
+          keep = !(values_read >> i & 1) || !ins[i] ||
+                 (st.inputs[i] >= 0 && plan.placement[st.inputs[i]] == Placement::Constant);
+        if (keep)
+          st.deferred_choices->remember(in_types, ins, values_read,
                                         {chosen, run_kernel, run_infer->state, run_infer->outputs,
                                          run_infer->scratch_bytes, run_infer->reference});
-        }
         state = kept ? kept->state.get() : run_infer->state.get();
         run_outputs = kept ? &kept->outputs : &run_infer->outputs;
         run_scratch_bytes = kept ? kept->scratch_bytes : run_infer->scratch_bytes;

@@ -240,7 +240,8 @@ std::shared_ptr<const LstmRows> plan_lstm_rows(InferContext& ctx, const Recurren
   p->dirs = spec.dirs;
   p->reverse = spec.reverse;
   p->hidden = r.size() == 3 ? r[2] : 0;
-  if (p->batch < 1 || p->batch > kLstmRowsBatch || p->seq < 1 || p->hidden < 1) return nullptr;
+  if (p->batch < 1 || p->batch > kLstmRowsBatch || p->seq < 1 || p->hidden < 1 || p->in < 1)
+    return nullptr;
   const int64_t h = p->hidden, g4 = 4 * h, d = p->dirs;
   // Inputs that do not match the node's sizes go to the primitive's path, which says what is wrong.
   if (w != Shape{d, g4, p->in} || r != Shape{d, g4, h} || (spec.hidden && spec.hidden != h))

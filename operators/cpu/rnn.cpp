@@ -1,14 +1,14 @@
 // RNN, GRU and LSTM: every direction, both layouts, custom activations with their alpha/beta,
 // clip, sequence_lens, initial states, peepholes, input_forget and linear_before_reset.
-// fp32 LSTMs at small batches on volt's own loop (lstm_rows), the rest in fp32 on oneDNN's RNN
-// primitives where they compute the same cell (rnn_dnnl); a reference loop in double precision
-// for the rest.
+// fp32 LSTMs and GRUs at small batches on volt's own loop (recurrent_rows), the rest in fp32 on
+// oneDNN's RNN primitives where they compute the same cell (rnn_dnnl); a reference loop in double
+// precision for the rest.
 #include <cmath>
 #include <functional>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/tensor_values.hpp"
-#include "operators/cpu/lstm_rows.hpp"
+#include "operators/cpu/recurrent_rows.hpp"
 #include "operators/cpu/rnn_attrs.hpp"
 #include "operators/cpu/rnn_dnnl.hpp"
 #include "operators/registry.hpp"
@@ -20,7 +20,7 @@ using Activation = std::function<double(double)>;
 
 // What infer() prepared: one of the two fast paths (neither: the reference loop).
 struct RecurrentState {
-  std::shared_ptr<const LstmRows> rows;
+  std::shared_ptr<const RecurrentRows> rows;
   std::shared_ptr<void> primitive;
 };
 
@@ -71,7 +71,7 @@ class Recurrent final : public Kernel {
     if (ctx.output_count() > 1) ctx.set_output(1, ctx.dtype(0), state);
     if (ctx.output_count() > 2) ctx.set_output(2, ctx.dtype(0), state);
     auto st = std::make_shared<RecurrentState>();
-    if ((st->rows = plan_lstm_rows(ctx, spec_))) return ctx.set_state(st);
+    if ((st->rows = plan_recurrent_rows(ctx, spec_))) return ctx.set_state(st);
     try {
       st->primitive = prepare_dnnl_recurrent(ctx, spec_);
       ctx.set_state(st);
@@ -82,7 +82,7 @@ class Recurrent final : public Kernel {
 
   void run(RunContext& ctx) const override {
     if (const auto* st = static_cast<const RecurrentState*>(ctx.state_ptr()))
-      return st->rows ? run_lstm_rows(*st->rows, ctx)
+      return st->rows ? run_recurrent_rows(*st->rows, ctx)
                       : run_dnnl_recurrent(st->primitive.get(), ctx, spec_);
     const Tensor& xt = ctx.input(0);
     const int64_t seq = layout_ ? xt.dim(1) : xt.dim(0), batch = layout_ ? xt.dim(0) : xt.dim(1),

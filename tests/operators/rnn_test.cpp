@@ -204,19 +204,25 @@ TEST(Recurrent, OneDnnAgreesWithTheReference) {
                              (c.lbr ? " lbr" : "") + (c.weights_fed ? " weights fed" : "");
     const Outputs f32 = run_rnn(c, false), f64 = run_rnn(c, true);
     EXPECT_EQ(f32.reference, "") << what;
-    // (Constant LSTM weights are packed for oneDNN's primitive, never for the own loop.)
+    // (Constant weights are packed for oneDNN's primitive, never for the own loop.)
+    // (GRU's own loop is for linear_before_reset in one direction; other GRUs stay on oneDNN's
+    // primitive.)
     if (c.op == "LSTM" && !c.weights_fed) {
       EXPECT_EQ(f32.packs > 0, c.batch > 4) << what;
+    }
+    if (c.op == "GRU" && !c.weights_fed) {
+      EXPECT_EQ(f32.packs > 0, c.batch > 4 || !c.lbr || c.direction == "bidirectional") << what;
     }
     EXPECT_FALSE(f64.reference.empty()) << what;
     expect_same_outputs(f32, f64, what);
   }
 }
 
-// LSTMs at batches up to 4 on volt's own loop: rows of different lengths (sequence_lens, which
-// oneDNN's primitive does not take), hidden sizes that do not split into whole vectors across
-// the two threads (40: 32 + 8 units), one hidden unit, a batch of 4, weights fed at run time.
-TEST(Recurrent, SmallBatchLstmAgreesWithTheReference) {
+// LSTMs and linear-before-reset GRUs at batches up to 4 on volt's own loop: rows of different
+// lengths (sequence_lens, which oneDNN's primitive does not take), hidden sizes that do not split
+// into whole vectors across the two threads (40: 32 + 8 units), one hidden unit, a batch of 4,
+// weights fed at run time.
+TEST(Recurrent, SmallBatchCellsAgreeWithTheReference) {
   const std::vector<RnnCase> cases = {
       {"LSTM", "forward", 0, true, true, false, false, "", true, false, 3, 6, {7, 2, 0}},
       {"LSTM", "bidirectional", 1, true, true, true, false, "", true, false, 2, 6, {3, 7}},
@@ -224,11 +230,16 @@ TEST(Recurrent, SmallBatchLstmAgreesWithTheReference) {
       {"LSTM", "forward", 1, true, false, false, false, "", false, false, 1, 40},
       {"LSTM", "bidirectional", 0, true, true, false, false, "", false, false, 4, 1},
       {"LSTM", "forward", 0, true, true, true, false, "", false, true, 2, 33},
+      // GRU with linear_before_reset (PyTorch's): the reset gate scales R_h h + Rb_h.
+      {"GRU", "forward", 0, true, true, false, true, "", true, false, 3, 6, {7, 4, 0}},
+      {"GRU", "forward", 1, true, true, false, true, "", false, false, 4, 40},
+      {"GRU", "reverse", 0, false, true, false, true, "", false, true, 1, 17},
+      {"GRU", "forward", 0, false, false, false, true, "", false, false, 2, 1},
   };
   for (const auto& c : cases) {
-    const std::string what = c.direction + " layout " + std::to_string(c.layout) + " batch " +
-                             std::to_string(c.batch) + " hidden " + std::to_string(c.hidden) +
-                             (c.sequence_lens ? " with lengths" : "") +
+    const std::string what = c.op + " " + c.direction + " layout " + std::to_string(c.layout) +
+                             " batch " + std::to_string(c.batch) + " hidden " +
+                             std::to_string(c.hidden) + (c.sequence_lens ? " with lengths" : "") +
                              (c.weights_fed ? " weights fed" : "");
     const Outputs f32 = run_rnn(c, false), f64 = run_rnn(c, true);
     EXPECT_EQ(f32.reference, "") << what;

@@ -1,4 +1,4 @@
-#include "operators/cpu/lstm_rows.hpp"
+#include "operators/cpu/recurrent_rows.hpp"
 
 #include <dnnl.hpp>
 
@@ -16,17 +16,20 @@ namespace volt {
 // Past this batch oneDNN's steps (a gemm of the batch against R) win: at batch 8 this loop made
 // the corpus's speech model 5.3 ms against 4.0-4.4 on oneDNN's and a 512-unit language model
 // 30.1 against 22-24 ms; at batch 1 it wins (see the header). Batches 2-4 were not measured apart.
-constexpr int64_t kLstmRowsBatch = 4;
+constexpr int64_t kRecurrentRowsBatch = 4;
 
-struct LstmRows {
+struct RecurrentRows {
+  bool gru = false;   // else LSTM
+  int64_t gates = 4;  // G: 4 for LSTM (i, o, f, c), 3 for GRU (z, r, h)
   int64_t seq = 0, batch = 0, in = 0, hidden = 0, dirs = 1, layout = 0;
   bool reverse = false, bias = false, peepholes = false, lens = false, initial_h = false,
        initial_c = false;
-  // In the node's scratch (floats): the input products [D][T*N][4H] (by X's row order), the
-  // summed biases [D][4H], per direction h twice (this step's, the next) and c [N][H] each, and
-  // per thread its gate pre-activations [N][4][units].
-  size_t xw = 0, bias_sum = 0, states = 0, gates = 0, gates_per_thread = 0;
-  // W transposed, [D][I][4H]: sgemm reads it as it is (with W as stored, 'T', it took 2.7x as
+  // In the node's scratch (floats): the input products [D][T*N][GH] (by X's row order), the
+  // biases [D][4H] (LSTM: Wb + Rb per gate; GRU: Wb + Rb for z and r, then Wb_h and Rb_h apart,
+  // since r scales the recurrent part of the candidate with its bias), per direction h twice
+  // (this step's, the next) and c [N][H] each, and per thread its recurrent products [N][G][units].
+  size_t xw = 0, bias_sum = 0, states = 0, products = 0, products_per_thread = 0;
+  // W transposed, [D][I][GH]: sgemm reads it as it is (with W as stored, 'T', it took 2.7x as
   // long: 1.2 ms against 0.45 for 35 steps of 512 inputs). Made once for constant weights (kept
   // in the node's memo, shared by the plans for other lengths); weights fed at run time are
   // transposed into the scratch at w_t_at.
@@ -102,6 +105,7 @@ VOLT_SIMD_CLONES void lstm_cell(const float* gi, const float* go, const float* g
                                 const float* p_i, const float* p_o, const float* p_f, float* c,
                                 float* h, int64_t units) {
   if (p_i) {
+#pragma omp simd
     for (int64_t j = 0; j < units; ++j) {
       const float i = vector_sigmoid(gi[j] + p_i[j] * c[j]),
                   f = vector_sigmoid(gf[j] + p_f[j] * c[j]);
@@ -111,6 +115,7 @@ VOLT_SIMD_CLONES void lstm_cell(const float* gi, const float* go, const float* g
     }
     return;
   }
+#pragma omp simd
   for (int64_t j = 0; j < units; ++j) {
     const float i = vector_sigmoid(gi[j]), f = vector_sigmoid(gf[j]), o = vector_sigmoid(go[j]);
     const float cell = f * c[j] + i * vector_tanh(gc[j]);
@@ -133,7 +138,7 @@ void transpose_blocks(const float* src, float* dst, int64_t d, int64_t rows, int
 // (this copy restores it exactly).
 std::shared_ptr<const Tensor> transposed_weights(InferContext& ctx, const Tensor& w) {
   const int64_t d = w.dim(0), rows = w.dim(1), cols = w.dim(2);
-  std::string key = "lstm_rows W^T";
+  std::string key = "recurrent_rows W^T";
   const uintptr_t at = reinterpret_cast<uintptr_t>(w.raw());
   key.append(reinterpret_cast<const char*>(&at), sizeof at);
   auto w_t = ctx.memo() ? std::static_pointer_cast<const Tensor>(ctx.memo()->find(key)) : nullptr;
@@ -151,6 +156,22 @@ std::shared_ptr<const Tensor> transposed_weights(InferContext& ctx, const Tensor
   return w_t;
 }
 
+// One batch row's GRU cell (linear_before_reset) over `units` hidden units: recurrent products
+// p_z, p_r, p_h, input products x_z, x_r, x_h, biases b_z and b_r (Wb + Rb), wb_h and rb_h; h
+// written from the previous h.
+VOLT_SIMD_CLONES void gru_cell(const float* p_z, const float* p_r, const float* p_h,
+                               const float* x_z, const float* x_r, const float* x_h,
+                               const float* b_z, const float* b_r, const float* wb_h,
+                               const float* rb_h, const float* h_prev, float* h, int64_t units) {
+#pragma omp simd
+  for (int64_t j = 0; j < units; ++j) {
+    const float z = vector_sigmoid(x_z[j] + b_z[j] + p_z[j]);
+    const float r = vector_sigmoid(x_r[j] + b_r[j] + p_r[j]);
+    const float n = vector_tanh(x_h[j] + wb_h[j] + r * (p_h[j] + rb_h[j]));
+    h[j] = (1.0f - z) * n + z * h_prev[j];
+  }
+}
+
 struct Io {
   const float *x, *w, *r, *b, *p, *h0, *c0;
   const int32_t* lens32;
@@ -161,13 +182,13 @@ struct Io {
 // Direction d's recurrence over hidden units [lo, hi) of every batch row, on one thread of a
 // team; `sync` runs between steps (a barrier when the units are split across threads).
 template <class Sync>
-void run_direction(const LstmRows& p, const Io& io, void* scratch, int64_t d, int64_t lo,
-                   int64_t hi, float* gates, Sync&& sync) {
-  const int64_t t_len = p.seq, n_len = p.batch, h = p.hidden, g4 = 4 * h, units = hi - lo;
+void run_direction(const RecurrentRows& p, const Io& io, void* scratch, int64_t d, int64_t lo,
+                   int64_t hi, float* products, Sync&& sync) {
+  const int64_t t_len = p.seq, n_len = p.batch, h = p.hidden, gh = p.gates * h, units = hi - lo;
   const bool backwards = p.reverse || d == 1;
-  const float* xw = floats(scratch, p.xw) + d * t_len * n_len * g4;
-  const float* bias = floats(scratch, p.bias_sum) + d * g4;
-  const float* r = io.r + d * g4 * h;
+  const float* xw = floats(scratch, p.xw) + d * t_len * n_len * gh;
+  const float* bias = floats(scratch, p.bias_sum) + d * 4 * h;
+  const float* r = io.r + d * gh * h;
   float* h_buf[2] = {floats(scratch, p.states) + d * 3 * n_len * h, nullptr};
   h_buf[1] = h_buf[0] + n_len * h;
   float* c = h_buf[1] + n_len * h;
@@ -182,7 +203,7 @@ void run_direction(const LstmRows& p, const Io& io, void* scratch, int64_t d, in
     const int64_t at = p.layout ? (n * p.dirs + d) * h : (d * n_len + n) * h;
     for (int64_t j = lo; j < hi; ++j) {
       h_buf[0][n * h + j] = io.h0 ? io.h0[at + j] : 0.0f;
-      c[n * h + j] = io.c0 ? io.c0[at + j] : 0.0f;
+      if (!p.gru) c[n * h + j] = io.c0 ? io.c0[at + j] : 0.0f;
     }
   }
   sync();
@@ -190,8 +211,9 @@ void run_direction(const LstmRows& p, const Io& io, void* scratch, int64_t d, in
   for (int64_t s = 0; s < t_len; ++s) {
     const float* hc = h_buf[cur];
     float* hn = h_buf[1 - cur];
-    for (int64_t g = 0; g < 4; ++g)
-      recurrent_products(r + (g * h + lo) * h, units, h, hc, n_len, gates + g * units, 4 * units);
+    for (int64_t g = 0; g < p.gates; ++g)
+      recurrent_products(r + (g * h + lo) * h, units, h, hc, n_len, products + g * units,
+                         p.gates * units);
     for (int64_t n = 0; n < n_len; ++n) {
       const int64_t len = length(n);
       float* hn_row = hn + n * h + lo;
@@ -201,14 +223,20 @@ void run_direction(const LstmRows& p, const Io& io, void* scratch, int64_t d, in
       }
       const int64_t t = backwards ? len - 1 - s : s;
       const int64_t row = p.layout ? n * t_len + t : t * n_len + n;
-      float* gn = gates + n * 4 * units;
-      const float* xr = xw + row * g4;
-      for (int64_t g = 0; g < 4; ++g)
-        for (int64_t j = 0; j < units; ++j)
-          gn[g * units + j] += xr[g * h + lo + j] + bias[g * h + lo + j];
-      lstm_cell(gn, gn + units, gn + 2 * units, gn + 3 * units, peep ? peep + lo : nullptr,
-                peep ? peep + h + lo : nullptr, peep ? peep + 2 * h + lo : nullptr, c + n * h + lo,
-                hn_row, units);
+      float* gn = products + n * p.gates * units;
+      const float* xr = xw + row * gh;
+      if (p.gru) {
+        gru_cell(gn, gn + units, gn + 2 * units, xr + lo, xr + h + lo, xr + 2 * h + lo, bias + lo,
+                 bias + h + lo, bias + 2 * h + lo, bias + 3 * h + lo, hc + n * h + lo, hn_row,
+                 units);
+      } else {
+        for (int64_t g = 0; g < 4; ++g)
+          for (int64_t j = 0; j < units; ++j)
+            gn[g * units + j] += xr[g * h + lo + j] + bias[g * h + lo + j];
+        lstm_cell(gn, gn + units, gn + 2 * units, gn + 3 * units, peep ? peep + lo : nullptr,
+                  peep ? peep + h + lo : nullptr, peep ? peep + 2 * h + lo : nullptr,
+                  c + n * h + lo, hn_row, units);
+      }
       if (io.y) {
         const int64_t at =
             p.layout ? ((n * t_len + t) * p.dirs + d) * h : ((t * p.dirs + d) * n_len + n) * h;
@@ -221,18 +249,29 @@ void run_direction(const LstmRows& p, const Io& io, void* scratch, int64_t d, in
   for (int64_t n = 0; n < n_len; ++n) {
     const int64_t at = p.layout ? (n * p.dirs + d) * h : (d * n_len + n) * h;
     if (io.yh) std::memcpy(io.yh + at + lo, h_buf[cur] + n * h + lo, units * sizeof(float));
-    if (io.yc) std::memcpy(io.yc + at + lo, c + n * h + lo, units * sizeof(float));
+    if (io.yc && !p.gru) std::memcpy(io.yc + at + lo, c + n * h + lo, units * sizeof(float));
   }
 }
 
 }  // namespace
 
-std::shared_ptr<const LstmRows> plan_lstm_rows(InferContext& ctx, const RecurrentSpec& spec) {
-  if (spec.cell != Cell::Lstm || !spec.primitive_cell) return nullptr;
+std::shared_ptr<const RecurrentRows> plan_recurrent_rows(InferContext& ctx,
+                                                         const RecurrentSpec& spec) {
+  // GRU with the reset gate applied after R, as PyTorch exports it (every gate's recurrent product
+  // then comes from h alone, one barrier a step), in one direction: 50 steps at batch 1, 2
+  // threads, this loop against oneDNN's primitive, p50 of 200 runs (`volt bench`): 128 -> 256
+  // units 0.315 / 0.366 ms, 256 -> 512 1.37 / 1.44, the speech model's 0.105 / 0.14-0.148; but
+  // bidirectional 128 -> 128 0.215 / 0.166 and 128 -> 256 0.637 / 0.519 (LSTMs of the same
+  // sizes: 0.289 / 0.367 and 0.90-0.94 / 1.26, this loop ahead).
+  if (!spec.primitive_cell || spec.cell == Cell::Rnn ||
+      (spec.cell == Cell::Gru && (!spec.linear_before_reset || spec.dirs != 1)))
+    return nullptr;
   for (size_t i : {0, 1, 2, 3, 5, 6, 7})
     if (i < ctx.input_count() && ctx.has_input(i) && ctx.dtype(i) != DType::Float) return nullptr;
   const Shape &x = ctx.shape(0), &w = ctx.shape(1), &r = ctx.shape(2);
-  auto p = std::make_shared<LstmRows>();
+  auto p = std::make_shared<RecurrentRows>();
+  p->gru = spec.cell == Cell::Gru;
+  p->gates = p->gru ? 3 : 4;
   p->layout = spec.layout;
   p->seq = spec.layout ? x[1] : x[0];
   p->batch = spec.layout ? x[0] : x[1];
@@ -240,20 +279,20 @@ std::shared_ptr<const LstmRows> plan_lstm_rows(InferContext& ctx, const Recurren
   p->dirs = spec.dirs;
   p->reverse = spec.reverse;
   p->hidden = r.size() == 3 ? r[2] : 0;
-  if (p->batch < 1 || p->batch > kLstmRowsBatch || p->seq < 1 || p->hidden < 1 || p->in < 1)
+  if (p->batch < 1 || p->batch > kRecurrentRowsBatch || p->seq < 1 || p->hidden < 1 || p->in < 1)
     return nullptr;
-  const int64_t h = p->hidden, g4 = 4 * h, d = p->dirs;
+  const int64_t h = p->hidden, gh = p->gates * h, d = p->dirs;
   // Inputs that do not match the node's sizes go to the primitive's path, which says what is wrong.
-  if (w != Shape{d, g4, p->in} || r != Shape{d, g4, h} || (spec.hidden && spec.hidden != h))
+  if (w != Shape{d, gh, p->in} || r != Shape{d, gh, h} || (spec.hidden && spec.hidden != h))
     return nullptr;
   auto present = [&](size_t i) { return i < ctx.input_count() && ctx.has_input(i); };
   const Shape state = spec.layout ? Shape{p->batch, d, h} : Shape{d, p->batch, h};
   p->bias = present(3);
   p->lens = present(4);
   p->initial_h = present(5);
-  p->initial_c = present(6);
-  p->peepholes = present(7);
-  if ((p->bias && ctx.shape(3) != Shape{d, 8 * h}) ||
+  p->initial_c = !p->gru && present(6);
+  p->peepholes = !p->gru && present(7);
+  if ((p->bias && ctx.shape(3) != Shape{d, 2 * gh}) ||
       (p->lens && (ctx.shape(4) != Shape{p->batch} ||
                    (ctx.dtype(4) != DType::Int32 && ctx.dtype(4) != DType::Int64))) ||
       (p->initial_h && ctx.shape(5) != state) || (p->initial_c && ctx.shape(6) != state) ||
@@ -266,21 +305,21 @@ std::shared_ptr<const LstmRows> plan_lstm_rows(InferContext& ctx, const Recurren
     at += (count + 15) / 16 * 16;  // 64-byte aligned
     return start;
   };
-  p->xw = take(static_cast<size_t>(d * p->seq * p->batch * g4));
-  p->bias_sum = take(static_cast<size_t>(d * g4));
+  p->xw = take(static_cast<size_t>(d * p->seq * p->batch * gh));
+  p->bias_sum = take(static_cast<size_t>(d * 4 * h));
   p->states = take(static_cast<size_t>(d * 3 * p->batch * h));
-  p->gates_per_thread = (static_cast<size_t>(p->batch * g4) + 15) / 16 * 16;
-  p->gates = take(threads * p->gates_per_thread);
+  p->products_per_thread = (static_cast<size_t>(p->batch * gh) + 15) / 16 * 16;
+  p->products = take(threads * p->products_per_thread);
   if (const Tensor* weights = ctx.input_tensor(1))
     p->w_t = transposed_weights(ctx, *weights);
   else
-    p->w_t_at = take(static_cast<size_t>(d * g4 * p->in));
+    p->w_t_at = take(static_cast<size_t>(d * gh * p->in));
   ctx.request_scratch(at * sizeof(float));
   return p;
 }
 
-void run_lstm_rows(const LstmRows& p, RunContext& ctx) {
-  const int64_t h = p.hidden, g4 = 4 * h, rows = p.seq * p.batch;
+void run_recurrent_rows(const RecurrentRows& p, RunContext& ctx) {
+  const int64_t h = p.hidden, gh = p.gates * h, rows = p.seq * p.batch;
   void* scratch = ctx.scratch();
   auto optional = [&](size_t i) -> const float* {
     return i < ctx.input_count() && ctx.has_input(i) ? ctx.input(i).data<float>() : nullptr;
@@ -307,23 +346,30 @@ void run_lstm_rows(const LstmRows& p, RunContext& ctx) {
   if (io.y && p.lens) std::fill_n(io.y, ctx.output(0).numel(), 0.0f);
   // Input products of every step at once, biases summed.
   const float* w_t = p.w_t ? p.w_t->data<float>() : floats(scratch, p.w_t_at);
-  if (!p.w_t) transpose_blocks(io.w, floats(scratch, p.w_t_at), p.dirs, g4, p.in);
+  if (!p.w_t) transpose_blocks(io.w, floats(scratch, p.w_t_at), p.dirs, gh, p.in);
   for (int64_t d = 0; d < p.dirs; ++d) {
-    float* xw = floats(scratch, p.xw) + d * rows * g4;
-    const dnnl_status_t status = dnnl_sgemm('N', 'N', rows, g4, p.in, 1.0f, io.x, p.in,
-                                            w_t + d * p.in * g4, g4, 0.0f, xw, g4);
+    float* xw = floats(scratch, p.xw) + d * rows * gh;
+    const dnnl_status_t status = dnnl_sgemm('N', 'N', rows, gh, p.in, 1.0f, io.x, p.in,
+                                            w_t + d * p.in * gh, gh, 0.0f, xw, gh);
     VOLT_CHECK(status == dnnl_success, Runtime,
                ctx.node().describe() + ": sgemm of the input product failed");
-    float* bias = floats(scratch, p.bias_sum) + d * g4;
-    for (int64_t k = 0; k < g4; ++k)
-      bias[k] = io.b ? io.b[d * 8 * h + k] + io.b[d * 8 * h + g4 + k] : 0.0f;
+    float* bias = floats(scratch, p.bias_sum) + d * 4 * h;
+    const float* wb = io.b ? io.b + d * 2 * gh : nullptr;
+    const float* rb = wb ? wb + gh : nullptr;
+    for (int64_t k = 0; k < 4 * h; ++k)
+      if (!p.gru)
+        bias[k] = wb ? wb[k] + rb[k] : 0.0f;
+      else if (k < 2 * h)  // z and r
+        bias[k] = wb ? wb[k] + rb[k] : 0.0f;
+      else  // Wb_h, then Rb_h
+        bias[k] = wb ? (k < 3 * h ? wb[k] : rb[k - h]) : 0.0f;
   }
   const int threads = std::max(1, ctx.threads());
-  float* gates_base = floats(scratch, p.gates);
+  float* products_base = floats(scratch, p.products);
   if (p.dirs == 2 && threads >= 2) {
     // Each direction on its own thread, whole: no barrier between steps.
     parallel_for(2, true, [&](int64_t d) {
-      run_direction(p, io, scratch, d, 0, h, gates_base + d * p.gates_per_thread, [] {});
+      run_direction(p, io, scratch, d, 0, h, products_base + d * p.products_per_thread, [] {});
     });
     return;
   }
@@ -333,7 +379,8 @@ void run_lstm_rows(const LstmRows& p, RunContext& ctx) {
     parallel_team(team, [&](int64_t rank, int64_t size, auto&& barrier) {
       const int64_t per = (h + size * 16 - 1) / (size * 16) * 16;
       const int64_t lo = std::min(h, rank * per), hi = std::min(h, lo + per);
-      run_direction(p, io, scratch, d, lo, hi, gates_base + rank * p.gates_per_thread, barrier);
+      run_direction(p, io, scratch, d, lo, hi, products_base + rank * p.products_per_thread,
+                    barrier);
     });
 }
 

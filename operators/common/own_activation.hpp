@@ -22,6 +22,12 @@ bool has_own_activation(const FusedActivation& act);
 // NaN.
 void apply_own_activation(const FusedActivation& act, float* x, int64_t n);
 
+// Any fused activation over x[0, n) in place on the calling thread, for volt's own loops: the own
+// kernel above where it applies, Tanh, Sigmoid and Swish in lanes by vector_exp (within 1e-7
+// absolute of the exact function), the others by FusedActivation::apply. A ConvTranspose's Tanh
+// (a GAN generator's last layer) ran std::tanh an element at a time.
+void apply_activation(const FusedActivation& act, float* x, int64_t n);
+
 // The same over the session's threads, for a kernel whose primitive ran over all of them.
 void apply_own_activation_in_parallel(const FusedActivation& act, float* x, int64_t n);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "operators/common/own_activation.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 
@@ -77,8 +78,7 @@ VOLT_SIMD_CLONES void gather_row(const TapGather& p, const float* z, const float
       }
     }
   }
-  if (act.any())
-    for (int64_t e = 0; e < p.out_w * run; ++e) out_row[e] = act.apply(out_row[e]);
+  apply_activation(act, out_row, p.out_w * run);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // sum written out here: a lone node (X channels-first: oneDNN's deconvolution), Y channels-last
 // (after a depthwise convolution and a square, which keep the region channels-last) and in
 // blocks (after a 1x1 convolution of whole blocks of channels), with and without a bias and a
-// fused ReLU, and groups.
+// fused ReLU (or Tanh, Sigmoid), and groups.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +29,7 @@ struct Case {
   std::vector<int64_t> strides = {}, dilations = {1, 1}, pads = {0, 0, 0, 0},
                        output_padding = {0, 0};
   int64_t group = 1;
+  std::string activation = "Relu";  // the op after it, where `relu` says there is one
 };
 
 TEST(ConvTransposeGathered, MatchTheSumInEveryLayout) {
@@ -61,7 +62,10 @@ TEST(ConvTransposeGathered, MatchTheSumInEveryLayout) {
       // four of 4 channels (not whole blocks: the deconvolution).
       {1, 16, 16, 6, 5, 3, 3, Before::Dense, true, true, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 2},
       {1, 24, 12, 5, 4, 3, 3, Before::DepthwiseSquared, true, false, {2, 2}, {1, 1}, {1, 1, 1, 1}, {0, 0}, 2},
-      {2, 32, 16, 4, 4, 2, 2, Before::Dense, true, false, {}, {1, 1}, {0, 0, 0, 0}, {0, 0}, 4}};
+      {2, 32, 16, 4, 4, 2, 2, Before::Dense, true, false, {}, {1, 1}, {0, 0, 0, 0}, {0, 0}, 4},
+      // A GAN generator's last layer: 4x4 stride 2 into Tanh (in lanes by vector_exp), Sigmoid.
+      {1, 16, 16, 4, 5, 4, 4, Before::Dense, true, true, {2, 2}, {1, 1}, {1, 1, 1, 1}, {0, 0}, 1, "Tanh"},
+      {2, 16, 8, 5, 6, 3, 3, Before::Dense, true, true, {2, 2}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1, "Sigmoid"}};
   // clang-format on
   for (const Case& c : cases) {
     const int64_t mg = c.m / c.group;  // output channels per group; W is [C, M / G, kh, kw]
@@ -96,7 +100,7 @@ TEST(ConvTransposeGathered, MatchTheSumInEveryLayout) {
       ModelBuilder::set_ints(n, "output_padding", c.output_padding);
       ModelBuilder::set_int(n, "group", c.group);
     });
-    if (c.relu) mb.node("Relu", {"t"}, {"y"});
+    if (c.relu) mb.node(c.activation, {"t"}, {"y"});
     const std::string bytes = mb.bytes();
     Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
     // A second size: a plan for several shapes, after the first plan released W's own bytes
@@ -139,7 +143,10 @@ TEST(ConvTransposeGathered, MatchTheSumInEveryLayout) {
             for (int64_t q = 0; q < ow; ++q) {
               double e = want[static_cast<size_t>(((n * c.m + m) * oh + r) * ow + q)];
               if (c.bias) e += b[static_cast<size_t>(m)];
-              if (c.relu) e = std::max(e, 0.0);
+              if (c.relu)
+                e = c.activation == "Tanh"      ? std::tanh(e)
+                    : c.activation == "Sigmoid" ? 1 / (1 + std::exp(-e))
+                                                : std::max(e, 0.0);
               // Sums of up to 40 x 9 products of order 1 in fp32.
               ASSERT_NEAR(y.data<float>()[((n * c.m + m) * oh + r) * ow + q], e, 2e-4)
                   << c.c << "->" << c.m << " channels, " << height << "x" << width << ", kernel "

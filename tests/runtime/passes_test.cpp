@@ -221,6 +221,44 @@ TEST(Passes, AttentionTransposesFoldIntoTheMatMuls) {
   expect_same_as_unoptimized(bytes, feeds, 1e-5f);
 }
 
+// A decoder's cross-attention projections: memory [B, S, D] read as [S, B, D] (a Transpose that
+// folds into the MatMul) times shared weights [D, N], the result read back as [B, S, N] (a second
+// fold). At batch 1 the batch and row axes run as one axis of rows (one product, not S of one
+// row); at batch 3 their strides do not allow it and the product stays batched. Both compute what
+// the unoptimized graph computes; the MatMul keeps both Transposes folded.
+TEST(Passes, ProjectionsReadThroughFoldedTransposesRunAsOneProduct) {
+  const int64_t s = 9, d = 16, n = 24;
+  std::mt19937 rng(8);
+  for (const int64_t batch : {1, 3}) {
+    ModelBuilder mb(13);
+    mb.input("mem", 1, {batch, s, d}).output("y", 1, {batch, s, n}).output("z", 1, {s, batch, n});
+    // Channels-first features [B, D, S] read as [B, S, D]: at batch 1 rows of stride 1.
+    mb.input("feat", 1, {batch, d, s}).output("w", 1, {batch, s, n});
+    mb.initializer("W", {d, n}, random_values(d * n, rng))
+        .initializer("Wz", {d, n}, random_values(d * n, rng));
+    auto transpose = [&](const std::string& in, const std::string& out) {
+      mb.node("Transpose", {in}, {out}, [](auto& t) {
+        ModelBuilder::set_ints(t, "perm", {1, 0, 2});
+      });
+    };
+    transpose("mem", "seq_first");
+    mb.node("MatMul", {"seq_first", "W"}, {"p"});
+    transpose("p", "y");
+    transpose("mem", "seq_first_z");  // (one Transpose a reader: each folds)
+    mb.node("MatMul", {"seq_first_z", "Wz"}, {"z"});
+    mb.node("Transpose", {"feat"}, {"feat_t"}, [](auto& t) {
+      ModelBuilder::set_ints(t, "perm", {0, 2, 1});
+    });
+    mb.node("MatMul", {"feat_t", "W"}, {"w"});
+    const std::string bytes = mb.bytes();
+    EXPECT_EQ(count_op(fold_transpose_into_matmul(load(bytes)), "Transpose"), 0);
+    expect_same_as_unoptimized(
+        bytes,
+        {{"mem", random_tensor({batch, s, d}, rng)}, {"feat", random_tensor({batch, d, s}, rng)}},
+        1e-5f);
+  }
+}
+
 // ConvNeXt's block: a depthwise 7x7 convolution whose X arrives channels-last (the Transpose
 // back from its LayerNorm/MatMul stage) in a region stored in blocks. Forced onto those layouts
 // oneDNN has only its reference convolution; the kernel lets it choose and stages instead.

@@ -373,6 +373,29 @@ class Pow final : public Kernel {
     if (e == -1) return apply([](float v) { return 1.0f / v; });
     if (e == 0.5)
       return apply([](float v) { return v == -INFINITY ? INFINITY : std::sqrt(v) + 0.0f; });
+    // Quarter powers by square roots (LocalResponseNorm written out, as torch exports it, raises
+    // its sum to 0.75: pow in double took 3.1 ms of a CaffeNet's 12.4, ORT 1.1). pow's values at
+    // -0 (+0), -inf (+inf) and, for negative exponents, at 0 (+inf) and -inf (+0) kept;
+    // negative bases give NaN as pow does.
+    if (e == 0.25)
+      return apply(
+          [](float v) { return v == -INFINITY ? INFINITY : std::sqrt(std::sqrt(v)) + 0.0f; });
+    if (e == 0.75)
+      return apply([](float v) {
+        const float r = std::sqrt(v);
+        return v == -INFINITY ? INFINITY : r * std::sqrt(r) + 0.0f;
+      });
+    if (e == 1.5)
+      return apply([](float v) { return v == -INFINITY ? INFINITY : v * std::sqrt(v) + 0.0f; });
+    if (e == -0.5)
+      return apply([](float v) {
+        return v == 0 ? INFINITY : (v == -INFINITY ? 0.0f : 1.0f / std::sqrt(v));
+      });
+    if (e == -0.75)
+      return apply([](float v) {
+        const float r = std::sqrt(v);
+        return v == 0 ? INFINITY : (v == -INFINITY ? 0.0f : 1.0f / (r * std::sqrt(r)));
+      });
     return false;
   }
 

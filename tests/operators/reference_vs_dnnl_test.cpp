@@ -458,6 +458,30 @@ TEST(ReferenceVsDnnl, PowByAScalar) {
   Tensor half = Tensor::empty(DType::Double, {1});
   half.data<double>()[0] = 0.5;
   expect_same("Pow", {pos, half});
+  // Quarter powers by square roots: within 1e-4 of pow on positive bases, and pow's values at
+  // the edges (signed zeros, infinities, NaN, negative bases) exactly.
+  const std::vector<float> edges = {-0.0f,  0.0f, INFINITY, -INFINITY, NAN,  -2.0f,
+                                    1e-30f, 3.5f, 1e30f,    0.01f,     7.0f, -1e-20f};
+  for (double e : {0.25, 0.75, 1.5, -0.5, -0.75}) {
+    Tensor exponent = Tensor::empty(DType::Double, {});
+    exponent.data<double>()[0] = e;
+    expect_same("Pow", {pos, exponent});
+    Tensor x = Tensor::empty(DType::Double, {static_cast<int64_t>(edges.size())});
+    std::copy(edges.begin(), edges.end(), x.data<double>());
+    const Tensor y = run_op("Pow", {x, exponent}, DType::Float);  // (computed in f32)
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const float want = static_cast<float>(std::pow(static_cast<double>(edges[i]), e)),
+                  got = static_cast<float>(y.data<double>()[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(got)) << edges[i] << " ^ " << e << " = " << got;
+      } else if (std::isinf(want) || want == 0) {
+        EXPECT_EQ(got, want) << edges[i] << " ^ " << e;
+        EXPECT_EQ(std::signbit(got), std::signbit(want)) << edges[i] << " ^ " << e;
+      } else {
+        EXPECT_NEAR(got, want, 4e-7 * std::abs(want)) << edges[i] << " ^ " << e;
+      }
+    }
+  }
 }
 
 // Two-operand Einsums that are batched products run on sgemm in f32 (each operand read in

@@ -21,8 +21,8 @@ int64_t checked_index(int64_t i, int64_t n, const Node& node) {
   return i < 0 ? i + n : i;
 }
 
-// What element_offset needs of the indices' shape: data's rank, and no axis but `axis` longer
-// than data's (those coordinates are used as they are).
+// What the element-indexed loops (GatherElements, ScatterElements) need of the indices' shape:
+// data's rank, and no axis but `axis` longer than data's (those coordinates are used as they are).
 void check_element_indices(const Shape& is, const Shape& data, int64_t axis, const Node& node) {
   VOLT_CHECK(is.size() == data.size(), InvalidArgument,
              node.describe() + ": indices must have the rank of data");
@@ -32,17 +32,38 @@ void check_element_indices(const Shape& is, const Shape& data, int64_t axis, con
                    shape_str(data) + " on axis " + std::to_string(d));
 }
 
-// The data offset GatherElements reads and ScatterElements writes for element e of indices
-// (shape `is`, checked by check_element_indices): e's own coordinates, except `index` on `axis`.
-int64_t element_offset(int64_t e, const Shape& is, int64_t index, int64_t axis, const Shape& data,
-                       const std::vector<int64_t>& ds, const Node& node) {
-  int64_t rem = e, off = 0;
-  for (size_t d = is.size(); d-- > 0;) {
-    const int64_t i = rem % is[d];
-    rem /= is[d];
-    off += (static_cast<int64_t>(d) == axis ? checked_index(index, data[d], node) : i) * ds[d];
+// The indices of GatherElements and ScatterElements as int64 (read in place where they are), each
+// checked against the axis's length.
+struct ElementIndices {
+  std::vector<int64_t> converted;
+  const int64_t* data = nullptr;
+};
+ElementIndices element_indices(const Tensor& t, int64_t n_axis, const Node& node) {
+  ElementIndices ix;
+  if (t.dtype() == DType::Int64) {
+    ix.data = t.data<int64_t>();
+  } else {
+    ix.converted = to_int64_vector(t, node, "indices");
+    ix.data = ix.converted.data();
   }
-  return off;
+  const int64_t total = t.numel();
+  bool in_range = true;
+  for (int64_t e = 0; e < total; ++e) in_range &= ix.data[e] >= -n_axis && ix.data[e] < n_axis;
+  if (!in_range)
+    for (int64_t e = 0; e < total; ++e) checked_index(ix.data[e], n_axis, node);
+  return ix;
+}
+
+// Row `row` of the indices' last axis (indices of shape `is`, rank r > 0): its data offset from
+// its own coordinates but the last and `axis`.
+int64_t row_base(int64_t row, const Shape& is, int64_t axis, const std::vector<int64_t>& ds) {
+  int64_t base = 0;
+  for (size_t d = is.size() - 1, rem = static_cast<size_t>(row); d-- > 0;) {
+    const int64_t i = static_cast<int64_t>(rem % static_cast<size_t>(is[d]));
+    rem /= static_cast<size_t>(is[d]);
+    if (static_cast<int64_t>(d) != axis) base += i * ds[d];
+  }
+  return base;
 }
 
 // out[...i_axis...] = data[...indices[...]...] along one axis, indices shaped like out.
@@ -58,19 +79,9 @@ class GatherElements final : public Kernel {
     const Shape& is = ctx.input(1).shape();
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
     check_element_indices(is, data.shape(), axis, ctx.node());
-    std::vector<int64_t> converted;
-    const int64_t* indices = nullptr;
-    if (ctx.input(1).dtype() == DType::Int64) {
-      indices = ctx.input(1).data<int64_t>();
-    } else {
-      converted = to_int64_vector(ctx.input(1), ctx.node(), "indices");
-      indices = converted.data();
-    }
     const int64_t n_axis = data.dim(axis), total = ctx.input(1).numel();
-    bool in_range = true;
-    for (int64_t e = 0; e < total; ++e) in_range &= indices[e] >= -n_axis && indices[e] < n_axis;
-    if (!in_range)
-      for (int64_t e = 0; e < total; ++e) checked_index(indices[e], n_axis, ctx.node());
+    const ElementIndices ix_all = element_indices(ctx.input(1), n_axis, ctx.node());
+    const int64_t* indices = ix_all.data;
     const auto ds = strides_of(data.shape());
     const size_t r = is.size();
     if (total == 0) return;
@@ -82,12 +93,7 @@ class GatherElements final : public Kernel {
       T* dst = static_cast<T*>(ctx.output(0).raw());
       parallel_chunks(rows, std::max<int64_t>(1, 32768 / len), [&](int64_t lo, int64_t hi) {
         for (int64_t row = lo; row < hi; ++row) {
-          int64_t base = 0;  // the row's own coordinates but on `axis`
-          for (size_t d = r > 0 ? r - 1 : 0, rem = static_cast<size_t>(row); d-- > 0;) {
-            const int64_t i = static_cast<int64_t>(rem % static_cast<size_t>(is[d]));
-            rem /= static_cast<size_t>(is[d]);
-            if (static_cast<int64_t>(d) != axis) base += i * ds[d];
-          }
+          const int64_t base = r > 0 ? row_base(row, is, axis, ds) : 0;
           const int64_t* ix = indices + row * len;
           T* out = dst + row * len;
           auto at = [n_axis](int64_t i) { return i < 0 ? i + n_axis : i; };
@@ -153,14 +159,25 @@ class ScatterElements final : public Kernel {
   void infer(InferContext& ctx) const override { ctx.set_output(0, ctx.dtype(0), ctx.shape(0)); }
   void run(RunContext& ctx) const override {
     const Tensor& data = ctx.input(0);
-    const auto idx = to_int64_vector(ctx.input(1), ctx.node(), "indices");
     const Tensor& upd = ctx.input(2);
     const Shape& is = ctx.input(1).shape();
     VOLT_CHECK(upd.shape() == is, InvalidArgument,
                ctx.node().describe() + ": updates must have the shape of indices");
+    VOLT_CHECK(upd.dtype() == data.dtype(), InvalidModel,
+               ctx.node().describe() + ": updates must have the dtype of data");
     const int64_t axis = normalize_axis(axis_, static_cast<int64_t>(data.rank()), ctx.node());
     check_element_indices(is, data.shape(), axis, ctx.node());
+    const int64_t n_axis = data.dim(axis), total = ctx.input(1).numel();
+    const ElementIndices ix = element_indices(ctx.input(1), n_axis, ctx.node());
     const auto ds = strides_of(data.shape());
+    const size_t r = is.size();
+    // Row by row of the indices' last axis, each row's offset computed once (an offset per
+    // element by division took 19 of a graph network's 21 ms: 3 x 640 thousand rows of features
+    // added into their nodes), in order: duplicates combine as the loop meets them.
+    const int64_t len = r == 0 ? 1 : is[r - 1], rows = total == 0 ? 0 : total / len;
+    const bool along_rows = r > 0 && axis == static_cast<int64_t>(r) - 1;
+    const int64_t step = r > 0 ? ds[r - 1] : 0,
+                  axis_stride = r > 0 ? ds[static_cast<size_t>(axis)] : 0;
     Tensor& out = ctx.output(0);
     dispatch_any(data.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -168,9 +185,33 @@ class ScatterElements final : public Kernel {
       std::copy(static_cast<const T*>(data.raw()), static_cast<const T*>(data.raw()) + data.numel(),
                 dst);
       const T* u = static_cast<const T*>(upd.raw());
-      for (int64_t e = 0; e < static_cast<int64_t>(idx.size()); ++e) {
-        const int64_t off = element_offset(e, is, idx[e], axis, data.shape(), ds, ctx.node());
-        combine(dst[off], u[e], reduction_);
+      auto at = [n_axis](int64_t i) { return i < 0 ? i + n_axis : i; };
+      // (The reduction a compile-time constant of each loop: chosen once, outside them.)
+      auto scatter = [&](auto reduction_constant) {
+        constexpr ScatterReduce reduction = decltype(reduction_constant)::value;
+        for (int64_t row = 0; row < rows; ++row) {
+          const int64_t base = r > 0 ? row_base(row, is, axis, ds) : 0;
+          const int64_t* ir = ix.data + row * len;
+          const T* ur = u + row * len;
+          if (along_rows) {
+            for (int64_t j = 0; j < len; ++j) combine(dst[base + at(ir[j])], ur[j], reduction);
+          } else {
+            for (int64_t j = 0; j < len; ++j)
+              combine(dst[base + j * step + at(ir[j]) * axis_stride], ur[j], reduction);
+          }
+        }
+      };
+      switch (reduction_) {
+        case ScatterReduce::None:
+          return scatter(std::integral_constant<ScatterReduce, ScatterReduce::None>{});
+        case ScatterReduce::Add:
+          return scatter(std::integral_constant<ScatterReduce, ScatterReduce::Add>{});
+        case ScatterReduce::Mul:
+          return scatter(std::integral_constant<ScatterReduce, ScatterReduce::Mul>{});
+        case ScatterReduce::Max:
+          return scatter(std::integral_constant<ScatterReduce, ScatterReduce::Max>{});
+        case ScatterReduce::Min:
+          return scatter(std::integral_constant<ScatterReduce, ScatterReduce::Min>{});
       }
     });
   }

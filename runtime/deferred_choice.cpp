@@ -18,18 +18,20 @@ std::shared_ptr<const DeferredChoice> DeferredChoices::find(
   return e->choice;
 }
 
-void DeferredChoices::remember(std::span<const TypeShape> types,
-                               std::span<const Value* const> values, uint64_t read,
-                               DeferredChoice choice) {
-  if (types.size() > 64 || values.size() != types.size()) return;
+std::shared_ptr<const DeferredChoice> DeferredChoices::remember(
+    std::span<const TypeShape> types, std::span<const Value* const> values, uint64_t read,
+    DeferredChoice choice) {
+  auto kept = std::make_shared<const DeferredChoice>(std::move(choice));
+  if (types.size() > 64 || values.size() != types.size()) return kept;
   auto e = std::make_shared<Entry>();
   e->read_constants.assign(types.size(), nullptr);
   for (size_t i = 0; i < types.size(); ++i)
     if (read >> i & 1) e->read_constants[i] = values[i];
   e->types.assign(types.begin(), types.end());
-  e->choice = std::make_shared<const DeferredChoice>(std::move(choice));
+  e->choice = kept;
   std::lock_guard<std::mutex> lock(mutex_);
   last_ = std::move(e);
+  return kept;
 }
 
 }  // namespace volt

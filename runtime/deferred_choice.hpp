@@ -34,11 +34,12 @@ class DeferredChoices {
   // The last run's choice, if `types` are its input types (null entries for omitted inputs).
   std::shared_ptr<const DeferredChoice> find(std::span<const TypeShape> types,
                                              std::span<const Value* const> values) const;
-  // Keeps `choice` for runs whose inputs have `types`; `read` says which inputs' values the
-  // choice read (InferContext::input_value), all of them constants of the plan (the caller
-  // keeps no other choice).
-  void remember(std::span<const TypeShape> types, std::span<const Value* const> values,
-                uint64_t read, DeferredChoice choice);
+  // Keeps `choice` for runs whose inputs have `types` and returns it; `read` says which inputs'
+  // values the choice read (InferContext::input_value), all of them constants of the plan (the
+  // caller keeps no other choice).
+  std::shared_ptr<const DeferredChoice> remember(std::span<const TypeShape> types,
+                                                 std::span<const Value* const> values,
+                                                 uint64_t read, DeferredChoice choice);
 
  private:
   struct Entry {

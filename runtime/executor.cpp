@@ -292,10 +292,12 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         for (size_t i = 0; keep && i < ins.size(); ++i)
           keep = !(values_read >> i & 1) || !ins[i] ||
                  (st.inputs[i] >= 0 && plan.placement[st.inputs[i]] == Placement::Constant);
+        // (Kept, the choice moves into the keeper and this run reads it from there.)
         if (keep)
-          st.deferred_choices->remember(in_types, ins, values_read,
-                                        {chosen, run_kernel, run_infer->state, run_infer->outputs,
-                                         run_infer->scratch_bytes, run_infer->reference});
+          kept = st.deferred_choices->remember(
+              in_types, ins, values_read,
+              {chosen, run_kernel, std::move(run_infer->state), std::move(run_infer->outputs),
+               run_infer->scratch_bytes, std::move(run_infer->reference)});
         state = kept ? kept->state.get() : run_infer->state.get();
         run_outputs = kept ? &kept->outputs : &run_infer->outputs;
         run_scratch_bytes = kept ? kept->scratch_bytes : run_infer->scratch_bytes;

@@ -5,7 +5,6 @@
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
-#include "operators/common/vector_exp.hpp"
 
 namespace volt {
 namespace {
@@ -77,25 +76,16 @@ void apply_own_activation(const FusedActivation& act, float* x, int64_t n) {
 }
 
 namespace {
-// The activations that take exp, in lanes by vector_exp (the clones' widths).
-VOLT_SIMD_CLONES void exp_activation(FusedActivation::Kind kind, float* x, int64_t n) {
-  using K = FusedActivation::Kind;
-  if (kind == K::Tanh) {
-    for (int64_t i = 0; i < n; ++i) x[i] = vector_tanh(x[i]);
-  } else if (kind == K::Sigmoid) {
-    for (int64_t i = 0; i < n; ++i) x[i] = vector_sigmoid(x[i]);
-  } else {
-    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * vector_sigmoid(x[i]);
-  }
+// exp_activation at the clones' widths.
+VOLT_SIMD_CLONES void exp_activation_cloned(FusedActivation::Kind kind, float* x, int64_t n) {
+  exp_activation(kind, x, n);
 }
 }  // namespace
 
 void apply_activation(const FusedActivation& act, float* x, int64_t n) {
-  using K = FusedActivation::Kind;
   if (!act.any()) return;
   if (has_own_activation(act)) return apply_own_activation(act, x, n);
-  if (act.kind == K::Tanh || act.kind == K::Sigmoid || act.kind == K::Swish)
-    return exp_activation(act.kind, x, n);
+  if (takes_exp(act.kind)) return exp_activation_cloned(act.kind, x, n);
   for (int64_t i = 0; i < n; ++i) x[i] = act.apply(x[i]);
 }
 

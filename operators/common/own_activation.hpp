@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "operators/common/fused_activation.hpp"
+#include "operators/common/vector_exp.hpp"
 
 namespace volt {
 
@@ -21,6 +22,26 @@ bool has_own_activation(const FusedActivation& act);
 // error is 1.2e-7, the roundings of its evaluation and of the division add to it); NaN stays
 // NaN.
 void apply_own_activation(const FusedActivation& act, float* x, int64_t n);
+
+// Whether `kind` is one exp_activation computes: Tanh, Sigmoid, Swish.
+inline bool takes_exp(FusedActivation::Kind kind) {
+  using K = FusedActivation::Kind;
+  return kind == K::Tanh || kind == K::Sigmoid || kind == K::Swish;
+}
+
+// Tanh, Sigmoid or Swish (takes_exp) over x[0, n) in place by vector_exp, within 1e-7 absolute
+// of the exact function. Inline, so that a loop compiled for wider vectors (a VOLT_SIMD_CLONES
+// clone, Winograd's AVX-512 kernel over one vector of lanes) has it at its width.
+inline void exp_activation(FusedActivation::Kind kind, float* x, int64_t n) {
+  using K = FusedActivation::Kind;
+  if (kind == K::Tanh) {
+    for (int64_t i = 0; i < n; ++i) x[i] = vector_tanh(x[i]);
+  } else if (kind == K::Sigmoid) {
+    for (int64_t i = 0; i < n; ++i) x[i] = vector_sigmoid(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) x[i] = x[i] * vector_sigmoid(x[i]);
+  }
+}
 
 // Any fused activation over x[0, n) in place on the calling thread, for volt's own loops: the own
 // kernel above where it applies, Tanh, Sigmoid and Swish in lanes by vector_exp (within 1e-7

@@ -8,8 +8,8 @@
 
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/dnnl_adapter.hpp"
+#include "operators/common/own_activation.hpp"
 #include "operators/common/parallel.hpp"
-#include "operators/common/vector_exp.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {

@@ -8,6 +8,7 @@
 
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
+#include "operators/common/strided_gather.hpp"
 #include "operators/common/vector_exp.hpp"
 #include "runtime/error.hpp"
 
@@ -124,14 +125,9 @@ VOLT_SIMD_CLONES void lstm_cell(const float* gi, const float* go, const float* g
   }
 }
 
-// [D][rows][cols] -> [D][cols][rows].
+// [D][rows][cols] -> [D][cols][rows], by the one strided copy loop.
 void transpose_blocks(const float* src, float* dst, int64_t d, int64_t rows, int64_t cols) {
-  for (int64_t k = 0; k < d; ++k) {
-    const float* s = src + k * rows * cols;
-    float* t = dst + k * rows * cols;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = s[r * cols + c];
-  }
+  strided_gather(src, dst, {d, cols, rows}, {rows * cols, 1, cols});
 }
 
 // W^T for constant W, from the node's memo or made and kept there; the planner may then drop W

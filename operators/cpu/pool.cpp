@@ -11,7 +11,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/dnnl_adapter.hpp"
-#include "operators/common/floats8.hpp"
+#include "operators/common/float_vectors.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"

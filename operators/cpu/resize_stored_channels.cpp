@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "operators/common/floats8.hpp"
+#include "operators/common/float_vectors.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 

@@ -70,6 +70,17 @@ class NodeMemo {
     if (entries_.size() >= kMaxEntries) entries_.erase(entries_.begin());  // the oldest
     entries_.emplace_back(key, std::move(state));
   }
+  // The planner's: the node's outputs where it folds from values no input shape changes (each
+  // new shape asks, for every such node: a slot of its own, not a key compared with the
+  // kernels' long descriptor keys).
+  std::shared_ptr<const void> folded() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return folded_;
+  }
+  void keep_folded(std::shared_ptr<const void> outputs) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    folded_ = std::move(outputs);
+  }
 
  private:
   // (A MatMul has one entry per operand layout seen; a LayerNormalization one per power of
@@ -78,6 +89,7 @@ class NodeMemo {
   mutable std::mutex mutex_;
   std::vector<std::pair<std::string, std::shared_ptr<void>>> entries_;
   std::vector<std::pair<const void*, std::shared_ptr<const Kernel>>> kernels_;
+  std::shared_ptr<const void> folded_;
 };
 
 // A kernel's copy of a constant input, and the way back to the input (keeps_copy_of_input).

@@ -62,8 +62,7 @@ namespace {
 // Plan-time evaluation is for small shape arithmetic; large constant subgraphs are folded once
 // per session by the constant-folding pass instead of once per plan.
 constexpr int64_t kFoldMaxElements = 1 << 16;
-// The planner's key in a node's memo: the node's folded outputs.
-const std::string kFolded = "planner: folded outputs";
+// What a node's memo keeps of its folded outputs (NodeMemo::folded).
 using FoldedOutputs = std::vector<std::shared_ptr<const Value>>;
 
 struct Choice {
@@ -398,7 +397,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       if (id >= 0 && !fixed[id]) from_fixed = false;
     NodeMemo* memo = cg.memos ? &cg.memos[node_index] : nullptr;
     if (from_fixed && memo)
-      if (auto outs = std::static_pointer_cast<const FoldedOutputs>(memo->find(kFolded))) {
+      if (auto outs = std::static_pointer_cast<const FoldedOutputs>(memo->folded())) {
         const auto& out_ids = cg.node_outputs[node_index];
         for (size_t i = 0; i < out_ids.size(); ++i) {
           const int id = out_ids[i];
@@ -495,7 +494,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           fixed[id] = from_fixed;
           judge(id);
         }
-        if (memoized) memo->keep(kFolded, kept);
+        if (memoized) memo->keep_folded(kept);
         copied.planned(node_index, false, no_restorers);
         continue;
       }

@@ -325,6 +325,12 @@ class Value {
   Value() = default;                                               // empty optional
   Value(Tensor t) : kind_(Kind::Tensor), tensor_(std::move(t)) {}  // NOLINT: implicit on purpose
   Value(CsrTensor c) : kind_(Kind::Csr), csr_(std::move(c)) {}     // NOLINT: implicit on purpose
+  // (Copies and moves touch only the member the kind uses; the others are always empty.)
+  Value(const Value& other);
+  Value(Value&& other) noexcept;
+  Value& operator=(const Value& other);
+  Value& operator=(Value&& other) noexcept;
+  ~Value() = default;
   static Value sequence(std::vector<Tensor> items, DType elem_type = DType::Undefined);
   static Value none() { return Value(); }
 

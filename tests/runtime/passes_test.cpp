@@ -589,7 +589,7 @@ TEST(Passes, SubgraphBodiesAreOptimizedToo) {
     for (float v : random_values(108, rng)) w->add_float_data(v);
     auto* conv = g.add_node();
     conv->set_op_type("Conv");
-    conv->add_input("x");
+    conv->add_input(std::string("x"));  // (a const char* here tripped GCC 12's -Wrestrict)
     conv->add_input(w->name());
     conv->add_output(std::string(name) + "_c");
     ModelBuilder::set_ints(*conv, "pads", {1, 1, 1, 1});

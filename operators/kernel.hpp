@@ -83,8 +83,7 @@ class NodeMemo {
   }
 
  private:
-  // (A MatMul has one entry per operand layout seen; a LayerNormalization one per power of
-  // two of the row counts.)
+  // (A MatMul has one entry per operand layout seen, a Conv one per bucket of widths.)
   static constexpr size_t kMaxEntries = 32;
   mutable std::mutex mutex_;
   std::vector<std::pair<std::string, std::shared_ptr<void>>> entries_;

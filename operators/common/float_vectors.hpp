@@ -31,6 +31,14 @@ typedef float Floats16 __attribute__((vector_size(64)));
   std::memcpy(&v, p, sizeof v);
 }
 
+// *p += v, 16 floats.
+[[gnu::always_inline]] inline void add_to16(float* p, const Floats16& v) {
+  Floats16 y;
+  load16(y, p);
+  y += v;
+  std::memcpy(p, &y, sizeof y);
+}
+
 // The sum of a vector's lanes.
 [[gnu::always_inline]] inline float lane_sum(const Floats16& v) {
   float s = 0;

@@ -8,6 +8,7 @@
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/epilogue.hpp"
+#include "operators/common/float_vectors.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/registry.hpp"
 #include "runtime/csr_util.hpp"
@@ -19,49 +20,29 @@ namespace {
 // those in one panel). The sum is kept in registers 64 floats at a time and added to y once,
 // rather than y being loaded and stored for every non-zero (a store-to-load chain that would
 // cost several times the arithmetic). Inlined into the row loops below, which are compiled for
-// AVX-512 and AVX2 with a run-time choice (function multiversioning).
-// 16 floats as one value: a zmm register in the AVX-512 clone, two ymm in the AVX2 one.
-// (GCC warns that passing such values changes the ABI without AVX-512; they never cross a
-// function boundary that is not inlined.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-typedef float Vec16 __attribute__((vector_size(64)));
-
-__attribute__((always_inline)) inline Vec16 load16(const float* p) {
-  Vec16 v;
-  std::memcpy(&v, p, sizeof v);  // an unaligned vector load
-  return v;
-}
-__attribute__((always_inline)) inline void add_store16(float* p, Vec16 v) {
-  Vec16 y = load16(p);
-  y += v;
-  std::memcpy(p, &y, sizeof y);
-}
-
+// AVX-512 and AVX2 with a run-time choice (function multiversioning); 16 floats as one
+// Floats16 (float_vectors.hpp).
 inline void accumulate_row(const int64_t* col, const float* val, int64_t begin, int64_t end,
                            const float* b, int64_t n, float alpha, float* __restrict y) {
   int64_t j0 = 0;
+  Floats16 v0, v1, v2, v3;
   for (; j0 + 64 <= n; j0 += 64) {
-    Vec16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    Floats16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
     for (int64_t i = begin; i < end; ++i) {
       const float a = val[i];
       const float* br = b + col[i] * n + j0;
-      a0 += a * load16(br);
-      a1 += a * load16(br + 16);
-      a2 += a * load16(br + 32);
-      a3 += a * load16(br + 48);
+      load16(v0, br), load16(v1, br + 16), load16(v2, br + 32), load16(v3, br + 48);
+      a0 += a * v0, a1 += a * v1, a2 += a * v2, a3 += a * v3;
     }
-    add_store16(y + j0, alpha * a0);
-    add_store16(y + j0 + 16, alpha * a1);
-    add_store16(y + j0 + 32, alpha * a2);
-    add_store16(y + j0 + 48, alpha * a3);
+    add_to16(y + j0, alpha * a0);
+    add_to16(y + j0 + 16, alpha * a1);
+    add_to16(y + j0 + 32, alpha * a2);
+    add_to16(y + j0 + 48, alpha * a3);
   }
   for (; j0 + 16 <= n; j0 += 16) {
-    Vec16 a0 = {};
-    for (int64_t i = begin; i < end; ++i) a0 += val[i] * load16(b + col[i] * n + j0);
-    add_store16(y + j0, alpha * a0);
+    Floats16 a0 = {};
+    for (int64_t i = begin; i < end; ++i) load16(v0, b + col[i] * n + j0), a0 += val[i] * v0;
+    add_to16(y + j0, alpha * a0);
   }
   for (; j0 < n; ++j0) {
     float a0 = 0;
@@ -69,9 +50,6 @@ inline void accumulate_row(const int64_t* col, const float* val, int64_t begin, 
     y[j0] += alpha * a0;
   }
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 // B panels of this many bytes stay in L2 while every row's non-zeros in the panel's columns are
 // applied to a block of Y rows of the same size (Zen 4 and recent Intel cores have 1-2 MiB of L2
 // per core). Tuned on Zen 4 with CSR [4096 × 100000] × [100000 × 64] at 1%: 128 KiB panels took

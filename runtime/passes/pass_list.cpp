@@ -20,6 +20,9 @@ const std::vector<Pass>& optimization_passes() {
       {"remove_identities", 1, remove_identities},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},
+      // torch's EmbeddingBag Loops as one node (before the bodies get the passes, which
+      // run after the main graph's).
+      {"fuse_embedding_bag", 2, fuse_embedding_bag},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fold_pad_into_conv", 2, fold_pad_into_conv},
       // Before the layout passes, which keep pools (not ReduceMean) in the convolutions' layout.

@@ -32,6 +32,7 @@ Graph fold_pad_into_conv(const Graph& graph);
 Graph reduce_mean_as_global_pool(const Graph& graph);
 Graph fold_clamped_gates(const Graph& graph);
 Graph fuse_gelu(const Graph& graph);
+Graph fuse_embedding_bag(const Graph& graph);
 Graph fuse_layer_norm(const Graph& graph);
 Graph fuse_attention(const Graph& graph);
 Graph fuse_matmul_epilogue(const Graph& graph);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "operators/common/dispatch.hpp"
 #include "operators/common/parallel.hpp"
@@ -114,6 +115,120 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
   return p;
 }
 
+// An Einsum's labels by role: in both operands and the output (batch), in A and the output (M),
+// in B and the output (N), summed (K, in both operands).
+struct ProductLabels {
+  std::vector<int> batch, m, n, k;
+};
+
+// A label group read as one axis of a tensor whose strides by label are `st` (labels of size 1
+// skipped): its stride (0 for a group of one element), or nullopt where the labels do not run
+// as one axis, each label's stride its inner neighbour's times that one's size.
+std::optional<int64_t> merged_stride(const std::vector<int>& group, const std::vector<int64_t>& st,
+                                     const EinsumPlan& p) {
+  std::optional<int64_t> stride;
+  int64_t next = 0;
+  for (size_t i = group.size(); i-- > 0;) {
+    const auto l = static_cast<size_t>(group[i]);
+    if (p.label_dim[l] == 1) continue;
+    if (stride && st[l] != next) return std::nullopt;
+    if (!stride) stride = st[l];
+    next = st[l] * p.label_dim[l];
+  }
+  return stride.value_or(0);
+}
+
+// A matrix of `rows` × `cols` labels as sgemm reads it in place: transposed or not, and its
+// leading dimension.
+struct StridedMatrix {
+  bool ok = false, transposed = false;
+  int64_t ld = 0;
+};
+StridedMatrix strided_matrix(const std::vector<int>& rows, const std::vector<int>& cols,
+                             const std::vector<int64_t>& st, const EinsumPlan& p,
+                             bool may_transpose) {
+  auto size = [&](const std::vector<int>& g) {
+    int64_t v = 1;
+    for (int l : g) v *= p.label_dim[static_cast<size_t>(l)];
+    return v;
+  };
+  const auto rs = merged_stride(rows, st, p), cs = merged_stride(cols, st, p);
+  const int64_t nr = size(rows), nc = size(cols);
+  if (!rs || !cs) return {};
+  if (nc == 1 || *cs == 1) return {true, false, nr == 1 ? std::max<int64_t>(nc, 1) : *rs};
+  if (may_transpose && (nr == 1 || *rs == 1)) return {true, true, nc == 1 ? 1 : *cs};
+  return {};
+}
+
+// The product with every operand and the output read in place by sgemm's leading dimensions
+// (no gathered copies, no product buffer to scatter): M or N labels that do not run as one axis
+// of some tensor are iterated like batch labels, as many products as their combinations. A
+// mixture of experts' `btd,edf->btef` is a product per expert e on B's slice and Y's columns,
+// and `btef,efd->bted` reads h and writes y with row strides of e·f and e·d: 8 MiB of gathers
+// and a 4 MiB product buffer a run before. False where a summed group does not run as one axis
+// or the iterated products would be small.
+bool einsum_strided(const EinsumPlan& p, ProductLabels g, const Tensor& a, const Tensor& b,
+                    Tensor& y, int threads) {
+  const size_t nl = p.label_dim.size();
+  auto strides_of = [&](const Tensor& t, const std::vector<int>& labels) {
+    std::vector<int64_t> by_label(nl, 0);
+    int64_t s = 1;
+    for (size_t ax = labels.size(); ax-- > 0;) {
+      by_label[static_cast<size_t>(labels[ax])] = s;
+      s *= t.dim(static_cast<int64_t>(ax));
+    }
+    return by_label;
+  };
+  const auto sa = strides_of(a, p.operand_labels[0]), sb = strides_of(b, p.operand_labels[1]),
+             sy = strides_of(y, p.output_labels);
+  bool peeled = false;
+  StridedMatrix ma, mb, my;
+  for (;;) {
+    ma = strided_matrix(g.m, g.k, sa, p, true);
+    mb = strided_matrix(g.k, g.n, sb, p, true);
+    my = strided_matrix(g.m, g.n, sy, p, false);
+    if (ma.ok && mb.ok && my.ok) break;
+    if (!merged_stride(g.k, sa, p) || !merged_stride(g.k, sb, p)) return false;
+    // The outermost label of the group that does not run as one axis becomes a loop.
+    const bool m_runs = merged_stride(g.m, sa, p) && merged_stride(g.m, sy, p);
+    std::vector<int>& peel = m_runs ? g.n : g.m;
+    if (peel.empty() || (m_runs && merged_stride(g.n, sb, p) && merged_stride(g.n, sy, p)))
+      return false;  // (both groups run as axes: the layouts themselves do not fit sgemm)
+    g.batch.push_back(peel.front());
+    peel.erase(peel.begin());
+    peeled = true;
+  }
+  auto size = [&](const std::vector<int>& ls) {
+    int64_t v = 1;
+    for (int l : ls) v *= p.label_dim[static_cast<size_t>(l)];
+    return v;
+  };
+  const int64_t loops = size(g.batch), mt = size(g.m), nt = size(g.n), kt = size(g.k);
+  if (peeled && mt * nt * kt < (int64_t{1} << 15)) return false;
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y.data<float>();
+  std::atomic<bool> failed{false};
+  auto one = [&](int64_t i) {
+    int64_t oa = 0, ob = 0, oy = 0;
+    for (size_t j = g.batch.size(); j-- > 0;) {
+      const auto l = static_cast<size_t>(g.batch[j]);
+      const int64_t at = i % p.label_dim[l];
+      i /= p.label_dim[l];
+      oa += at * sa[l];
+      ob += at * sb[l];
+      oy += at * sy[l];
+    }
+    const dnnl_status_t st =
+        dnnl_sgemm(ma.transposed ? 'T' : 'N', mb.transposed ? 'T' : 'N', mt, nt, kt, 1.0f, pa + oa,
+                   ma.ld, pb + ob, mb.ld, 0.0f, py + oy, my.ld);
+    if (st != dnnl_success) failed = true;
+  };
+  parallel_for(loops, loops > 1 && threads > 1, one);
+  VOLT_CHECK(!failed, Runtime, "Einsum: oneDNN sgemm failed");
+  return true;
+}
+
 // Two f32 operands as a batched matrix product, the form attention and bilinear layers
 // write: each label is a batch label (in both operands and the output), an M label (the first
 // operand and the output), an N label (the second and the output) or a K label (both operands,
@@ -183,6 +298,7 @@ bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tenso
         strides.push_back(st[static_cast<size_t>(l)]);
       }
   };
+  if (einsum_strided(p, {batch, m, n, k}, a, b, y, threads)) return true;
   std::vector<float> copies[2];
   const float* data[2];
   bool transposed[2];

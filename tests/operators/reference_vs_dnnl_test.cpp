@@ -485,7 +485,8 @@ TEST(ReferenceVsDnnl, PowByAScalar) {
 }
 
 // Two-operand Einsums that are batched products run on sgemm in f32 (each operand read in
-// place, transposed or gathered; the product written in place or permuted into the output);
+// place, transposed, with row strides, or gathered; the product written in place, with row
+// strides, or permuted into the output; M or N labels iterated where they do not run as one axis);
 // the f64 run takes the general loop. The last two stay on the loop in f32 too (a broadcast
 // ellipsis, a label summed within one operand).
 TEST(ReferenceVsDnnl, EinsumAsBatchedProducts) {
@@ -505,7 +506,13 @@ TEST(ReferenceVsDnnl, EinsumAsBatchedProducts) {
                                          {"ij,ij->i", {6, 7}, {6, 7}},
                                          {"bhqk,bkhd->bqhd", {2, 3, 4, 5}, {2, 5, 3, 6}},
                                          {"...ij,jk->...ik", {1, 4, 5}, {5, 6}},
-                                         {"ijk,kl->il", {3, 4, 5}, {5, 2}}})
+                                         {"ijk,kl->il", {3, 4, 5}, {5, 2}},
+                                         // Large enough for products per expert, or per
+                                         // batch row, read and written with row strides.
+                                         {"btd,edf->btef", {2, 16, 32}, {4, 32, 64}},
+                                         {"btef,efd->bted", {2, 16, 4, 64}, {4, 64, 32}},
+                                         {"tbd,dn->btn", {64, 2, 32}, {32, 32}},
+                                         {"bdq,bdk->bqk", {2, 40, 30}, {2, 40, 50}}})
     expect_same(
         "Einsum", {random_double(c.a, rng), random_double(c.b, rng)},
         [&](onnx::NodeProto& n) { ModelBuilder::set_string(n, "equation", c.equation); }, 13);

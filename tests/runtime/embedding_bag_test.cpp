@@ -174,3 +174,60 @@ TEST(EmbeddingBag, AnIndexOutOfRangeIsAnErrorAndTheSessionGoesOn) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// An ai.volt EmbeddingBag node written into a model directly (the domain is open to models): bad
+// operands are errors that name the node, never a crash or a wild allocation.
+std::string direct_bag_model(const std::string& mode, int weight_type, int64_t extra_inputs = 0) {
+  ModelBuilder b(13);
+  auto* volt_opset = b.proto().add_opset_import();
+  volt_opset->set_domain("ai.volt");
+  volt_opset->set_version(1);
+  b.input("W", weight_type, {kRows, kWidth}).input("indices", 7, {-1}).input_any("starts", 7);
+  b.input("ends", 7, {-1}).input("M", 7, {}).output_any("bags", 1);
+  std::vector<std::string> ins = {"W", "indices", "starts", "ends", "M"};
+  for (int64_t i = 0; i < extra_inputs; ++i) ins.push_back("indices");
+  b.node("EmbeddingBag", ins, {"bags"}, [&](onnx::NodeProto& n) {
+    n.set_domain("ai.volt");
+    ModelBuilder::set_string(n, "mode", mode);
+  });
+  return b.bytes();
+}
+
+TEST(EmbeddingBag, BadOperandsOfADirectNodeAreErrors) {
+  const Tensor w = Tensor::from(std::vector<float>(kRows * kWidth, 1.0f), {kRows, kWidth});
+  const NamedValues feed = {{"W", w},
+                            {"indices", Tensor::from<int64_t>({1, 2, 3}, {3})},
+                            {"starts", Tensor::from<int64_t>({0, 1}, {1, 2})},
+                            {"ends", Tensor::from<int64_t>({3}, {1})},
+                            {"M", Tensor::scalar<int64_t>(1)}};
+  auto run = [&](const std::string& bytes, const NamedValues& f) {
+    Session s = Session::from_bytes(bytes.data(), bytes.size(), test_options({}));
+    return s.run(f);
+  };
+  EXPECT_VOLT_ERROR(run(direct_bag_model("median", 1), feed), InvalidModel, "mode must be");
+  EXPECT_VOLT_ERROR(run(direct_bag_model("sum", 1, 2), feed), InvalidModel, "takes weight");
+  EXPECT_VOLT_ERROR(run(direct_bag_model("sum", 1), feed), InvalidArgument, "starts and ends");
+  NamedValues flat = feed;
+  flat[2].second = Tensor::from<int64_t>({0}, {1});
+  EXPECT_EQ(run(direct_bag_model("sum", 1), flat)[0].tensor().shape(), (Shape{1, kWidth}));
+  NamedValues wrong_weights = flat;
+  wrong_weights[0].second = Tensor::from(std::vector<int64_t>(kRows * kWidth, 1), {kRows, kWidth});
+  EXPECT_VOLT_ERROR(run(direct_bag_model("sum", 7), wrong_weights), InvalidArgument,
+                    "weight must be a float");
+  // 2^62 bags of 8 floats: refused before anything is allocated.
+  NamedValues huge = flat;
+  huge[4].second = Tensor::scalar<int64_t>(int64_t{1} << 62);
+  try {
+    run(direct_bag_model("sum", 1), huge);
+    ADD_FAILURE() << "2^62 bags ran";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == ErrorCode::OutOfMemory || e.code() == ErrorCode::InvalidArgument)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace volt

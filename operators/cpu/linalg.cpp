@@ -115,6 +115,18 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
   return p;
 }
 
+// A tensor's strides by label id (0 for labels it lacks), its axes labelled by `labels`.
+std::vector<int64_t> label_strides(const Tensor& t, const std::vector<int>& labels,
+                                   const EinsumPlan& p) {
+  std::vector<int64_t> by_label(p.label_dim.size(), 0);
+  int64_t s = 1;
+  for (size_t ax = labels.size(); ax-- > 0;) {
+    by_label[static_cast<size_t>(labels[ax])] = s;
+    s *= t.dim(static_cast<int64_t>(ax));
+  }
+  return by_label;
+}
+
 // An Einsum's labels by role: in both operands and the output (batch), in A and the output (M),
 // in B and the output (N), summed (K, in both operands).
 struct ProductLabels {
@@ -169,18 +181,9 @@ StridedMatrix strided_matrix(const std::vector<int>& rows, const std::vector<int
 // or the iterated products would be small.
 bool einsum_strided(const EinsumPlan& p, ProductLabels g, const Tensor& a, const Tensor& b,
                     Tensor& y, int threads) {
-  const size_t nl = p.label_dim.size();
-  auto strides_of = [&](const Tensor& t, const std::vector<int>& labels) {
-    std::vector<int64_t> by_label(nl, 0);
-    int64_t s = 1;
-    for (size_t ax = labels.size(); ax-- > 0;) {
-      by_label[static_cast<size_t>(labels[ax])] = s;
-      s *= t.dim(static_cast<int64_t>(ax));
-    }
-    return by_label;
-  };
-  const auto sa = strides_of(a, p.operand_labels[0]), sb = strides_of(b, p.operand_labels[1]),
-             sy = strides_of(y, p.output_labels);
+  const auto sa = label_strides(a, p.operand_labels[0], p),
+             sb = label_strides(b, p.operand_labels[1], p),
+             sy = label_strides(y, p.output_labels, p);
   bool peeled = false;
   StridedMatrix ma, mb, my;
   for (;;) {
@@ -280,13 +283,7 @@ bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tenso
   // An operand's strides by label, and the order [batch, rows, cols] or [batch, cols, rows]
   // that reads it in place (`transposed`), else a gathered copy in the first.
   auto stride_of = [&](const Tensor& t, const std::vector<int>& labels) {
-    std::vector<int64_t> by_label(nl, 0);
-    int64_t s = 1;
-    for (size_t ax = labels.size(); ax-- > 0;) {
-      by_label[static_cast<size_t>(labels[ax])] = s;
-      s *= t.dim(static_cast<int64_t>(ax));
-    }
-    return by_label;
+    return label_strides(t, labels, p);
   };
   auto layout = [&](const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& st,
                     std::vector<int64_t>& shape, std::vector<int64_t>& strides) {

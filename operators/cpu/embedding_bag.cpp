@@ -77,7 +77,9 @@ class EmbeddingBag final : public Kernel {
       ctx.set_output_unknown(0, DType::Float);
       return;
     }
-    ctx.set_output(0, DType::Float, output_shape(ctx.shape(0), ctx.shape(1), trips_of(*trips)));
+    const int64_t bags = trips_of(*trips);
+    ctx.set_output(0, DType::Float, output_shape(ctx.shape(0), ctx.shape(1), bags));
+    ctx.request_scratch(scratch_words(bags, numel_of(ctx.shape(1))) * sizeof(int64_t));
   }
 
   void run(RunContext& ctx) const override {
@@ -89,8 +91,11 @@ class EmbeddingBag final : public Kernel {
     const int64_t width = weight.numel() / std::max<int64_t>(rows, 1);
     const int64_t per_row = indices.numel() / std::max<int64_t>(n, 1);  // Q...
     // The bounds and the indices the bags read, checked here: the loop below may not throw.
-    std::vector<int64_t> from(static_cast<size_t>(bags)), to(static_cast<size_t>(bags));
-    std::vector<int64_t> picked(static_cast<size_t>(indices.numel()), -1);
+    // (In the run's scratch: a recommender runs one such node per feature, every run.)
+    int64_t* from = static_cast<int64_t*>(ctx.scratch());
+    int64_t* to = from + bags;
+    int64_t* picked = to + bags;
+    std::fill(picked, picked + indices.numel(), int64_t{-1});
     int64_t work = 0;
     for (int64_t i = 0; i < bags; ++i) {
       if (i >= starts.numel() || i >= ends.numel())
@@ -142,6 +147,10 @@ class EmbeddingBag final : public Kernel {
 
  private:
   static int64_t trips_of(const Tensor& t) { return std::max<int64_t>(element(t, 0), 0); }
+  // The scratch a run takes: each bag's bounds, and each index resolved.
+  static size_t scratch_words(int64_t bags, int64_t indices) {
+    return static_cast<size_t>(2 * bags + indices);
+  }
   static Shape output_shape(const Shape& weight, const Shape& indices, int64_t bags) {
     Shape s{bags};
     s.insert(s.end(), indices.begin() + 1, indices.end());

@@ -321,6 +321,32 @@ def text_classifier(path):
                   {"axis": [["ids", 1]], "range": [4, 256], "multiple": 1})
 
 
+def bag_recommender(path):
+    """A recommender with torch's EmbeddingBag, which torch.onnx writes as a Loop with one
+    iteration per bag: 8 sparse features of 4 ids a sample (sum and mean bags), a bottom MLP over 13
+    dense features, a top MLP over both."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bags = nn.ModuleList([nn.EmbeddingBag(5000, 32, mode="sum" if f % 2 else "mean")
+                                       for f in range(8)])
+            self.bottom = nn.Sequential(nn.Linear(13, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU())
+            self.top = nn.Sequential(nn.Linear(32 + 8 * 32, 256), nn.ReLU(), nn.Linear(256, 1))
+
+        def forward(self, dense, ids):
+            feats = [self.bottom(dense)] + [bag(ids[:, f]) for f, bag in enumerate(self.bags)]
+            return torch.sigmoid(self.top(torch.cat(feats, 1)))
+
+    torch_export(Bags(), (torch.rand(2, 13), torch.zeros(2, 8, 4, dtype=torch.long)), path, 13,
+                 ["dense", "ids"], ["ctr"], {"dense": {0: "B"}, "ids": {0: "B"}, "ctr": {0: "B"}})
+    return recipe([("dense", ["B", 13], "float32", (0, 1)), ("ids", ["B", 8, 4], "int64", (0, 5000))],
+                  [1, 256], "torch EmbeddingBags (Loops in the export)")
+
+
 def crnn_recognizer(path):
     """A text-line recognizer (CRNN): a conv stack over a 32-pixel-high crop of any width, the
     columns read by a bidirectional LSTM, per-column character scores. Crops vary in width."""
@@ -469,6 +495,7 @@ MODELS = {
     "text_classifier": text_classifier,
     "crnn_recognizer": crnn_recognizer,
     "wav2vec_conformer": wav2vec_conformer,
+    "bag_recommender": bag_recommender,
     "keras_nhwc": None, "decomposed_activations": None, "resize_scales": None, "unfolded_bn_pad": None,
     "opset9_upsample": None, "tiny_op_chain": None,
     "resnet18_fp16": fp16_of("resnet18_op11"),

@@ -47,13 +47,13 @@ SliceWindow slice_window(const Shape& in, const std::vector<int64_t>& starts,
     const int64_t dim = in[a], step = steps.empty() ? 1 : steps[i];
     VOLT_CHECK(step != 0, InvalidArgument, node.describe() + ": slice step cannot be 0");
     int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
     if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
+      s = clamp_slice_bound(s, dim);
+      e = clamp_slice_bound(e, dim);
       w.out[a] = e > s ? (e - s + step - 1) / step : 0;
     } else {
+      if (s < 0) s += dim;
+      if (e < 0) e += dim;
       s = std::clamp<int64_t>(s, -1, dim - 1);
       e = std::clamp<int64_t>(e, -1, dim - 1);
       w.out[a] = s > e ? (s - e - step - 1) / (-step) : 0;

@@ -13,6 +13,13 @@ struct SliceWindow {
   Shape out;
 };
 
+// A bound of a Slice with a positive step along an axis of `dim` elements: a negative one counts
+// from the end, then it is clamped to [0, dim].
+inline int64_t clamp_slice_bound(int64_t bound, int64_t dim) {
+  if (bound < 0) bound += dim;
+  return bound < 0 ? 0 : bound > dim ? dim : bound;
+}
+
 // InvalidArgument naming the node for mismatched lengths, a bad axis or a zero step.
 SliceWindow slice_window(const Shape& in, const std::vector<int64_t>& starts,
                          const std::vector<int64_t>& ends, std::vector<int64_t> axes,

@@ -15,6 +15,7 @@
 
 #include "operators/common/parallel.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/common/slice_window.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
@@ -41,12 +42,6 @@ int64_t element(const Tensor& t, int64_t i) {
 // Bad indices or bounds are the caller's, as Gather's and Slice's errors in the Loop say.
 [[noreturn]] void bad_input(const RunContext& ctx, const std::string& message) {
   fail(ErrorCode::InvalidArgument, ctx.node().describe() + ": " + message);
-}
-
-// Slice's clamping of one bound along an axis of `n` (positive step).
-int64_t clamped(int64_t bound, int64_t n) {
-  if (bound < 0) bound += n;
-  return std::clamp<int64_t>(bound, 0, n);
 }
 
 class EmbeddingBag final : public Kernel {
@@ -102,8 +97,8 @@ class EmbeddingBag final : public Kernel {
         bad_input(ctx, "bag " + std::to_string(i) + " of " + std::to_string(bags) +
                            " has no bound: starts has " + std::to_string(starts.numel()) +
                            " and ends " + std::to_string(ends.numel()));
-      from[i] = clamped(element(starts, i), n);
-      to[i] = std::max(from[i], clamped(element(ends, i), n));
+      from[i] = clamp_slice_bound(element(starts, i), n);
+      to[i] = std::max(from[i], clamp_slice_bound(element(ends, i), n));
       for (int64_t k = from[i] * per_row; k < to[i] * per_row; ++k) {
         if (picked[k] >= 0) continue;
         const int64_t at = element(indices, k);

@@ -282,9 +282,6 @@ bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tenso
   }
   // An operand's strides by label, and the order [batch, rows, cols] or [batch, cols, rows]
   // that reads it in place (`transposed`), else a gathered copy in the first.
-  auto stride_of = [&](const Tensor& t, const std::vector<int>& labels) {
-    return label_strides(t, labels, p);
-  };
   auto layout = [&](const std::vector<std::vector<int>>& groups, const std::vector<int64_t>& st,
                     std::vector<int64_t>& shape, std::vector<int64_t>& strides) {
     shape.clear();
@@ -301,7 +298,7 @@ bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tenso
   bool transposed[2];
   for (int op = 0; op < 2; ++op) {
     const Tensor& t = *operands[op];
-    const auto st = stride_of(t, p.operand_labels[static_cast<size_t>(op)]);
+    const auto st = label_strides(t, p.operand_labels[static_cast<size_t>(op)], p);
     const std::vector<int>& rows = op == 0 ? m : k;
     const std::vector<int>& cols = op == 0 ? k : n;
     std::vector<int64_t> shape, strides;
@@ -320,7 +317,7 @@ bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tenso
     data[op] = copies[op].data();
   }
   // The product in [batch, M, N]: y itself when the output's labels run in that order.
-  const auto yst = stride_of(y, p.output_labels);
+  const auto yst = label_strides(y, p.output_labels, p);
   std::vector<int64_t> yshape, ystrides;
   layout({batch, m, n}, yst, yshape, ystrides);
   const bool in_place = is_one_run(yshape, ystrides);

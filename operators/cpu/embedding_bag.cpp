@@ -73,6 +73,13 @@ class EmbeddingBag final : public Kernel {
       return;
     }
     const int64_t bags = trips_of(*trips);
+    // A bag needs a start and an end (the Loop's Gather of them would fail): checked here,
+    // before the trip count sizes the output and the scratch, so 2^62 trips cannot overflow.
+    const int64_t bounds = std::min(ctx.shape(2)[0], ctx.shape(3)[0]);
+    if (bags > bounds)
+      ctx.input_error("bag " + std::to_string(bounds) + " of " + std::to_string(bags) +
+                      " has no bound: starts has " + std::to_string(ctx.shape(2)[0]) +
+                      " and ends " + std::to_string(ctx.shape(3)[0]));
     ctx.set_output(0, DType::Float, output_shape(ctx.shape(0), ctx.shape(1), bags));
     ctx.request_scratch(scratch_words(bags, numel_of(ctx.shape(1))) * sizeof(int64_t));
   }
@@ -92,11 +99,7 @@ class EmbeddingBag final : public Kernel {
     int64_t* picked = to + bags;
     std::fill(picked, picked + indices.numel(), int64_t{-1});
     int64_t work = 0;
-    for (int64_t i = 0; i < bags; ++i) {
-      if (i >= starts.numel() || i >= ends.numel())
-        bad_input(ctx, "bag " + std::to_string(i) + " of " + std::to_string(bags) +
-                           " has no bound: starts has " + std::to_string(starts.numel()) +
-                           " and ends " + std::to_string(ends.numel()));
+    for (int64_t i = 0; i < bags; ++i) {  // (infer checked that every bag has bounds)
       from[i] = clamp_slice_bound(element(starts, i), n);
       to[i] = std::max(from[i], clamp_slice_bound(element(ends, i), n));
       for (int64_t k = from[i] * per_row; k < to[i] * per_row; ++k) {

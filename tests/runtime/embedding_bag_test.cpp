@@ -217,7 +217,8 @@ TEST(EmbeddingBag, BadOperandsOfADirectNodeAreErrors) {
   wrong_weights[0].second = Tensor::from(std::vector<int64_t>(kRows * kWidth, 1), {kRows, kWidth});
   EXPECT_VOLT_ERROR(run(direct_bag_model("sum", 7), wrong_weights), InvalidArgument,
                     "weight must be a float");
-  // 2^62 bags of 8 floats: refused before anything is allocated.
+  // 2^62 bags of 8 floats: refused before the trip count sizes anything (UBSan watches the
+  // arithmetic).
   NamedValues huge = flat;
   huge[4].second = Tensor::scalar<int64_t>(int64_t{1} << 62);
   try {

@@ -107,6 +107,26 @@ const Tensor& Node::attr_tensor(const std::string& key) const {
   return a->t;
 }
 
+Tensor constant_node_value(const Node& n) {
+  if (n.has_attr("value")) return n.attr_tensor("value");
+  if (n.has_attr("value_float")) return Tensor::scalar(n.attr_float("value_float", 0));
+  if (n.has_attr("value_int")) return Tensor::scalar(n.attr_int("value_int"));
+  if (n.has_attr("value_floats")) {
+    auto v = n.attr_floats("value_floats");
+    return Tensor::from(v, {static_cast<int64_t>(v.size())});
+  }
+  if (n.has_attr("value_ints")) {
+    auto v = n.attr_ints("value_ints");
+    return Tensor::from(v, {static_cast<int64_t>(v.size())});
+  }
+  if (n.has_attr("value_string")) return Tensor::scalar(n.attr_string("value_string", ""));
+  if (n.has_attr("value_strings")) {
+    auto v = n.attr_strings("value_strings");
+    return Tensor::from(v, {static_cast<int64_t>(v.size())});
+  }
+  fail(ErrorCode::InvalidModel, n.describe() + ": Constant has no value attribute");
+}
+
 std::shared_ptr<Graph> Node::attr_graph(const std::string& key) const {
   const Attribute* a = find_attr(key, Attribute::Type::Graph);
   VOLT_CHECK(a && a->g, InvalidModel,

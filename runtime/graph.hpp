@@ -86,6 +86,11 @@ struct Node {
   std::shared_ptr<Graph> attr_graph(const std::string& key) const;
 };
 
+// The tensor a Constant node outputs, from whichever value attribute it has (value, value_float,
+// value_floats, value_int, value_ints, value_string, value_strings); ErrorCode::InvalidModel
+// when it has none. The Constant kernel and the pass that makes Constants initializers share it.
+Tensor constant_node_value(const Node& n);
+
 struct Graph {
   std::string name;
   std::vector<Node> nodes;

@@ -236,27 +236,7 @@ class SizeOp final : public Kernel {
 
 class Constant final : public Kernel {
  public:
-  explicit Constant(const Node& n) {
-    if (n.has_attr("value"))
-      value_ = n.attr_tensor("value");
-    else if (n.has_attr("value_float"))
-      value_ = Tensor::scalar(n.attr_float("value_float", 0));
-    else if (n.has_attr("value_int"))
-      value_ = Tensor::scalar(n.attr_int("value_int"));
-    else if (n.has_attr("value_floats")) {
-      auto v = n.attr_floats("value_floats");
-      value_ = Tensor::from(v, {static_cast<int64_t>(v.size())});
-    } else if (n.has_attr("value_ints")) {
-      auto v = n.attr_ints("value_ints");
-      value_ = Tensor::from(v, {static_cast<int64_t>(v.size())});
-    } else if (n.has_attr("value_string"))
-      value_ = Tensor::scalar(n.attr_string("value_string", ""));
-    else if (n.has_attr("value_strings")) {
-      auto v = n.attr_strings("value_strings");
-      value_ = Tensor::from(v, {static_cast<int64_t>(v.size())});
-    } else
-      fail(ErrorCode::InvalidModel, n.describe() + ": Constant has no value attribute");
-  }
+  explicit Constant(const Node& n) : value_(constant_node_value(n)) {}
   void infer(InferContext& ctx) const override { ctx.set_output_value(0, value_); }
   void run(RunContext& ctx) const override { ctx.set_output(0, value_); }
 

@@ -17,6 +17,11 @@ const std::vector<Pass>& optimization_passes() {
       // fp16 models compute in fp32 on the CPU (it has no fp16 arithmetic; oneDNN's fp32
       // primitives run at full speed): before the passes that fold and fuse, so they see fp32.
       {"compute_fp16_in_fp32", 1, compute_fp16_in_fp32, on_cpu},
+      // Literals as weights, before the passes that look constants up (and the planner, which
+      // would visit each Constant node again at every new input shape). CPU sessions: the
+      // accelerator's placement keeps Constant nodes on the host as shape arithmetic, untried
+      // with initializers in their place.
+      {"constants_as_initializers", 1, constants_as_initializers, on_cpu},
       {"remove_identities", 1, remove_identities},
       {"eliminate_dead_nodes", 1, eliminate_dead_nodes},
       {"keep_sparse_weights", 1, keep_sparse_weights},

@@ -6,6 +6,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/graph.hpp"
@@ -26,6 +28,7 @@ Graph run_passes(const Graph& graph, const SessionOptions& options);
 // The passes themselves.
 Graph eliminate_dead_nodes(const Graph& graph);
 Graph remove_identities(const Graph& graph);
+Graph constants_as_initializers(const Graph& graph);
 Graph expand_gradient_ops(const Graph& graph);
 Graph fold_conv_batchnorm(const Graph& graph);
 Graph fold_pad_into_conv(const Graph& graph);
@@ -95,9 +98,10 @@ class ValueUses {
   std::optional<size_t> sole_reader(const std::string& v) const;
 
  private:
-  std::map<std::string, std::vector<Reader>> readers_;
-  std::map<std::string, size_t> producer_;
-  std::set<std::string> outputs_;
+  // (Hashed: every pass builds one over the whole graph, and looks values up by name.)
+  std::unordered_map<std::string, std::vector<Reader>> readers_;
+  std::unordered_map<std::string, size_t> producer_;
+  std::unordered_set<std::string> outputs_;
 };
 
 // The value of an initializer or of a Constant node's `value`; nullptr for anything else.

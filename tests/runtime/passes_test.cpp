@@ -180,6 +180,41 @@ TEST(Passes, DropoutThatDropsNothingGoes) {
   EXPECT_EQ(count_op(remove_identities(load(model(0.3f, false))), "Dropout"), 1);
 }
 
+// Constant nodes become initializers holding the value of whichever attribute they carry
+// (value, value_ints, value_float); one whose output is a graph output stays a node. The graph
+// computes what it did (level 0 runs no pass).
+TEST(Passes, ConstantsBecomeInitializers) {
+  ModelBuilder b(13);
+  b.input("x", 1, {2, 3}).output("y", 1, {3, 2}).output("k", 1, {3});
+  b.node("Constant", {}, {"c_tensor"}, [](onnx::NodeProto& n) {
+    ModelBuilder::set_float_tensor(n, "value", {3}, {1, -2, 3});
+  });
+  b.node("Constant", {}, {"c_shape"}, [](onnx::NodeProto& n) {
+    ModelBuilder::set_ints(n, "value_ints", {3, 2});
+  });
+  b.node("Constant", {}, {"c_scale"},
+         [](onnx::NodeProto& n) { ModelBuilder::set_float(n, "value_float", 0.5f); });
+  b.node("Constant", {}, {"k"}, [](onnx::NodeProto& n) {
+    ModelBuilder::set_float_tensor(n, "value", {3}, {4, 5, 6});
+  });
+  b.node("Add", {"x", "c_tensor"}, {"a"});
+  b.node("Mul", {"a", "c_scale"}, {"m"});
+  b.node("Reshape", {"m", "c_shape"}, {"y"});
+  const std::string bytes = b.bytes();
+  const Graph g = constants_as_initializers(load(bytes));
+  EXPECT_EQ(count_op(g, "Constant"), 1);  // k, a graph output
+  ASSERT_TRUE(g.initializers.count("c_tensor") && g.initializers.count("c_shape") &&
+              g.initializers.count("c_scale"));
+  const Tensor& shape = g.initializers.at("c_shape");
+  EXPECT_EQ(shape.dtype(), DType::Int64);
+  EXPECT_EQ(std::vector<int64_t>(shape.data<int64_t>(), shape.data<int64_t>() + shape.numel()),
+            (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(g.initializers.at("c_scale").rank(), 0);
+  EXPECT_EQ(g.initializers.at("c_tensor").data<float>()[1], -2.0f);
+  std::mt19937 rng(7);
+  expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3}, rng)}});
+}
+
 // Attention as exporters write it: heads split by Reshape + Transpose before Q·Kᵀ (K's
 // Transpose straight to [B, H, D, S]), joined by Transpose + Reshape after scores·V. Every
 // Transpose folds into its MatMul (strided operands and output, on oneDNN's kernels), with the

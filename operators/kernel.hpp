@@ -205,6 +205,11 @@ class RunContext {
   [[noreturn]] void error(const std::string& message) const {
     fail(ErrorCode::Runtime, node().describe() + ": " + message);
   }
+  // Values the caller fed that the op refuses (an index out of range): InferContext's
+  // input_error, for what only the run sees.
+  [[noreturn]] void input_error(const std::string& message) const {
+    fail(ErrorCode::InvalidArgument, node().describe() + ": " + message);
+  }
 };
 
 // A node's graph attribute (If branches, Loop and Scan bodies), ready to run. Made by

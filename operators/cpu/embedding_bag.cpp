@@ -39,11 +39,6 @@ int64_t element(const Tensor& t, int64_t i) {
   return t.dtype() == DType::Int64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i];
 }
 
-// Bad indices or bounds are the caller's, as Gather's and Slice's errors in the Loop say.
-[[noreturn]] void bad_input(const RunContext& ctx, const std::string& message) {
-  fail(ErrorCode::InvalidArgument, ctx.node().describe() + ": " + message);
-}
-
 class EmbeddingBag final : public Kernel {
  public:
   explicit EmbeddingBag(const Node& n) : mode_(bag_mode(n)) {}
@@ -106,8 +101,8 @@ class EmbeddingBag final : public Kernel {
         if (picked[k] >= 0) continue;
         const int64_t at = element(indices, k);
         if (at < -rows || at >= rows)
-          bad_input(ctx, "index " + std::to_string(at) + " is out of range [" +
-                             std::to_string(-rows) + ", " + std::to_string(rows) + ")");
+          ctx.input_error("index " + std::to_string(at) + " is out of range [" +
+                          std::to_string(-rows) + ", " + std::to_string(rows) + ")");
         picked[k] = at < 0 ? at + rows : at;
       }
       work += (to[i] - from[i]) * per_row * width;

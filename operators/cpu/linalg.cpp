@@ -115,6 +115,13 @@ EinsumPlan plan_einsum(const std::string& equation, const std::vector<Shape>& sh
   return p;
 }
 
+// How many elements a group of labels spans (the product of their sizes).
+int64_t group_size(const std::vector<int>& labels, const EinsumPlan& p) {
+  int64_t v = 1;
+  for (int l : labels) v *= p.label_dim[static_cast<size_t>(l)];
+  return v;
+}
+
 // A tensor's strides by label id (0 for labels it lacks), its axes labelled by `labels`.
 std::vector<int64_t> label_strides(const Tensor& t, const std::vector<int>& labels,
                                    const EinsumPlan& p) {
@@ -159,13 +166,8 @@ struct StridedMatrix {
 StridedMatrix strided_matrix(const std::vector<int>& rows, const std::vector<int>& cols,
                              const std::vector<int64_t>& st, const EinsumPlan& p,
                              bool may_transpose) {
-  auto size = [&](const std::vector<int>& g) {
-    int64_t v = 1;
-    for (int l : g) v *= p.label_dim[static_cast<size_t>(l)];
-    return v;
-  };
   const auto rs = merged_stride(rows, st, p), cs = merged_stride(cols, st, p);
-  const int64_t nr = size(rows), nc = size(cols);
+  const int64_t nr = group_size(rows, p), nc = group_size(cols, p);
   if (!rs || !cs) return {};
   if (nc == 1 || *cs == 1) return {true, false, nr == 1 ? std::max<int64_t>(nc, 1) : *rs};
   if (may_transpose && (nr == 1 || *rs == 1)) return {true, true, nc == 1 ? 1 : *cs};
@@ -201,12 +203,8 @@ bool einsum_strided(const EinsumPlan& p, ProductLabels g, const Tensor& a, const
     peel.erase(peel.begin());
     peeled = true;
   }
-  auto size = [&](const std::vector<int>& ls) {
-    int64_t v = 1;
-    for (int l : ls) v *= p.label_dim[static_cast<size_t>(l)];
-    return v;
-  };
-  const int64_t loops = size(g.batch), mt = size(g.m), nt = size(g.n), kt = size(g.k);
+  const int64_t loops = group_size(g.batch, p), mt = group_size(g.m, p), nt = group_size(g.n, p),
+                kt = group_size(g.k, p);
   if (peeled && mt * nt * kt < (int64_t{1} << 15)) return false;
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
@@ -268,12 +266,8 @@ bool einsum_as_gemm(const EinsumPlan& p, const Tensor& a, const Tensor& b, Tenso
     if (where[static_cast<size_t>(l)] == 3) k.push_back(l);
   for (size_t l = 0; l < nl; ++l)
     if (where[l] == 1 || where[l] == 2) return false;  // summed within one operand
-  auto product = [&](const std::vector<int>& ls) {
-    int64_t v = 1;
-    for (int l : ls) v *= p.label_dim[static_cast<size_t>(l)];
-    return v;
-  };
-  const int64_t bt = product(batch), mt = product(m), nt = product(n), kt = product(k);
+  const int64_t bt = group_size(batch, p), mt = group_size(m, p), nt = group_size(n, p),
+                kt = group_size(k, p);
   float* py = y.data<float>();
   if (y.numel() == 0) return true;
   if (kt == 0) {

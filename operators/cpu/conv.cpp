@@ -17,6 +17,7 @@
 #include "operators/common/width_buckets.hpp"
 #include "operators/cpu/conv_few_channels.hpp"
 #include "operators/cpu/conv_live_taps.hpp"
+#include "operators/cpu/conv_pointwise_matmul.hpp"
 #include "operators/cpu/conv_reference.hpp"
 #include "operators/cpu/conv_winograd.hpp"
 #include "operators/registry.hpp"
@@ -64,6 +65,9 @@ struct ConvState {
   // Or, for a stem over few channels in a plan for several shapes, volt's direct loop
   // (conv_few_channels.hpp); nothing else set.
   std::shared_ptr<const FewChannelConv> few_channels;
+  // Or, for a pointwise convolution over channels-first tensors, one matmul
+  // (conv_pointwise_matmul.hpp); nothing else set.
+  std::shared_ptr<const PointwiseMatmul> pointwise;
 };
 
 // The shapes of a 1-D convolution's 2-D form: a unit height inserted after N and C (X, W, Y) and
@@ -139,6 +143,12 @@ class Conv final : public Kernel {
         st->few_channels = std::move(few);
         return ctx.set_state(st);
       }
+      if (!last_ && !x_last_ && !bf16_)
+        if (auto pointwise = plan_pointwise_matmul(ctx, s, act_, residual_)) {
+          auto st = std::make_shared<ConvState>();
+          st->pointwise = std::move(pointwise);
+          return ctx.set_state(st);
+        }
       if (auto st = bucketed(ctx, s, x)) return ctx.set_state(st);
       ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported& u) {
@@ -222,6 +232,14 @@ class Conv final : public Kernel {
       return run_few_channel_conv(*st.few_channels, ctx.input(0).data<float>(),
                                   ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
                                   ctx.output(0).data<float>());
+    if (st.pointwise) {
+      float* y = ctx.output(0).data<float>();
+      if (residual_ && ctx.input(3).raw() != y)  // the sum post-op adds to what Y holds
+        std::memcpy(y, ctx.input(3).raw(), ctx.output(0).nbytes());
+      return run_pointwise_matmul(
+          *st.pointwise, act_, ctx.input(1).data<float>(), ctx.input(0).data<float>(),
+          ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, y, ctx.scratch());
+    }
     if (st.live_taps)
       return run_live_tap_products(*st.live_taps, ctx.input(0).data<float>(),
                                    ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,

@@ -179,13 +179,12 @@ std::shared_ptr<Graph> graph_from_proto(const onnx::GraphProto& g, LoadContext& 
   graph->name = g.name();
   for (const auto& t : g.initializer()) {
     VOLT_CHECK(!t.name().empty(), InvalidModel, where(ctx) + "an initializer has no name");
-    Tensor value =
-        tensor_from_proto(t, ctx.external, where(ctx) + "initializer '" + t.name() + "'");
+    // The loader owns the proto and is its last reader: each weight takes its bytes, so a
+    // model's weights are neither copied nor held twice while it loads.
+    Tensor value = tensor_from_proto(std::move(const_cast<onnx::TensorProto&>(t)), ctx.external,
+                                     where(ctx) + "initializer '" + t.name() + "'");
     VOLT_CHECK(graph->initializers.emplace(t.name(), std::move(value)).second, InvalidModel,
                where(ctx) + "initializer '" + t.name() + "' is defined twice");
-    // The loader owns the proto and is its last reader: free each weight's bytes once copied,
-    // so a model's weights are not held twice while it loads.
-    std::string().swap(*const_cast<onnx::TensorProto&>(t).mutable_raw_data());
   }
   for (const auto& s : g.sparse_initializer()) {
     // COO -> dense, and for 2-D float weights also CSR (for passes/keep_sparse_weights).

@@ -34,6 +34,9 @@ class ExternalData {
 // Converts a TensorProto. `what` names the tensor in messages ("initializer 'W' in model.onnx").
 Tensor tensor_from_proto(const onnx::TensorProto& proto, ExternalData* external,
                          const std::string& what);
+// The same from a proto the caller gives up: its raw bytes become the tensor's, without a copy.
+Tensor tensor_from_proto(onnx::TensorProto&& proto, ExternalData* external,
+                         const std::string& what);
 
 ValueInfo value_info_from_proto(const std::string& name, const onnx::TypeProto& type);
 

@@ -1,6 +1,7 @@
 #include "loaders/model_file.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +12,7 @@
 
 namespace volt {
 
-void parse_model_file(const std::string& path, onnx::ModelProto& proto) {
+ModelFileBytes parse_model_file(const std::string& path, onnx::ModelProto& proto) {
   std::error_code ec;
   VOLT_CHECK(std::filesystem::is_regular_file(path, ec), Io, path + ": no such model file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -27,10 +28,36 @@ void parse_model_file(const std::string& path, onnx::ModelProto& proto) {
   VOLT_CHECK(size < (uint64_t{1} << 31), InvalidModel,
              path + ": " + std::to_string(size) +
                  " bytes is over protobuf's 2 GiB limit; store weights as external data");
+  const std::string malformed =
+      path + ": not a valid ONNX model (the protobuf message is malformed or truncated)";
+  ModelFileBytes kept;
+  if (size >= kMinCutBytes) {
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      kept.mapping = std::shared_ptr<void>(p, [size](void* q) { ::munmap(q, size); });
+      // The walker reads the fields' heads; the weights' pages are read once each, in order.
+      ::madvise(p, size, MADV_SEQUENTIAL);
+      CutInitializers cut;
+      if (cut_initializer_bytes(static_cast<const char*>(p), size, cut)) {
+        VOLT_CHECK(proto.ParseFromString(cut.message), InvalidModel, malformed);
+        kept.cut = {static_cast<const char*>(p), std::move(cut.cuts), true};
+        return kept;
+      }
+      kept.mapping.reset();
+    }
+  }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   google::protobuf::io::FileInputStream in(fd, 1 << 20);
-  VOLT_CHECK(proto.ParseFromZeroCopyStream(&in) && in.GetErrno() == 0, InvalidModel,
-             path + ": not a valid ONNX model (the protobuf message is malformed or truncated)");
+  VOLT_CHECK(proto.ParseFromZeroCopyStream(&in) && in.GetErrno() == 0, InvalidModel, malformed);
+  return kept;
+}
+
+void let_go_of_file_pages(std::string_view bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(bytes.data());
+  const uintptr_t from = (start + page - 1) / page * page,
+                  to = (start + bytes.size()) / page * page;
+  if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);  // a hint
 }
 
 }  // namespace volt

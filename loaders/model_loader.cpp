@@ -4,8 +4,10 @@
 #include <fstream>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "loaders/function_inliner.hpp"
+#include "loaders/initializer_bytes.hpp"
 #include "loaders/loader.hpp"
 #include "loaders/model_file.hpp"
 #include "loaders/proto_convert.hpp"
@@ -31,6 +33,9 @@ struct LoadContext {
   ExternalData* external;
   std::map<std::string, int64_t> opsets;
   int unnamed = 0;
+  // The main graph's initializer bytes cut from the message (initializer_bytes.hpp), or null;
+  // the first graph_from_proto (the main graph's) takes it.
+  const CutSource* cut = nullptr;
 };
 
 Attribute attribute_from_proto(const onnx::AttributeProto& a, const Node& node, LoadContext& ctx);
@@ -177,14 +182,25 @@ Node node_from_proto(const onnx::NodeProto& n, LoadContext& ctx) {
 std::shared_ptr<Graph> graph_from_proto(const onnx::GraphProto& g, LoadContext& ctx) {
   auto graph = std::make_shared<Graph>();
   graph->name = g.name();
-  for (const auto& t : g.initializer()) {
+  const CutSource* cut = std::exchange(ctx.cut, nullptr);
+  size_t next_cut = 0;
+  for (int i = 0; i < g.initializer_size(); ++i) {
+    const onnx::TensorProto& t = g.initializer(i);
     VOLT_CHECK(!t.name().empty(), InvalidModel, where(ctx) + "an initializer has no name");
-    // The loader owns the proto and is its last reader: each weight takes its bytes, so a
-    // model's weights are neither copied nor held twice while it loads.
-    Tensor value = tensor_from_proto(std::move(const_cast<onnx::TensorProto&>(t)), ctx.external,
-                                     where(ctx) + "initializer '" + t.name() + "'");
+    std::optional<std::string_view> cut_bytes;
+    if (cut && next_cut < cut->cuts.size() &&
+        cut->cuts[next_cut].initializer == static_cast<size_t>(i)) {
+      const CutBytes& c = cut->cuts[next_cut++];
+      cut_bytes = std::string_view(cut->base + c.offset, c.size);
+    }
+    Tensor value = tensor_from_proto(t, ctx.external, where(ctx) + "initializer '" + t.name() + "'",
+                                     cut_bytes);
+    if (cut_bytes && cut->file_pages) let_go_of_file_pages(*cut_bytes);
     VOLT_CHECK(graph->initializers.emplace(t.name(), std::move(value)).second, InvalidModel,
                where(ctx) + "initializer '" + t.name() + "' is defined twice");
+    // The loader owns the proto and is its last reader: free each weight's bytes once copied,
+    // so a model's weights are not held twice while it loads.
+    std::string().swap(*const_cast<onnx::TensorProto&>(t).mutable_raw_data());
   }
   for (const auto& s : g.sparse_initializer()) {
     // COO -> dense, and for 2-D float weights also CSR (for passes/keep_sparse_weights).
@@ -272,7 +288,8 @@ void check_ops_exist(const onnx::GraphProto& g, const std::map<std::string, int6
   }
 }
 
-Model convert(onnx::ModelProto& proto, const std::string& source, const std::string& base_dir) {
+Model convert(onnx::ModelProto& proto, const std::string& source, const std::string& base_dir,
+              const CutSource* cut = nullptr) {
   Model model;
   model.source = source;
   model.ir_version = proto.ir_version();
@@ -339,6 +356,7 @@ Model convert(onnx::ModelProto& proto, const std::string& source, const std::str
   if (proto.functions_size() > 0) inline_local_functions(proto, source);
   ExternalData external(base_dir, source);
   LoadContext ctx{source, &external, model.opsets};
+  ctx.cut = cut;
   model.graph = std::move(*graph_from_proto(proto.graph(), ctx));
   return model;
 }
@@ -347,14 +365,25 @@ Model convert(onnx::ModelProto& proto, const std::string& source, const std::str
 
 namespace {
 
-onnx::ModelProto parse_model(const void* data, size_t size, const std::string& source) {
+// `cut` takes the bytes of the main graph's large initializers, which the proto then lacks
+// (initializer_bytes.hpp), where there are any.
+onnx::ModelProto parse_model(const void* data, size_t size, const std::string& source,
+                             CutSource& cut) {
   VOLT_CHECK(size > 0, InvalidModel, source + ": empty file, not an ONNX model");
   VOLT_CHECK(size < (size_t{1} << 31), InvalidModel,
              source + ": " + std::to_string(size) +
                  " bytes is over protobuf's 2 GiB limit; store weights as external data");
+  const std::string malformed =
+      source + ": not a valid ONNX model (the protobuf message is malformed or truncated)";
   onnx::ModelProto proto;
-  VOLT_CHECK(proto.ParseFromArray(data, static_cast<int>(size)), InvalidModel,
-             source + ": not a valid ONNX model (the protobuf message is malformed or truncated)");
+  CutInitializers cut_message;
+  const char* bytes = static_cast<const char*>(data);
+  if (size >= kMinCutBytes && cut_initializer_bytes(bytes, size, cut_message)) {
+    VOLT_CHECK(proto.ParseFromString(cut_message.message), InvalidModel, malformed);
+    cut = {bytes, std::move(cut_message.cuts), false};
+    return proto;
+  }
+  VOLT_CHECK(proto.ParseFromArray(data, static_cast<int>(size)), InvalidModel, malformed);
   return proto;
 }
 
@@ -362,8 +391,9 @@ onnx::ModelProto parse_model(const void* data, size_t size, const std::string& s
 
 Model load_model_from_bytes(const void* data, size_t size, const std::string& source,
                             const std::string& base_dir) {
-  onnx::ModelProto proto = parse_model(data, size, source);
-  return convert(proto, source, base_dir);
+  CutSource cut;
+  onnx::ModelProto proto = parse_model(data, size, source, cut);
+  return convert(proto, source, base_dir, cut.base ? &cut : nullptr);
 }
 
 std::string read_file_bytes(const std::string& path) {
@@ -383,8 +413,8 @@ Model load_model(const std::string& path) {
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   onnx::ModelProto proto;
-  parse_model_file(path, proto);
-  return convert(proto, path, dir);
+  const ModelFileBytes bytes = parse_model_file(path, proto);
+  return convert(proto, path, dir, bytes.mapping ? &bytes.cut : nullptr);
 }
 
 }  // namespace volt

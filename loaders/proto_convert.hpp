@@ -2,7 +2,9 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "onnx/onnx_pb.h"
 #include "volt/volt.hpp"
@@ -32,11 +34,11 @@ class ExternalData {
 };
 
 // Converts a TensorProto. `what` names the tensor in messages ("initializer 'W' in model.onnx").
+// With `cut_raw_data`, the tensor's raw_data is those bytes (initializer_bytes.hpp cut them from
+// the message protobuf parsed).
 Tensor tensor_from_proto(const onnx::TensorProto& proto, ExternalData* external,
-                         const std::string& what);
-// The same from a proto the caller gives up: its raw bytes become the tensor's, without a copy.
-Tensor tensor_from_proto(onnx::TensorProto&& proto, ExternalData* external,
-                         const std::string& what);
+                         const std::string& what,
+                         std::optional<std::string_view> cut_raw_data = std::nullopt);
 
 ValueInfo value_info_from_proto(const std::string& name, const onnx::TypeProto& type);
 

@@ -55,12 +55,8 @@ int64_t typed_count(const onnx::TensorProto& p, DType dtype) {
 
 }  // namespace
 
-namespace {
-
-// `p`'s tensor; with `owned` (p itself, which the caller gives up), raw bytes are taken from it
-// rather than copied.
-Tensor from_proto(const onnx::TensorProto& p, ExternalData* external, const std::string& what,
-                  onnx::TensorProto* owned) {
+Tensor tensor_from_proto(const onnx::TensorProto& p, ExternalData* external,
+                         const std::string& what, std::optional<std::string_view> cut_raw_data) {
   VOLT_CHECK(dtype_is_valid(p.data_type()), InvalidModel,
              what + " has unknown data type " + std::to_string(p.data_type()));
   const DType dtype = static_cast<DType>(p.data_type());
@@ -106,32 +102,17 @@ Tensor from_proto(const onnx::TensorProto& p, ExternalData* external, const std:
     return external->view(location, offset, length, dtype, shape, what);
   }
 
-  if (p.has_raw_data()) {
+  if (cut_raw_data || p.has_raw_data()) {
+    const std::string_view raw = cut_raw_data ? *cut_raw_data : std::string_view(p.raw_data());
     VOLT_CHECK(dtype != DType::String, InvalidModel, what + ": string tensors cannot use raw_data");
-    VOLT_CHECK(p.raw_data().size() == expect_bytes, InvalidModel,
-               what + " has " + std::to_string(p.raw_data().size()) + " bytes of data, shape " +
+    VOLT_CHECK(raw.size() == expect_bytes, InvalidModel,
+               what + " has " + std::to_string(raw.size()) + " bytes of data, shape " +
                    shape_str(shape) + " of " + dtype_name(dtype) + " needs " +
                    std::to_string(expect_bytes));
-    // The proto's own bytes where the caller gives them up: the tensor is then a view of the
-    // string protobuf read them into. A copy wrote every weight once more, into fresh pages the
-    // kernel zeroes first: 63% of DLRM's load (207 MB, `perf record`). That memory is malloc's:
-    // a weight over 128 KiB is a mapping of its own (keep_freed_memory fixes the threshold), given
-    // back to the system when the planner drops it for its packed copy, as
-    // allocate_lasting_tensor's was; but those copies then take fresh pages, where they took the
-    // dropped weights' lasting buffers (RecycleLastingBuffers). Measured (`volt bench`, alternating
-    // with the copy): DLRM load 232-268 -> 144 ms, peak RSS 241 -> 224 MiB; BERT load 502-721 ->
-    // 362-485 ms, first run 155-227 -> 225-272 ms, peak RSS 524 -> 463 MiB.
-    if (owned && expect_bytes > 0) {
-      std::shared_ptr<std::string> bytes(owned->release_raw_data());
-      char* data = bytes->data();
-      if (reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0)
-        return Tensor::view(dtype, shape, data, std::shared_ptr<void>(bytes, data));
-      return Tensor::copy_of(dtype, shape, data);
-    }
     // A weight lives as long as the session, or until the planner drops it for its packed copy:
     // outside the pool of per-run buffers (allocate_lasting_tensor).
     Tensor t = allocate_lasting_tensor(dtype, shape);
-    if (t.nbytes()) std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());
+    if (t.nbytes()) std::memcpy(t.raw(), raw.data(), t.nbytes());
     return t;
   }
 
@@ -200,17 +181,6 @@ Tensor from_proto(const onnx::TensorProto& p, ExternalData* external, const std:
       break;
   }
   return t;
-}
-
-}  // namespace
-
-Tensor tensor_from_proto(const onnx::TensorProto& p, ExternalData* external,
-                         const std::string& what) {
-  return from_proto(p, external, what, nullptr);
-}
-
-Tensor tensor_from_proto(onnx::TensorProto&& p, ExternalData* external, const std::string& what) {
-  return from_proto(p, external, what, &p);
 }
 
 // --- external data -------------------------------------------------------------------------------

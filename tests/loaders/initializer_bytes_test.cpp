@@ -32,6 +32,15 @@ std::string float_bytes(int64_t n, float start) {
   return s;
 }
 
+// Field `number` of a message, length-delimited (wire type 2), holding `payload`.
+std::string length_delimited(int number, const std::string& payload) {
+  std::string field(1, static_cast<char>(number << 3 | 2));
+  uint64_t n = payload.size();
+  for (; n >= 0x80; n >>= 7) field.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  field.push_back(static_cast<char>(n));
+  return field + payload;
+}
+
 onnx::TensorProto raw_tensor(const std::string& name, int64_t n, float start) {
   onnx::TensorProto t;
   t.set_name(name);
@@ -94,28 +103,9 @@ TEST(CutInitializerBytes, RepeatedFieldsFollowProtobufsMerge) {
     onnx::TensorProto only_raw;
     only_raw.set_raw_data(last);
     tensor += only_raw.SerializeAsString();
-    // A GraphProto holding one initializer field of those bytes.
-    std::string graph_bytes;
-    graph_bytes.push_back(static_cast<char>(5 << 3 | 2));
-    for (uint64_t n = tensor.size();; n >>= 7) {
-      if (n < 0x80) {
-        graph_bytes.push_back(static_cast<char>(n));
-        break;
-      }
-      graph_bytes.push_back(static_cast<char>((n & 0x7f) | 0x80));
-    }
-    graph_bytes += tensor;
-    // ModelProto field 7 (graph) holding it, raw: a parse would keep only the last raw_data.
-    std::string extra;
-    extra.push_back(static_cast<char>(7 << 3 | 2));
-    for (uint64_t n = graph_bytes.size();; n >>= 7) {
-      if (n < 0x80) {
-        extra.push_back(static_cast<char>(n));
-        break;
-      }
-      extra.push_back(static_cast<char>((n & 0x7f) | 0x80));
-    }
-    const std::string bytes = base + extra + graph_bytes;
+    // A GraphProto holding one initializer field of those bytes, in ModelProto field 7 (graph),
+    // written by hand: a parse would keep only the last raw_data.
+    const std::string bytes = base + length_delimited(7, length_delimited(5, tensor));
     onnx::ModelProto whole;
     ASSERT_TRUE(whole.ParseFromString(bytes));
     ASSERT_EQ(whole.graph().initializer_size(), 4);

@@ -35,8 +35,10 @@ ModelFileBytes parse_model_file(const std::string& path, onnx::ModelProto& proto
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p != MAP_FAILED) {
       kept.mapping = std::shared_ptr<void>(p, [size](void* q) { ::munmap(q, size); });
-      // The walker reads the fields' heads; the weights' pages are read once each, in order.
-      ::madvise(p, size, MADV_SEQUENTIAL);
+      // Every page is read (the walker reads the fields' heads, the loader copies the weights):
+      // read ahead now where the file is not cached. (Not MADV_SEQUENTIAL, which lets the page
+      // cache drop the pages soon after, and the next load read them from disk again.)
+      ::madvise(p, size, MADV_WILLNEED);
       CutInitializers cut;
       if (cut_initializer_bytes(static_cast<const char*>(p), size, cut)) {
         VOLT_CHECK(proto.ParseFromString(cut.message), InvalidModel, malformed);

@@ -82,8 +82,9 @@ void put_message(std::string& out, uint32_t number, const std::string& payload) 
   out += payload;
 }
 
-// The TensorProto in [p, end) without its last raw_data when that one is large: its offset and
-// size in *cut (size 0 when nothing is cut). False on a malformed field.
+// The TensorProto in [p, end) without its last raw_data when that one is large, in `out`, with
+// that raw_data's offset and size in *cut; size 0 (and `out` untouched) when nothing is cut.
+// False on a malformed field.
 bool cut_tensor(const char* p, const char* end, const char* base, std::string& out, CutBytes* cut) {
   Reader r{p, end};
   Reader::Field f, last_raw;
@@ -95,10 +96,7 @@ bool cut_tensor(const char* p, const char* end, const char* base, std::string& o
   cut->size = 0;
   const bool large =
       last_raw.start && static_cast<size_t>(last_raw.stop - last_raw.payload) >= kMinCutBytes;
-  if (!large) {
-    out.assign(p, end);
-    return true;
-  }
+  if (!large) return true;  // (the caller keeps the field as it is)
   // (Earlier raw_data fields go too: the last one is the tensor's, and it is cut.)
   Reader again{p, end};
   out.clear();

@@ -234,8 +234,7 @@ class Conv final : public Kernel {
                                   ctx.output(0).data<float>());
     if (st.pointwise) {
       float* y = ctx.output(0).data<float>();
-      if (residual_ && ctx.input(3).raw() != y)  // the sum post-op adds to what Y holds
-        std::memcpy(y, ctx.input(3).raw(), ctx.output(0).nbytes());
+      if (residual_) residual_into(ctx, y);  // the sum post-op adds to what Y holds
       return run_pointwise_matmul(
           *st.pointwise, act_, ctx.input(1).data<float>(), ctx.input(0).data<float>(),
           ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, y, ctx.scratch());
@@ -267,17 +266,23 @@ class Conv final : public Kernel {
     if (st.own_activation) apply_own_activation_in_parallel(act_, y.data<float>(), y.numel());
   }
 
+  // The residual in Y's buffer `y` (as stored), for a sum post-op: copied, unless the planner
+  // gave the output the residual's buffer (inplace_input).
+  void residual_into(RunContext& ctx, void* y) const {
+    const void* r = ctx.input(3).raw();
+    if (r != y) std::memcpy(y, r, ctx.output(0).nbytes());
+  }
+
   // The primitive on X and Y at these addresses (the node's, or their widened copies).
   void run_primitive(const ConvState& st, RunContext& ctx, const void* x, void* y) const {
     char* scratch = static_cast<char*>(ctx.scratch());
     const void* src = st.src.in(x, scratch);
     void* dst = st.dst.out(y, scratch);
     if (residual_) {  // the sum post-op adds the convolution to what dst already holds
-      const void* r = ctx.input(3).raw();
       if (st.convert_residual)
-        st.residual_in(r, dst);
-      else if (r != y)
-        std::memcpy(y, r, ctx.output(0).nbytes());
+        st.residual_in(ctx.input(3).raw(), dst);
+      else
+        residual_into(ctx, y);
     }
     dnnl_adapter::Args args = {{DNNL_ARG_SRC, st.src.wanted, src},
                                {DNNL_ARG_DST, st.dst.wanted, dst}};

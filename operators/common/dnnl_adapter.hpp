@@ -134,7 +134,9 @@ struct PreparedReorder {
 // bytes into it) into `packed`, the layout a primitive chose, once per session (plans share it).
 // The kernel then tells the planner it keeps the copy (InferContext::keeps_copy_of_input), with
 // the reverse reorder as the way back, so that the model's copy can be dropped: exact when both
-// hold the same data type, rounded for a bf16 copy of fp32 weights (CopyOfInput).
+// hold the same data type, rounded for a bf16 copy of fp32 weights (CopyOfInput). Where
+// `packed` is `plain` itself (from the value's first byte), the value is returned as it is: no
+// copy, and the model keeps its tensor.
 Tensor pack_constant(InferContext& ctx, size_t input, const Tensor& value,
                      const dnnl::memory::desc& plain, const dnnl::memory::desc& packed,
                      size_t byte_offset = 0);

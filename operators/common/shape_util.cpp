@@ -1,5 +1,7 @@
 #include "operators/common/shape_util.hpp"
 
+#include <limits>
+
 namespace volt {
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const Node& node, bool inclusive) {
@@ -86,6 +88,42 @@ std::vector<int64_t> to_int64_vector(const Tensor& t, const Node& node, const ch
     fail(ErrorCode::InvalidModel,
          node.describe() + ": " + what + " must be int32 or int64, got " + dtype_name(t.dtype()));
   }
+  return out;
+}
+
+Shape resolve_reshape(const Shape& in, const std::vector<int64_t>& target, bool allowzero,
+                      const Node& node) {
+  Shape out(target.begin(), target.end());
+  int64_t infer_at = -1, known = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == 0 && !allowzero) {
+      VOLT_CHECK(i < in.size(), InvalidArgument,
+                 node.describe() + ": shape " + shape_str(target) + " copies dimension " +
+                     std::to_string(i) + " of input " + shape_str(in) + ", which does not exist");
+      out[i] = in[i];
+    }
+    if (out[i] == -1) {
+      VOLT_CHECK(infer_at < 0, InvalidArgument,
+                 node.describe() + ": shape " + shape_str(target) + " has more than one -1");
+      infer_at = static_cast<int64_t>(i);
+      continue;
+    }
+    VOLT_CHECK(out[i] >= 0, InvalidArgument,
+               node.describe() + ": shape " + shape_str(target) + " has a negative dimension");
+    VOLT_CHECK(out[i] == 0 || known <= std::numeric_limits<int64_t>::max() / out[i],
+               InvalidArgument,
+               node.describe() + ": shape " + shape_str(target) + " has too many elements");
+    known *= out[i];
+  }
+  const int64_t total = numel_of(in);
+  if (infer_at >= 0) {
+    VOLT_CHECK(known != 0 && total % known == 0, InvalidArgument,
+               node.describe() + ": cannot reshape " + shape_str(in) + " to " + shape_str(target));
+    out[infer_at] = total / known;
+  }
+  VOLT_CHECK(numel_of(out) == total, InvalidArgument,
+             node.describe() + ": cannot reshape " + shape_str(in) + " (" + std::to_string(total) +
+                 " elements) to " + shape_str(target));
   return out;
 }
 

@@ -129,4 +129,10 @@ class BroadcastIterator {
 // Reads an integer tensor (int32 or int64) as int64 values.
 std::vector<int64_t> to_int64_vector(const Tensor& t, const Node& node, const char* what);
 
+// Reshape's output shape for input shape `in` and `target` (0 copies the input's dimension
+// unless `allowzero`, one -1 takes what is left); InvalidArgument, naming `node`, when the
+// element counts differ.
+Shape resolve_reshape(const Shape& in, const std::vector<int64_t>& target, bool allowzero,
+                      const Node& node);
+
 }  // namespace volt

@@ -40,7 +40,8 @@ enum class Role {
   Concat,
   Norm,
   ToNchw,
-  Slice
+  Slice,
+  Shuffle
 };
 
 const std::vector<int64_t> kToNchw = {0, 3, 1, 2}, kToNhwc = {0, 2, 3, 1};
@@ -66,32 +67,54 @@ bool channel_constant(const Graph& g, const std::string& name) {
          (s.size() == 4 && s[0] == 1 && s[2] == 1 && s[3] == 1);
 }
 
-// A Slice's axes (explicit: 0, 1, ... for each start when it has none) when everything but its
-// data is constant and every axis is one a 4-D value has; nullopt otherwise (the Slice kernel
-// reports bad axes on the original graph).
+// A Slice's axes (explicit: 0, 1, ... for each start when it has none) when they are known now
+// and every axis is one a 4-D value has; nullopt otherwise (the Slice kernel reports bad axes on
+// the original graph). Starts, ends and steps may be computed (ShuffleNet halves its channels
+// at C / 2 from Shape): they index the same axis in either layout.
 std::optional<std::vector<int64_t>> slice_axes(const Graph& g, const Node& n) {
   const bool legacy = n.has_attr("starts");  // before opset 10: attributes
-  if (!legacy) {
+  std::vector<int64_t> axes;
+  if (legacy) {
+    axes = n.attr_ints("axes");
+    if (axes.empty())
+      for (size_t k = 0; k < n.attr_ints("starts").size(); ++k)
+        axes.push_back(static_cast<int64_t>(k));
+  } else {
     if (n.inputs.size() < 3) return std::nullopt;
-    for (size_t k = 1; k < n.inputs.size(); ++k) {
-      if (n.inputs[k].empty()) continue;
-      const Tensor* t = constant_value(g, n.inputs[k]);
-      if (!t || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32)) return std::nullopt;
+    const bool explicit_axes = n.inputs.size() > 3 && !n.inputs[3].empty();
+    const Tensor* t = constant_value(g, n.inputs[explicit_axes ? 3 : 1]);
+    if (!t || (t->dtype() != DType::Int64 && t->dtype() != DType::Int32)) return std::nullopt;
+    if (explicit_axes) {
+      axes = to_int64_vector(*t, n, "axes");
+    } else {
+      if (t->numel() > 4) return std::nullopt;
+      for (int64_t k = 0; k < t->numel(); ++k) axes.push_back(k);
     }
-  }
-  std::vector<int64_t> axes = legacy ? n.attr_ints("axes")
-                              : n.inputs.size() > 3 && !n.inputs[3].empty()
-                                  ? to_int64_vector(*constant_value(g, n.inputs[3]), n, "axes")
-                                  : std::vector<int64_t>{};
-  const size_t starts = legacy ? n.attr_ints("starts").size()
-                               : static_cast<size_t>(constant_value(g, n.inputs[1])->numel());
-  if (axes.empty()) {
-    if (starts > 4) return std::nullopt;
-    for (size_t k = 0; k < starts; ++k) axes.push_back(static_cast<int64_t>(k));
   }
   for (int64_t a : axes)
     if (a < -4 || a > 3) return std::nullopt;
   return axes;
+}
+
+// Whether `name`, a Reshape's shape input, has four elements whatever the model is fed: a constant
+// of four, or (as exporters compute it from Shape) the Concat of four one-element parts, each a
+// constant or an Unsqueeze (of a scalar: a Reshape's shape is one-dimensional).
+bool shape_of_four(const Graph& g, const std::string& name) {
+  if (const Tensor* t = constant_value(g, name)) return t->rank() == 1 && t->numel() == 4;
+  const ValueUses uses(g);
+  auto p = uses.producer(name);
+  if (!p) return false;
+  const Node& concat = g.nodes[*p];
+  if (!is_onnx_op(concat, "Concat") || concat.inputs.size() != 4) return false;
+  for (const std::string& part : concat.inputs) {
+    if (const Tensor* t = constant_value(g, part)) {
+      if (t->numel() != 1) return false;
+      continue;
+    }
+    auto q = uses.producer(part);
+    if (!q || !is_onnx_op(g.nodes[*q], "Unsqueeze")) return false;
+  }
+  return true;
 }
 
 Role role_of(const Graph& g, const Node& n) {
@@ -105,6 +128,11 @@ Role role_of(const Graph& g, const Node& n) {
     auto w = g.initializers.find(n.inputs[2]);
     return w != g.initializers.end() && w->second.rank() == 4 ? Role::QuantizedConv : Role::None;
   }
+  // ShuffleNet's channel shuffle (fuse_channel_shuffle), where its output has four dimensions
+  // for sure: its channels-last form is each pixel's channels permuted.
+  if (n.domain == kVoltDomain && n.op_type == "ChannelShuffle" && n.inputs.size() == 3 &&
+      !n.has_attr("volt.layout") && shape_of_four(g, n.inputs[2]))
+    return Role::Shuffle;
   if (n.domain == kVoltDomain && n.op_type == "QuantizedAdd" && n.inputs.size() == 2)
     return Role::Binary;
   if (n.domain == kVoltDomain && n.op_type == "QuantizedUnary") return Role::Unary;
@@ -208,6 +236,7 @@ Graph use_channels_last(const Graph& graph) {
         case Role::Resize:
         case Role::Norm:
         case Role::Slice:
+        case Role::Shuffle:
           ok = region_value(n.inputs[0]);
           break;
         case Role::ToNchw:
@@ -241,9 +270,20 @@ Graph use_channels_last(const Graph& graph) {
     to_nhwc[i] =
         !in[i] && is_transpose(graph.nodes[i], kToNhwc) && region_value(graph.nodes[i].inputs[0]);
 
+  // A Shape of a region value (ShuffleNet computes each shuffle's shapes from one) reads the
+  // channels-last value and gathers its dimensions back into N, C, H, W order: folded when a
+  // plan is made, where a Transpose to NCHW for it would copy the tensor at every run.
+  std::vector<char> shape_of_region(count);
+  for (size_t i = 0; i < count; ++i) {
+    const Node& n = graph.nodes[i];
+    shape_of_region[i] = !in[i] && is_onnx_op(n, "Shape") && n.inputs.size() == 1 &&
+                         n.outputs.size() == 1 && !n.has_attr("start") && !n.has_attr("end") &&
+                         region_value(n.inputs[0]);
+  }
+
   // Which input slots of a region node read the channels-last value.
   auto reads_channels_last = [&](size_t node, size_t slot) {
-    if (to_nhwc[node]) return slot == 0;
+    if (to_nhwc[node] || shape_of_region[node]) return slot == 0;
     if (!in[node] || slot == ValueUses::kSubgraph) return false;
     switch (role[node]) {
       case Role::Conv:
@@ -255,6 +295,7 @@ Graph use_channels_last(const Graph& graph) {
       case Role::Resize:
       case Role::Norm:
       case Role::Slice:
+      case Role::Shuffle:
         return slot == 0;
       case Role::Binary:
         return slot < 2 && region_value(graph.nodes[node].inputs[slot]);
@@ -285,6 +326,14 @@ Graph use_channels_last(const Graph& graph) {
     if (to_nhwc[i]) {  // a graph output: the same data, under its name
       g.nodes.push_back(make_node(n.name, "Identity", {resolve(n.inputs[0] + kChannelsLastSuffix)},
                                   n.outputs, 13));
+      continue;
+    }
+    if (shape_of_region[i]) {
+      const std::string dims = n.outputs[0] + "/nhwc_dims", order = n.name + "/nchw_order";
+      g.initializers[order] = Tensor::from(kToNchw, {4});
+      g.nodes.push_back(make_node(n.name, "Shape", {resolve(n.inputs[0] + kChannelsLastSuffix)},
+                                  {dims}, n.opset));
+      g.nodes.push_back(make_node(n.name + "/nchw", "Gather", {dims, order}, n.outputs, 13));
       continue;
     }
     if (!in[i]) {
@@ -334,7 +383,7 @@ Graph use_channels_last(const Graph& graph) {
     const std::string out = n.outputs[0];
     n.outputs[0] = out + kChannelsLastSuffix;
     if (role[i] == Role::Conv || role[i] == Role::QuantizedConv || role[i] == Role::Pool ||
-        role[i] == Role::Resize || role[i] == Role::Norm)
+        role[i] == Role::Resize || role[i] == Role::Norm || role[i] == Role::Shuffle)
       n.attributes["volt.layout"] = string_attr("NHWC");
     if (role[i] == Role::Concat) n.attributes["axis"].i = 3;
     if (role[i] == Role::Slice) slice_axes_to_nhwc(g, n);

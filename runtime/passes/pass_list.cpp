@@ -60,6 +60,8 @@ const std::vector<Pass>& optimization_passes() {
       {"fuse_attention", 2, fuse_attention, [](const SessionOptions& o) { return !on_cpu(o); }},
       {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue, on_cpu},
       {"fold_transpose_into_matmul", 2, fold_transpose_into_matmul, on_cpu},
+      // Before the layout pass, which keeps the one node channels-last (not the three).
+      {"fuse_channel_shuffle", 2, fuse_channel_shuffle, on_cpu},
       // Channels-last between convolutions: oneDNN's preferred layout on the CPU, and the one
       // cuDNN's fp16 tensor-core convolutions read without transposing.
       {"use_channels_last", 2, use_channels_last,

@@ -53,6 +53,7 @@ inline bool is_channels_last_value(const std::string& v) {
 }
 Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
+Graph fuse_channel_shuffle(const Graph& graph);
 Graph fold_channel_scale_into_conv(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);

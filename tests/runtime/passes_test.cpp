@@ -159,6 +159,78 @@ TEST(Passes, ResizeStaysChannelsLast) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 6, 5}, rng)}});
 }
 
+// ShuffleNet's channel shuffle as exporters write it (Reshape to [N, g, C/g, H, W] with the shape
+// computed from Shape, Transpose (0, 2, 1, 3, 4), Reshape back) becomes one ChannelShuffle
+// node, channels-last between two convolutions, and computes exactly what the three nodes do:
+// with S1 splitting the channels (the per-pixel permutation), with an S1 that splits otherwise
+// (the general index arithmetic), and channels-first where no convolution is near (planes).
+TEST(Passes, ChannelShuffleStaysChannelsLastAndComputesTheThreeNodes) {
+  std::mt19937 rng(5);
+  struct Case {
+    bool convolutions;
+    std::vector<std::string> split;  // S1's parts: "n", "c", "h", "w" from Shape, or constants
+  };
+  const Case cases[] = {{true, {"n", "2", "-1", "h", "w"}},
+                        {true, {"n", "3", "-1", "h", "w"}},
+                        {true, {"n", "c", "h", "w", "1"}},
+                        {false, {"n", "3", "-1", "h", "w"}},
+                        {false, {"n", "2", "3", "-1", "1"}}};
+  for (const Case& k : cases) {
+    ModelBuilder b;
+    const int64_t c = 6;
+    b.input("x", 1, {2, 3, 4, 5}).output("y", 1, {2, c, 4, 5});
+    b.initializer("W1", {c, 3, 1, 1}, random_values(c * 3, rng))
+        .initializer("W2", {c, c, 1, 1}, random_values(c * c, rng));
+    b.initializer_i64("zero", {1}, {0});
+    const char* const index[] = {"i0", "i1", "i2", "i3"};
+    for (int64_t i = 0; i < 4; ++i) b.initializer_i64(index[i], {}, {i});
+    for (const auto& [name, v] :
+         {std::pair<const char*, int64_t>{"k2", 2}, {"k3", 3}, {"k-1", -1}, {"k1", 1}})
+      b.initializer_i64(name, {1}, {v});
+    std::string x = "x";
+    if (k.convolutions) {
+      b.node("Conv", {"x", "W1"}, {"a"});
+      x = "a";
+    }
+    b.node("Shape", {x}, {"s"});
+    const char* dims = "nchw";
+    for (int64_t i = 0; i < 4; ++i) {
+      const std::string d(1, dims[i]);
+      b.node("Gather", {"s", index[i]}, {d + "0"});
+      b.node("Unsqueeze", {d + "0", "zero"}, {d + "1"});
+    }
+    std::vector<std::string> parts;
+    for (const std::string& p : k.split) parts.push_back(std::isalpha(p[0]) ? p + "1" : "k" + p);
+    b.node("Concat", parts, {"s1"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 0); });
+    b.node("Concat", {"n1", "k-1", "h1", "w1"}, {"s2"},
+           [](auto& n) { ModelBuilder::set_int(n, "axis", 0); });
+    if (!k.convolutions) {
+      b.initializer("bias", {1}, {0.5f});
+      b.node("Add", {"x", "bias"}, {"x2"});  // (six channels: x's three, twice)
+      b.node("Concat", {"x2", "x"}, {"x6"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 1); });
+      x = "x6";
+    }
+    b.node("Reshape", {x, "s1"}, {"r"}).node("Transpose", {"r"}, {"t"}, [](auto& n) {
+      ModelBuilder::set_ints(n, "perm", {0, 2, 1, 3, 4});
+    });
+    b.node("Reshape", {"t", "s2"}, {k.convolutions ? "u" : "y"});
+    if (k.convolutions) b.node("Conv", {"u", "W2"}, {"y"});
+    const std::string bytes = b.bytes();
+    const Graph g = run_passes(load(bytes), test_options());
+    ASSERT_EQ(count_op(g, "ChannelShuffle"), 1);
+    EXPECT_EQ(count_op(g, "Reshape"), 0);
+    // With the convolutions, only y leaves the region: the Shape reads the channels-last value.
+    EXPECT_EQ(count_op(g, "Transpose"), k.convolutions ? 1 : 0);
+    for (const Node& n : g.nodes) {
+      if (n.op_type == "ChannelShuffle") {
+        EXPECT_EQ(n.attr_string("volt.layout", ""), k.convolutions ? "NHWC" : "");
+      }
+    }
+    // (Data movement only: the tolerance is for the convolutions.)
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 4, 5}, rng)}});
+  }
+}
+
 // Dropout goes where it passes X through: inference form, or training mode with a constant
 // ratio of 0 (torch's Swin exports so) and no reader of the mask; it stays where it drops.
 TEST(Passes, DropoutThatDropsNothingGoes) {

@@ -99,9 +99,8 @@ std::optional<std::vector<int64_t>> slice_axes(const Graph& g, const Node& n) {
 // Whether `name`, a Reshape's shape input, has four elements whatever the model is fed: a constant
 // of four, or (as exporters compute it from Shape) the Concat of four one-element parts, each a
 // constant or an Unsqueeze (of a scalar: a Reshape's shape is one-dimensional).
-bool shape_of_four(const Graph& g, const std::string& name) {
+bool shape_of_four(const Graph& g, const ValueUses& uses, const std::string& name) {
   if (const Tensor* t = constant_value(g, name)) return t->rank() == 1 && t->numel() == 4;
-  const ValueUses uses(g);
   auto p = uses.producer(name);
   if (!p) return false;
   const Node& concat = g.nodes[*p];
@@ -117,7 +116,7 @@ bool shape_of_four(const Graph& g, const std::string& name) {
   return true;
 }
 
-Role role_of(const Graph& g, const Node& n) {
+Role role_of(const Graph& g, const ValueUses& uses, const Node& n) {
   if (n.inputs.empty() || n.inputs[0].empty() || n.outputs.empty()) return Role::None;
   // Quantized layers (lower_quantized) and their quantizers: oneDNN's int8 convolutions need
   // channels-last activations even more than its fp32 ones (their channels-first kernel is the
@@ -131,7 +130,7 @@ Role role_of(const Graph& g, const Node& n) {
   // ShuffleNet's channel shuffle (fuse_channel_shuffle), where its output has four dimensions
   // for sure: its channels-last form is each pixel's channels permuted.
   if (n.domain == kVoltDomain && n.op_type == "ChannelShuffle" && n.inputs.size() == 3 &&
-      !n.has_attr("volt.layout") && shape_of_four(g, n.inputs[2]))
+      !n.has_attr("volt.layout") && shape_of_four(g, uses, n.inputs[2]))
     return Role::Shuffle;
   if (n.domain == kVoltDomain && n.op_type == "QuantizedAdd" && n.inputs.size() == 2)
     return Role::Binary;
@@ -201,14 +200,14 @@ void slice_axes_to_nhwc(Graph& g, Node& n) {
 
 Graph use_channels_last(const Graph& graph) {
   const size_t count = graph.nodes.size();
+  const ValueUses uses(graph);
   std::vector<Role> role(count);
   bool any_conv = false;
   for (size_t i = 0; i < count; ++i) {
-    role[i] = role_of(graph, graph.nodes[i]);
+    role[i] = role_of(graph, uses, graph.nodes[i]);
     any_conv |= role[i] == Role::Conv || role[i] == Role::QuantizedConv;
   }
   if (!any_conv) return graph;
-  const ValueUses uses(graph);
 
   // Start with every candidate in the region and drop those whose inputs do not qualify until
   // nothing changes (a node's qualification only depends on its inputs' producers).

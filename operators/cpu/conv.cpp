@@ -486,14 +486,15 @@ class Conv final : public Kernel {
   // to such a shape later, so that the shape's runs give the same bits before and after.
   // Elsewhere oneDNN's kernel, which is faster (a text-line recognizer's 1 -> 32 stem at batch
   // 1: 42 us against the loop's 67; 3 -> 64 stride 2: 221-241 against 263-295), except for eight
-  // output channels: its AVX-512 kernels block sixteen, the loop one vector of eight (LeNet's
-  // 1 -> 8 stem at batch 64: 162-165 us against 129-149).
+  // output channels with AVX-512: its kernels there block sixteen, the loop one vector of eight
+  // (LeNet's 1 -> 8 stem at batch 64: 162-165 us against 129-149). Its AVX2 kernels block eight:
+  // 172-205 us against the loop's 214-239 on an AVX2 EPYC.
   std::shared_ptr<const FewChannelConv> few_channels(InferContext& ctx, const ConvShapes& s) const {
     if (residual_ || bf16_ || ctx.dtype(0) != DType::Float || ctx.dtype(1) != DType::Float ||
         !ctx.input_tensor(1))
       return nullptr;
     return plan_few_channel_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_,
-                                 !ctx.shapes_vary() && s.m != 8);
+                                 !ctx.shapes_vary() && (s.m != 8 || !cpu_has_avx512()));
   }
 
   // The state of a plan built for one of several shapes: the primitive for the bucket of the

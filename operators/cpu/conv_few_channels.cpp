@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "operators/common/cpu_isa.hpp"
 #include "operators/common/parallel.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/cpu/conv_winograd.hpp"  // ChannelGroups
@@ -135,11 +136,21 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
   }
 }
 
-// The rows in blocks of 16 output channels (8 pixels at a time) or, where M is 8, of 8 (16
-// pixels at a time: the accumulators of both fill the registers alike). Compiled for
-// x86-64-v4 (AVX-512), -v3 (AVX2 with FMA) and the baseline, rather than VOLT_SIMD_CLONES's
-// avx512f and avx2: GCC's avx512f alone gives 8-float vectors neither fused multiply-adds nor
-// registers 16-31, and this loop holds 16 of them (2.6x slower for a 1 -> 8 stem).
+// Output pixels a block computes (see few_channel_row).
+int64_t block_pixels(const FewChannelConv& p) {
+  static const bool wide_register_file = cpu_has_avx512f();
+  return !wide_register_file ? 12 : (p.m_padded == 8 ? 16 : 8);
+}
+
+// With AVX-512's 32 vector registers, the rows in blocks of 16 output channels (8 pixels at a
+// time) or, where M is 8, of 8 (16 pixels at a time): the accumulators of both fill the
+// registers alike. With AVX2's 16, which must also hold the tap's weights and the broadcast X
+// value, in blocks of 8 channels, 12 pixels at a time: 16 accumulators would spill to the stack,
+// and GCC lowers 16-float vectors to stack traffic there (MNASNet's 3 -> 32 stride-2 stem at batch
+// 1: 2.2-2.4 ms against 0.47-0.51 in blocks of 8, oneDNN's 0.37-0.56). Compiled for x86-64-v4
+// (AVX-512), -v3 (AVX2 with FMA) and the baseline, rather than VOLT_SIMD_CLONES's avx512f and avx2:
+// GCC's avx512f alone gives 8-float vectors neither fused multiply-adds nor registers 16-31, and
+// this loop holds 16 of them (2.6x slower for a 1 -> 8 stem).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define VOLT_FEW_CHANNEL_CLONES
 #else
@@ -149,8 +160,11 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
 VOLT_FEW_CHANNEL_CLONES void few_channel_row(const FewChannelConv& p, const RowGeometry& r,
                                              const float* x, int64_t oy, const float* bias,
                                              const ChannelGroups& y_at, float* rows, float* y) {
-  if (p.m_padded == 8)
+  const int64_t pixels = block_pixels(p);
+  if (pixels == 16)
     row_in_blocks<8, 16>(p, r, x, oy, bias, y_at, rows, y);
+  else if (pixels == 12)
+    row_in_blocks<8, 12>(p, r, x, oy, bias, y_at, rows, y);
   else
     row_in_blocks<16, 8>(p, r, x, oy, bias, y_at, rows, y);
 }
@@ -227,7 +241,7 @@ void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* 
   const int64_t x_image = p.c * p.h * p.w, y_image = p.m * p.oh * p.ow;
   // A row of `rows` spans every block's window from the left pad on (the last block's pixels
   // past the output read zeros there).
-  const int64_t blocks_width = (p.ow + 15) / 16 * 16;
+  const int64_t blocks_width = (p.ow + block_pixels(p) - 1) / block_pixels(p) * block_pixels(p);
   const int64_t row_length = (blocks_width - 1) * p.stride_x + (p.kw - 1) * p.dilation_x + 1;
   const RowGeometry geometry = row_geometry(p, row_length);
   const int64_t rows = p.n * p.oh;

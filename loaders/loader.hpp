@@ -1,6 +1,8 @@
 // The ONNX file formats, for the rest of volt. No protobuf type appears here.
 #pragma once
+#include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "runtime/graph.hpp"
@@ -8,14 +10,26 @@
 
 namespace volt {
 
+// What the parsed file tells before its checks and conversion, which take most of a small
+// model's load (the ONNX schema registry the checker reads is built on its first use: 15-20 ms):
+// enough for a caller to start preparing work the model will need while the load goes on.
+struct ParsedModel {
+  std::set<std::string> op_types;  // of the ONNX domain, in every graph (subgraphs too)
+  // Whether an input of the main graph has a dimension past the first that is not a fixed number
+  // (a sentence's length, an image's width): runs will likely come in several shapes.
+  bool input_dims_vary = false;
+};
+using OnParsed = std::function<void(const ParsedModel&)>;
+
 // Loads a model file. External data is resolved relative to the model's folder and
-// memory-mapped; locations that leave that folder are refused.
-Model load_model(const std::string& path);
+// memory-mapped; locations that leave that folder are refused. `on_parsed`, where given, is
+// called once the file parses, before anything else is checked.
+Model load_model(const std::string& path, const OnParsed& on_parsed = {});
 
 // Loads a model from bytes. `base_dir` is where external data is looked up; when empty, a
 // model that has external data is refused.
 Model load_model_from_bytes(const void* data, size_t size, const std::string& source = "<memory>",
-                            const std::string& base_dir = "");
+                            const std::string& base_dir = "", const OnParsed& on_parsed = {});
 
 // Backend test-data files (input_0.pb, output_0.pb): a TensorProto, SequenceProto or
 // OptionalProto, chosen by `kind`.

@@ -361,6 +361,31 @@ Model convert(onnx::ModelProto& proto, const std::string& source, const std::str
   return model;
 }
 
+void collect_op_types(const onnx::GraphProto& g, std::set<std::string>& ops) {
+  for (const auto& n : g.node()) {
+    if (canonical_domain(n.domain()) == kOnnxDomain) ops.insert(n.op_type());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect_op_types(a.g(), ops);
+      for (const auto& sg : a.graphs()) collect_op_types(sg, ops);
+    }
+  }
+}
+
+ParsedModel parsed_model(const onnx::ModelProto& proto) {
+  ParsedModel p;
+  collect_op_types(proto.graph(), p.op_types);
+  std::set<std::string> initializers;
+  for (const auto& t : proto.graph().initializer()) initializers.insert(t.name());
+  for (const auto& v : proto.graph().input()) {
+    if (initializers.count(v.name()) || !v.type().has_tensor_type() ||
+        !v.type().tensor_type().has_shape())
+      continue;
+    const auto& dims = v.type().tensor_type().shape().dim();
+    for (int i = 1; i < dims.size(); ++i) p.input_dims_vary |= !dims[i].has_dim_value();
+  }
+  return p;
+}
+
 }  // namespace
 
 namespace {
@@ -390,9 +415,10 @@ onnx::ModelProto parse_model(const void* data, size_t size, const std::string& s
 }  // namespace
 
 Model load_model_from_bytes(const void* data, size_t size, const std::string& source,
-                            const std::string& base_dir) {
+                            const std::string& base_dir, const OnParsed& on_parsed) {
   CutSource cut;
   onnx::ModelProto proto = parse_model(data, size, source, cut);
+  if (on_parsed) on_parsed(parsed_model(proto));
   return convert(proto, source, base_dir, cut.base ? &cut : nullptr);
 }
 
@@ -409,11 +435,12 @@ std::string read_file_bytes(const std::string& path) {
   return bytes;
 }
 
-Model load_model(const std::string& path) {
+Model load_model(const std::string& path, const OnParsed& on_parsed) {
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   onnx::ModelProto proto;
   const ModelFileBytes bytes = parse_model_file(path, proto);
+  if (on_parsed) on_parsed(parsed_model(proto));
   return convert(proto, path, dir, bytes.mapping ? &bytes.cut : nullptr);
 }
 

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "loaders/loader.hpp"
 #include "operators/common/gemm_warmup.hpp"
@@ -42,28 +43,33 @@ void check_options(const SessionOptions& o) {
         "precision '" + o.precision + "' is not supported on " + o.device + " (use fp32 or fp16)");
 }
 
-// Whether runs will likely come in several shapes and multiply matrices in fp32 on the CPU: a
-// model input with a dimension past the first that is not a fixed number (a sentence's length,
-// a crop's width, a decoder's past) and a MatMul or Gemm. Plans after the first then run their
-// products on oneDNN's gemm (operators/common/gemm_warmup.hpp).
-bool expects_generic_products(const Graph& g, const SessionOptions& o) {
-  if (o.device != "cpu" || o.precision != "fp32") return false;
-  const bool varies = std::any_of(g.inputs.begin(), g.inputs.end(), [&](const ValueInfo& v) {
-    return !g.is_initializer(v.name) && v.kind == ValueInfo::Kind::Tensor && v.has_shape &&
-           std::any_of(v.shape.begin() + std::min<size_t>(1, v.shape.size()), v.shape.end(),
-                       [](const Dim& d) { return !d.is_fixed(); });
+// Whether the model will multiply matrices in fp32 on the CPU on oneDNN's gemm, whose code is
+// then best made while the model loads (operators/common/gemm_warmup.hpp).
+bool needs_gemm_code(const ParsedModel& parsed, const SessionOptions& o) {
+  return o.device == "cpu" && o.precision == "fp32" &&
+         (parsed.op_types.count("MatMul") || parsed.op_types.count("Gemm")) &&
+         products_need_gemm_code(parsed.input_dims_vary);
+}
+
+// A session on the model `load` returns (a loader taking an OnParsed), with oneDNN's gemm code
+// made meanwhile where the parsed model needs it. The session is handed out once that code is
+// made: a thread still making it when the process ends runs into oneDNN's kernels as exit
+// destroys them (a session kept in a static, the fuzz replay's, crashed 1 run in 2 under load
+// when its destructor joined the thread there).
+template <class Load>
+std::shared_ptr<Session::Impl> load_session(const Load& load, SessionOptions options) {
+  keep_freed_memory();       // (before loading: see keep_freed_memory)
+  std::jthread gemm_warmup;  // (joined as this returns)
+  Model model = load([&](const ParsedModel& parsed) {
+    if (needs_gemm_code(parsed, options)) gemm_warmup = start_gemm_warmup();
   });
-  return varies && std::any_of(g.nodes.begin(), g.nodes.end(), [](const Node& n) {
-           return n.domain == kOnnxDomain && (n.op_type == "MatMul" || n.op_type == "Gemm");
-         });
+  return std::make_shared<Session::Impl>(std::move(model), std::move(options));
 }
 
 }  // namespace
 
 Session::Impl::Impl(Model m, SessionOptions o) : options(std::move(o)), model(std::move(m)) {
   check_options(options);
-  keep_freed_memory();
-  if (expects_generic_products(model.graph, options)) gemm_warmup = start_gemm_warmup();
   Graph optimized =
       options.precision == "int8" && !options.calibration.empty()
           ? run_passes(quantize_static(model.graph, calibrate(model, options)), options)
@@ -117,14 +123,18 @@ std::vector<Value> Session::Impl::run(const NamedValues& feeds,
 // ----------------------------------------------------------------------------------------
 Session::Session(const std::string& model_path, SessionOptions options)
     : impl_(as_volt_error([&] {
-        keep_freed_memory();  // (before loading: see keep_freed_memory)
-        return std::make_shared<Impl>(load_model(model_path), std::move(options));
+        return load_session(
+            [&](const OnParsed& on_parsed) { return load_model(model_path, on_parsed); },
+            std::move(options));
       })) {}
 Session::Session(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session Session::from_bytes(const void* data, size_t size, SessionOptions options) {
   return Session(as_volt_error([&] {
-    keep_freed_memory();
-    return std::make_shared<Impl>(load_model_from_bytes(data, size), std::move(options));
+    return load_session(
+        [&](const OnParsed& on_parsed) {
+          return load_model_from_bytes(data, size, "<memory>", "", on_parsed);
+        },
+        std::move(options));
   }));
 }
 Session::~Session() = default;

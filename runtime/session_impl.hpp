@@ -3,7 +3,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "runtime/graph_runner.hpp"
 #include "volt/volt.hpp"
@@ -16,9 +15,6 @@ struct Session::Impl {
   std::unique_ptr<GraphRunner> runner;  // the graph after passes
   std::vector<ValueInfo> inputs, outputs;
   ModelMetadata metadata;
-  // oneDNN's gemm code, made while the session loads where runs will likely vary in shape
-  // (operators/common/gemm_warmup.hpp); joined when the session ends.
-  std::jthread gemm_warmup;
 
   Impl(Model m, SessionOptions o);
   std::vector<Value> run(const NamedValues& inputs, const std::vector<std::string>& output_names,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "operators/common/cpu_isa.hpp"
 
 namespace volt {
 
@@ -30,6 +31,10 @@ std::jthread start_gemm_warmup() {
   } catch (const std::system_error&) {  // no thread to be had: the first product pays
     return std::jthread();
   }
+}
+
+bool products_need_gemm_code(bool shapes_vary) {
+  return shapes_vary || !cpu_has_avx512();
 }
 
 }  // namespace volt

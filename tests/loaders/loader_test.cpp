@@ -56,6 +56,43 @@ ModelBuilder relu_model() {
   return b;
 }
 
+// What a loader tells before it checks the model: the ops of every graph and whether an input's
+// dimension past the first is left open; told for a model the checks then refuse too.
+TEST_F(LoaderTest, TellsTheParsedOpsAndOpenInputDimensionsBeforeChecking) {
+  std::vector<ParsedModel> told;
+  const OnParsed record = [&](const ParsedModel& p) { told.push_back(p); };
+
+  ModelBuilder batch_only;  // [N, 4]: the batch alone open
+  batch_only.input("x", 1, {-1, 4}).output("y", 1, {-1, 4}).node("Relu", {"x"}, {"y"});
+  batch_only.save(path("batch.onnx"));
+  load_model(path("batch.onnx"), record);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].op_types, (std::set<std::string>{"Relu"}));
+  EXPECT_FALSE(told[0].input_dims_vary);
+
+  ModelBuilder then_b, else_b;  // a product inside a branch, a sentence's open length
+  then_b.output("t", 1, {1, -1}).node("MatMul", {"x", "x"}, {"t"});
+  else_b.output("e", 1, {1, -1}).node("Identity", {"x"}, {"e"});
+  ModelBuilder branches;
+  branches.input("c", 9, {}).input("x", 1, {1, -1}).output("y", 1, {1, -1});
+  branches.node("If", {"c"}, {"y"}, [&](auto& n) {
+    ModelBuilder::set_graph(n, "then_branch", then_b);
+    ModelBuilder::set_graph(n, "else_branch", else_b);
+  });
+  const std::string bytes = branches.bytes();
+  load_model_from_bytes(bytes.data(), bytes.size(), "<memory>", "", record);
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[1].op_types, (std::set<std::string>{"Identity", "If", "MatMul"}));
+  EXPECT_TRUE(told[1].input_dims_vary);
+
+  ModelBuilder unknown;
+  unknown.input("x", 1, {2}).output("y", 1, {2}).node("NoSuchOp", {"x"}, {"y"});
+  unknown.save(path("unknown.onnx"));
+  EXPECT_THROW(load_model(path("unknown.onnx"), record), Error);
+  ASSERT_EQ(told.size(), 3u);
+  EXPECT_EQ(told[2].op_types, (std::set<std::string>{"NoSuchOp"}));
+}
+
 TEST_F(LoaderTest, LoadsAGoodModelFromPathAndMemory) {
   relu_model().save(path("m.onnx"));
   Session s(path("m.onnx"));

@@ -4,9 +4,9 @@
 //   (64 channels at a time, the last 64 overlapping), images split into bands summed in
 //   parallel, and a batch.
 // - MaxPool's and AveragePool's loop: 8, 16 or 32 channels at a time (the last chunk overlapping
-// where the pixel
-//   is not a multiple), eight pixels at a time where the window is whole and one at a time at
-//   the edges, over strides, dilations, asymmetric pads and ceil_mode.
+//   where the pixel is not a multiple), eight pixels at a time where the window is whole and one
+//   at a time at the edges, over strides, dilations, asymmetric pads and ceil_mode; max pools
+//   moving one column at a time as columns' maxima, then rows'.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,7 +83,13 @@ TEST(WindowPool, MaxAndAverageOverStoredChannelsMatchTheUnoptimizedGraph) {
       {{3, 3}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 1},  // its stem, ceil_mode
       {{2, 3}, {2, 1}, {2, 1}, {1, 0, 0, 2}, 0},  // dilated, asymmetric pads
       {{5, 5}, {2, 2}, {1, 1}, {2, 2, 2, 2}, 1},  // wider than a short row's interior
-      {{1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0}};
+      {{1, 1}, {2, 2}, {1, 1}, {0, 0, 0, 0}, 0},
+      // Stride 1 across a window of 7 x 7 or more, a max pool as columns then rows
+      // (separable_max): a detector's pyramid pools, and one taller than strided, dilated
+      // across, padded unevenly, ceil_mode.
+      {{7, 7}, {1, 1}, {1, 1}, {3, 3, 3, 3}, 0},
+      {{13, 13}, {1, 1}, {1, 1}, {6, 6, 6, 6}, 0},
+      {{8, 7}, {2, 1}, {1, 2}, {0, 3, 4, 6}, 1}};
   struct Case {
     int64_t channels, height, width;
     bool dense;

@@ -18,6 +18,9 @@ struct ParsedModel {
   // Whether an input of the main graph has a dimension past the first that is not a fixed number
   // (a sentence's length, an image's width): runs will likely come in several shapes.
   bool input_dims_vary = false;
+  // Elements of the main graph's initializers, as their dimensions say (saturating): how large
+  // the model is, before its weights are read.
+  int64_t weight_elements = 0;
 };
 using OnParsed = std::function<void(const ParsedModel&)>;
 

@@ -2,6 +2,7 @@
 // conversion (subgraphs included) and inlining of model-local functions.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -375,7 +376,13 @@ ParsedModel parsed_model(const onnx::ModelProto& proto) {
   ParsedModel p;
   collect_op_types(proto.graph(), p.op_types);
   std::set<std::string> initializers;
-  for (const auto& t : proto.graph().initializer()) initializers.insert(t.name());
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const auto& t : proto.graph().initializer()) {
+    initializers.insert(t.name());
+    int64_t n = 1;
+    for (const int64_t d : t.dims()) n = d <= 0 ? 0 : (n > kMax / d ? kMax : n * d);
+    p.weight_elements = n > kMax - p.weight_elements ? kMax : p.weight_elements + n;
+  }
   for (const auto& v : proto.graph().input()) {
     if (initializers.count(v.name()) || !v.type().has_tensor_type() ||
         !v.type().tensor_type().has_shape())

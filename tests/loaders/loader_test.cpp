@@ -69,6 +69,7 @@ TEST_F(LoaderTest, TellsTheParsedOpsAndOpenInputDimensionsBeforeChecking) {
   ASSERT_EQ(told.size(), 1u);
   EXPECT_EQ(told[0].op_types, (std::set<std::string>{"Relu"}));
   EXPECT_FALSE(told[0].input_dims_vary);
+  EXPECT_EQ(told[0].weight_elements, 0);
 
   ModelBuilder then_b, else_b;  // a product inside a branch, a sentence's open length
   then_b.output("t", 1, {1, -1}).node("MatMul", {"x", "x"}, {"t"});
@@ -85,12 +86,15 @@ TEST_F(LoaderTest, TellsTheParsedOpsAndOpenInputDimensionsBeforeChecking) {
   EXPECT_EQ(told[1].op_types, (std::set<std::string>{"Identity", "If", "MatMul"}));
   EXPECT_TRUE(told[1].input_dims_vary);
 
-  ModelBuilder unknown;
+  ModelBuilder unknown;  // (and weights of 3 x 4 and 5 elements)
   unknown.input("x", 1, {2}).output("y", 1, {2}).node("NoSuchOp", {"x"}, {"y"});
+  unknown.initializer("A", {3, 4}, std::vector<float>(12, 1.0f));
+  unknown.initializer("B", {5}, std::vector<float>(5, 1.0f));
   unknown.save(path("unknown.onnx"));
   EXPECT_THROW(load_model(path("unknown.onnx"), record), Error);
   ASSERT_EQ(told.size(), 3u);
   EXPECT_EQ(told[2].op_types, (std::set<std::string>{"NoSuchOp"}));
+  EXPECT_EQ(told[2].weight_elements, 17);
 }
 
 TEST_F(LoaderTest, LoadsAGoodModelFromPathAndMemory) {

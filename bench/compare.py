@@ -115,7 +115,10 @@ def ort_run(module, model, feeds, threads, iterations, out_dir="-"):
 def agree(model, feeds, module, threads, tmp, precision):
     """The largest |volt - ort| relative to the output's largest magnitude, and the relative L2 error."""
     volt_dir, ort_dir = os.path.join(tmp, "volt_out"), os.path.join(tmp, "ort_out")
-    os.makedirs(ort_dir, exist_ok=True)
+    for d in (volt_dir, ort_dir):  # (an earlier row's outputs would be compared again)
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(d):
+            os.remove(os.path.join(d, f))
     cmd = [VOLT, "run", model, "--threads", str(threads), "--output-dir", volt_dir, "--precision", precision]
     cmd += [f"--input={n}={p}" for n, (p, _, _) in feeds.items()]
     subprocess.run(cmd, check=True, capture_output=True)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/dispatch.hpp"
@@ -185,9 +186,33 @@ struct MatMulPrimitive {
   bool has_bias = false;
 };
 
+// A product [rows, K] x [K, N] with 2-D weights run as the pointwise convolution it is: rows
+// pixels of K channels each, stored channels-last, which is how A and Y lie (no copy of either).
+// Without AVX-512, oneDNN 2.6's matmul has only its gemm, whose jit kernels pack A at every call
+// and whose code (17-30 ms) is made at the process's first product; its 1x1 convolution kernel
+// runs the same products faster (AVX2 EPYC, 2 threads; a oneDNN-only benchmark, 128 x 768 x 768
+// and 128 x 3072 x 768: 106 -> 140 and 118 -> 154 GFLOP/s; `volt bench --profile` of BERT-base
+// at batch 1, its projections: 143 -> 130 ms a run; `bench/compare.py`: DLRM b256 0.94-1.01 ->
+// 0.77-0.78 x ORT, the MLP b64 0.60-0.77 -> 0.47-0.53, the LeNet-style CNN's load + first run
+// 47-64 -> 25-34 ms, no gemm code made). Plans for one shape only: a convolution's code is made
+// per shape.
+struct ConvRoute {
+  dnnl::convolution_forward prim;
+  dnnl::memory::desc src, weights, bias, dst, scratch;
+  Tensor packed_weights;  // constant weights, packed once
+  // Or computed ones (a trainer's: its inference graph reads them as inputs), packed at each run
+  // into the scratch at `pack_at`: the same kernel on the same packed layout as a session on the
+  // exported model, so that the two give the same bits.
+  std::optional<dnnl_adapter::PreparedReorder> pack;
+  size_t pack_at = 0;
+  bool has_bias = false, residual = false;
+  int residual_at = 0;  // the residual's post-op
+};
+
 struct MatMulState {
   std::shared_ptr<const MatMulPrimitive> p;
-  dnnl::memory::desc a, b, out;  // this shape's (b: the primitive's layout when packed)
+  std::shared_ptr<const ConvRoute> conv;  // or the product as a convolution (ConvRoute)
+  dnnl::memory::desc a, b, out;           // this shape's (b: the primitive's layout when packed)
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
   // Operands (and Y) the primitive reads in another layout or type than the graph holds them:
   // bf16 arithmetic on an fp32 A, and folded Transposes oneDNN has only its reference kernel
@@ -353,6 +378,94 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
   dnnl_adapter::execute(p.prim, args, p.scratch, ctx.scratch());
 }
 
+// The route for A [rows, K] (rows of K floats) times weights (k, n) at k `k_stride` + n
+// `n_stride` (`w` where constant, else null: input 1 at each run) into Y [rows, N], with the bias
+// (N floats) and `ops`; null where oneDNN's 1x1 kernel does not take it (then its other
+// convolutions are no faster than the matmul).
+std::shared_ptr<const ConvRoute> plan_conv_route(InferContext& ctx, int64_t rows, int64_t k,
+                                                 int64_t n, const Tensor* w, int64_t k_stride,
+                                                 int64_t n_stride, bool has_bias,
+                                                 const FusedActivation& act, bool sum) {
+  return dnnl_adapter::guarded(ctx.node(), [&]() -> std::shared_ptr<const ConvRoute> {
+    using tag = dnnl::memory::format_tag;
+    constexpr auto f32 = dnnl::memory::data_type::f32;
+    auto r = std::make_shared<ConvRoute>();
+    r->src = dnnl::memory::desc({1, k, 1, rows}, f32, tag::acdb);
+    r->dst = dnnl::memory::desc({1, n, 1, rows}, f32, tag::acdb);
+    const dnnl::memory::desc any_weights({n, k, 1, 1}, f32, tag::any);
+    // The bias as a binary post-op, added to the finished sum as the matmul adds it (a
+    // convolution's own bias starts the sum: other bits than a trainer's graph, whose MatMul and
+    // Add run apart), then the activation and the residual.
+    dnnl::post_ops ops;
+    r->has_bias = has_bias;
+    if (has_bias) {
+      r->bias = dnnl_adapter::plain_md({1, n, 1, 1}, f32);
+      ops.append_binary(dnnl::algorithm::binary_add, r->bias);
+    }
+    act.append_to(ops);
+    // (The residual as a second binary post-op: oneDNN's 1x1 kernels take a sum post-op only
+    // first, which would add it before the bias.)
+    r->residual = sum;
+    r->residual_at = ops.len();
+    if (sum) ops.append_binary(dnnl::algorithm::binary_add, r->dst);
+    dnnl::primitive_attr attr = dnnl_adapter::scratch_attr();
+    attr.set_post_ops(ops);
+    const dnnl::memory::dims unit = {1, 1}, none = {0, 0};
+    constexpr auto inference = dnnl::prop_kind::forward_inference;
+    constexpr auto direct = dnnl::algorithm::convolution_direct;
+    const dnnl::convolution_forward::desc d(inference, direct, r->src, any_weights, r->dst, unit,
+                                            none, none);
+    const dnnl::convolution_forward::primitive_desc pd(d, attr, dnnl_adapter::engine());
+    if (std::string(pd.impl_info_str()).find("jit_1x1") == std::string::npos) return nullptr;
+    r->prim = dnnl::convolution_forward(pd);
+    r->weights = pd.weights_desc();
+    r->scratch = pd.scratchpad_desc();
+    // W as the convolution's [N, K, 1, 1]: output channel n of input channel k.
+    const dnnl::memory::desc as_stored =
+        dnnl_adapter::strided_md({n, k, 1, 1}, {n_stride, k_stride, k * n, k * n}, f32);
+    if (w) {
+      r->packed_weights = dnnl_adapter::pack_constant(ctx, 1, *w, as_stored, r->weights);
+      ctx.request_scratch(r->scratch.get_size());
+    } else {
+      r->pack.emplace(as_stored, r->weights);
+      r->pack_at = dnnl_adapter::align64(r->scratch.get_size());
+      ctx.request_scratch(r->pack_at + r->weights.get_size());
+    }
+    return r;
+  });
+}
+
+// Whether this plan of the node may take the ConvRoute: without AVX-512, in a plan for one shape
+// (a convolution's code is made per shape) that no plan of the node for several shapes preceded.
+// A plan specialized later to a shape those ran keeps their matmul, so that the runs at one shape
+// give the same bits before and after specializing.
+bool conv_route_allowed(InferContext& ctx) {
+  if (cpu_has_avx512()) return false;
+  static const std::string kGenericPlanned = "matmul: planned for several shapes";
+  NodeMemo* memo = ctx.memo();
+  if (ctx.shapes_vary()) {
+    if (memo && !memo->find(kGenericPlanned)) memo->keep(kGenericPlanned, std::make_shared<bool>());
+    return false;
+  }
+  return !(memo && memo->find(kGenericPlanned));
+}
+
+void run_conv_route(const ConvRoute& r, RunContext& ctx, const void* a, const void* w,
+                    const void* bias, const void* residual, void* out) {
+  const void* packed = r.packed_weights.defined() ? r.packed_weights.raw() : nullptr;
+  if (r.pack) {
+    void* into = static_cast<char*>(ctx.scratch()) + r.pack_at;
+    (*r.pack)(w, into);
+    packed = into;
+  }
+  dnnl_adapter::Args args = {
+      {DNNL_ARG_SRC, r.src, a}, {DNNL_ARG_WEIGHTS, r.weights, packed}, {DNNL_ARG_DST, r.dst, out}};
+  if (r.has_bias) args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, r.bias, bias);
+  if (r.residual)
+    args.add(DNNL_ARG_ATTR_MULTIPLE_POST_OP(r.residual_at) | DNNL_ARG_SRC_1, r.dst, residual);
+  dnnl_adapter::execute(r.prim, args, r.scratch, ctx.scratch());
+}
+
 class DnnlMatMul final : public Kernel {
  public:
   explicit DnnlMatMul(const Node& n)
@@ -416,6 +529,16 @@ class DnnlMatMul final : public Kernel {
     const Tensor* b_const = ctx.input_tensor(1);
     const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && b_const;
     const auto cdt = bf16 ? dnnl::memory::data_type::bf16 : dt;
+    if (conv_route_allowed(ctx) && !bf16 && !p.perms.any() && ctx.dtype(0) == DType::Float &&
+        scale_ == 1.0f && a.size() == 2 && out.size() == 2 && numel_of(b0) == s.k * s.n) {
+      if (auto conv =
+              plan_conv_route(ctx, a[0], s.k, s.n, b_const, s.n, 1, ctx.has_input(2), act_, sum)) {
+        auto st = std::make_shared<MatMulState>();
+        st->conv = std::move(conv);
+        st->sum = sum;
+        return ctx.set_state(st);
+      }
+    }
     // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
     const dnnl::memory::desc a_md = a_rows ? *a_rows : operand_md(a, a0, p.perms.a, dt),
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
@@ -454,7 +577,15 @@ class DnnlMatMul final : public Kernel {
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
-    if (st.sum) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
+    if (st.sum && !st.conv) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
+    if (st.conv) {
+      run_conv_route(*st.conv, ctx, ctx.input(0).raw(), ctx.input(1).raw(),
+                     ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
+                     st.sum ? ctx.input(3).raw() : nullptr, y.raw());
+      if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
+        apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
+      return;
+    }
     char* scratch = static_cast<char*>(ctx.scratch());
     auto in = [&](const MatMulState::Staged& staged, const Tensor& t) -> const void* {
       if (!staged.copy) return t.raw();
@@ -534,6 +665,17 @@ class Gemm final : public Kernel {
     // follows the separate C addition in run().
     dnnl::post_ops ops;
     if (bias || !ctx.has_input(2)) act_.append_to(ops);
+    // A linear layer's product as a 1x1 convolution where that is faster (ConvRoute).
+    if (conv_route_allowed(ctx) && !ta_ && alpha_ == 1.0f &&
+        (!ctx.has_input(2) || (bias && bias->dims()[0] == 1))) {
+      if (auto conv = plan_conv_route(
+              ctx, d.m, d.k, d.n, ctx.input_tensor(1), tb_ ? 1 : bs[1], tb_ ? bs[1] : 1,
+              bias != nullptr, bias || !ctx.has_input(2) ? act_ : FusedActivation{}, false)) {
+        auto st = std::make_shared<MatMulState>();
+        st->conv = std::move(conv);
+        return ctx.set_state(st);
+      }
+    }
     try {
       ctx.set_state(make_matmul(ctx.node(), a_md, b_md, dnnl_adapter::plain_md(out, dt), bias,
                                 ctx.input_tensor(1), alpha_, ctx, &ops,
@@ -549,6 +691,9 @@ class Gemm final : public Kernel {
     Tensor& y = ctx.output(0);
     const GemmDims d = gemm_dims(a.shape(), b.shape(), ta_, tb_, ctx.node());
     const auto* st = static_cast<const MatMulState*>(ctx.state_ptr());
+    if (st && st->conv)  // (C, where there is one, is its bias)
+      return run_conv_route(*st->conv, ctx, a.raw(), b.raw(),
+                            ctx.has_input(2) ? ctx.input(2).raw() : nullptr, nullptr, y.raw());
     if (st) {
       run_matmul(*st, ctx, a.raw(), b.raw(), ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
                  y.raw());

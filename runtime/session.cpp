@@ -44,19 +44,20 @@ void check_options(const SessionOptions& o) {
 }
 
 // Whether the model will multiply matrices in fp32 on the CPU on oneDNN's gemm, whose code is
-// then best made while the model loads (operators/common/gemm_warmup.hpp). The session waits
-// for that code before it is handed out, so a model of fixed shapes gets it only where its load
-// takes about as long anyway: a small model's load (the LeNet-style CNN's, 6 KB: 15-20 ms, most
-// of it the ONNX schema registry) would wait 10-30 ms for code that a product of one row never
-// needs (oneDNN's gemv: 2-5 ms of code), the CNN's batch-1 load + first run 20 -> 30-50 ms
-// (ONNX Runtime's 37-53). Models fed several shapes need it in their later plans whatever their
-// size.
+// then best made while the model loads (operators/common/gemm_warmup.hpp): models fed several
+// shapes, whose later plans multiply on it on any CPU; and without AVX-512, models whose MatMuls
+// may multiply two computed values (attention's; products with constant weights run as 1x1
+// convolutions there, cpu/matmul.cpp's ConvRoute) and whose load takes about as long as the code
+// anyway: the session waits for the code before it is handed out, and a small model's load
+// (6 KB: 15-20 ms, most of it the ONNX schema registry) would wait 10-30 ms for it.
 bool needs_gemm_code(const ParsedModel& parsed, const SessionOptions& o) {
   constexpr int64_t kMinWeightElements = int64_t{1} << 21;  // 8 MiB of fp32
-  return o.device == "cpu" && o.precision == "fp32" &&
-         (parsed.op_types.count("MatMul") || parsed.op_types.count("Gemm")) &&
-         products_need_gemm_code(parsed.input_dims_vary) &&
-         (parsed.input_dims_vary || parsed.weight_elements >= kMinWeightElements);
+  if (o.device != "cpu" || o.precision != "fp32" ||
+      !(parsed.op_types.count("MatMul") || parsed.op_types.count("Gemm")))
+    return false;
+  return products_need_gemm_code(parsed.input_dims_vary) &&
+         (parsed.input_dims_vary ||
+          (parsed.op_types.count("MatMul") && parsed.weight_elements >= kMinWeightElements));
 }
 
 // A session on the model `load` returns (a loader taking an OnParsed), with oneDNN's gemm code

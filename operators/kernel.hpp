@@ -132,6 +132,10 @@ class InferContext {
   // dimensions) over state specialized for this one, so that a new shape costs a run, not the
   // code generation of a specialized primitive for each node.
   virtual bool shapes_vary() const { return false; }
+  // The graph's inputs leave a dimension past the first open, so that it will likely be fed
+  // several shapes, even where this is its first plan: state specialized to the first shape that
+  // later plans cannot share is then best avoided.
+  virtual bool shapes_may_vary() const { return shapes_vary(); }
   // This node's memo (see NodeMemo); null where plans are not kept for a session.
   virtual NodeMemo* memo() const { return nullptr; }
   // Asks for output 0 as a view of input 0 at these shapes (one contiguous run of it: a Gather

@@ -68,7 +68,12 @@ CompiledGraph compile_graph(std::shared_ptr<const Graph> graph, const std::strin
                where + "graph input '" + v.name + "' is declared twice");
     producer[id] = -2;
     cg.graph_inputs.push_back(id);
-    if (!g.is_initializer(v.name)) cg.required_inputs.push_back(id);
+    if (!g.is_initializer(v.name)) {
+      cg.required_inputs.push_back(id);
+      if (v.kind == ValueInfo::Kind::Tensor && v.has_shape)
+        for (size_t d = 1; d < v.shape.size(); ++d)
+          cg.input_dims_open = cg.input_dims_open || !v.shape[d].is_fixed();
+    }
   }
   for (const auto& [name, _] : g.initializers) {
     const int id = intern(name);

@@ -23,6 +23,10 @@ struct CompiledGraph {
   std::unordered_map<std::string, int> ids;  // name -> value id
   std::vector<int> graph_inputs;             // ids, in graph order (initializer-backed too)
   std::vector<int> required_inputs;          // the graph inputs without an initializer
+  // A required input has a dimension past the first that is not a fixed number (a sentence's
+  // length, an image's width): the graph will likely be fed several shapes
+  // (InferContext::shapes_may_vary).
+  bool input_dims_open = false;
   std::vector<int> graph_outputs;
   std::vector<int> outer_scope;  // ids of values taken from an enclosing graph
   std::vector<int> order;        // node indices, topologically sorted

@@ -15,12 +15,13 @@ class NodeInferContext final : public InferContext {
   // of these, so it copies nothing and allocates only the output types.
   NodeInferContext(const Node& node, std::span<const TypeShape* const> inputs,
                    std::span<const Value* const> values, int threads, bool shapes_vary = false,
-                   NodeMemo* memo = nullptr)
+                   NodeMemo* memo = nullptr, bool shapes_may_vary = false)
       : node_(node),
         inputs_(inputs),
         values_(values),
         threads_(threads),
         shapes_vary_(shapes_vary),
+        shapes_may_vary_(shapes_vary || shapes_may_vary),
         memo_(memo) {
     // (An output no set_output() reaches stays unknown: shape_known false.)
     outputs.assign(node.outputs.size(),
@@ -60,6 +61,7 @@ class NodeInferContext final : public InferContext {
   void request_scratch(size_t bytes) override { scratch_bytes = std::max(scratch_bytes, bytes); }
   int threads() const override { return threads_; }
   bool shapes_vary() const override { return shapes_vary_; }
+  bool shapes_may_vary() const override { return shapes_may_vary_; }
   NodeMemo* memo() const override { return memo_; }
   bool output_views_input() override {
     output_is_view = views_allowed;
@@ -104,7 +106,7 @@ class NodeInferContext final : public InferContext {
   std::span<const TypeShape* const> inputs_;
   std::span<const Value* const> values_;
   int threads_;
-  bool shapes_vary_;
+  bool shapes_vary_, shapes_may_vary_;
   NodeMemo* memo_;
 };
 

@@ -112,7 +112,7 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
         continue;
       auto kernel = memo ? memo->kernel(def, [&] { return def->create(node); })
                          : std::shared_ptr<const Kernel>(def->create(node));
-      c.ctx.emplace(node, in_types, c.values, threads, shapes_vary, memo);
+      c.ctx.emplace(node, in_types, c.values, threads, shapes_vary, memo, cg.input_dims_open);
       try {
         kernel->infer(*c.ctx);
       } catch (const KernelUnsupported& u) {

@@ -380,8 +380,8 @@ void run_matmul(const MatMulState& st, RunContext& ctx, const void* a, const voi
 
 // The route for A [rows, K] (rows of K floats) times weights (k, n) at k `k_stride` + n
 // `n_stride` (`w` where constant, else null: input 1 at each run) into Y [rows, N], with the bias
-// (N floats) and `ops`; null where oneDNN's 1x1 kernel does not take it (then its other
-// convolutions are no faster than the matmul).
+// (N floats), the activation and a residual of Y's shape (`sum`); null where oneDNN's 1x1 kernel
+// does not take it (then its other convolutions are no faster than the matmul).
 std::shared_ptr<const ConvRoute> plan_conv_route(InferContext& ctx, int64_t rows, int64_t k,
                                                  int64_t n, const Tensor* w, int64_t k_stride,
                                                  int64_t n_stride, bool has_bias,
@@ -437,9 +437,8 @@ std::shared_ptr<const ConvRoute> plan_conv_route(InferContext& ctx, int64_t rows
 
 // Whether this plan of the node may take the ConvRoute: without AVX-512, in a plan for one shape
 // (a convolution's code is made per shape) of a graph whose inputs fix their dimensions past the
-// first (else the first new shape rebuilt the weights the route had packed, and every shape
-// after made its own: gpt2_step's first new past 2.5 -> 9.2 x its steady run, text_classifier's
-// stream of 200 lengths 0.96 -> 1.12 x ORT's) and that no plan of the node for several shapes
+// first (else the first new shape rebuilt every weight the route had packed: gpt2_step's first
+// new past 2.4 -> 9.2 x its steady run) and that no plan of the node for several shapes
 // preceded. A plan specialized later to a shape those ran keeps their matmul, so that the runs
 // at one shape give the same bits before and after specializing.
 bool conv_route_allowed(InferContext& ctx) {
@@ -671,9 +670,8 @@ class Gemm final : public Kernel {
     // A linear layer's product as a 1x1 convolution where that is faster (ConvRoute).
     if (conv_route_allowed(ctx) && !ta_ && alpha_ == 1.0f &&
         (!ctx.has_input(2) || (bias && bias->dims()[0] == 1))) {
-      if (auto conv = plan_conv_route(
-              ctx, d.m, d.k, d.n, ctx.input_tensor(1), tb_ ? 1 : bs[1], tb_ ? bs[1] : 1,
-              bias != nullptr, bias || !ctx.has_input(2) ? act_ : FusedActivation{}, false)) {
+      if (auto conv = plan_conv_route(ctx, d.m, d.k, d.n, ctx.input_tensor(1), tb_ ? 1 : bs[1],
+                                      tb_ ? bs[1] : 1, bias != nullptr, act_, false)) {
         auto st = std::make_shared<MatMulState>();
         st->conv = std::move(conv);
         return ctx.set_state(st);

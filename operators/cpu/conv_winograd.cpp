@@ -84,24 +84,10 @@ std::shared_ptr<const Tensor> transform_weights(const float* w, int64_t m, int64
   const int64_t column_blocks = m_padded / columns;
   parallel_for(column_blocks, threads > 1, [&](int64_t cb) {
     for (int64_t i = 0; i < c; ++i)
-      for (int64_t lane = 0; lane < columns; ++lane) {
-        const int64_t o = cb * columns + lane;
-        double value[kPositions] = {};
-        if (o < m) {
-          const float* g = w + (o * c + i) * 9;
-          double gg[kPatch][3];  // G g
-          for (int k = 0; k < kPatch; ++k)
-            for (int b = 0; b < 3; ++b)
-              gg[k][b] = kG[k][0] * g[b] + kG[k][1] * g[3 + b] + kG[k][2] * g[6 + b];
-          for (int k = 0; k < kPatch; ++k)
-            for (int j = 0; j < kPatch; ++j)
-              value[k * kPatch + j] =
-                  gg[k][0] * kG[j][0] + gg[k][1] * kG[j][1] + gg[k][2] * kG[j][2];
-        }
-        for (int position = 0; position < kPositions; ++position)
-          out[((position * column_blocks + cb) * c + i) * columns + lane] =
-              static_cast<float>(value[position]);
-      }
+      if (columns == winograd_avx512::kColumns)
+        winograd_avx512::transform_weight_columns(w, m, c, cb, i, column_blocks, out);
+      else
+        winograd_avx2::transform_weight_columns(w, m, c, cb, i, column_blocks, out);
   });
   return u;
 }

@@ -17,6 +17,7 @@
 #include "operators/common/layout.hpp"
 #include "operators/common/matmul_shapes.hpp"
 #include "operators/common/shape_util.hpp"
+#include "operators/cpu/packed_product.hpp"
 #include "operators/registry.hpp"
 #include "runtime/tensor_alloc.hpp"
 
@@ -211,8 +212,9 @@ struct ConvRoute {
 
 struct MatMulState {
   std::shared_ptr<const MatMulPrimitive> p;
-  std::shared_ptr<const ConvRoute> conv;  // or the product as a convolution (ConvRoute)
-  dnnl::memory::desc a, b, out;           // this shape's (b: the primitive's layout when packed)
+  std::shared_ptr<const ConvRoute> conv;        // or the product as a convolution (ConvRoute)
+  std::shared_ptr<const PackedProduct> packed;  // or on packed weights (packed_product.hpp)
+  dnnl::memory::desc a, b, out;  // this shape's (b: the primitive's layout when packed)
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
   // Operands (and Y) the primitive reads in another layout or type than the graph holds them:
   // bf16 arithmetic on an fp32 A, and folded Transposes oneDNN has only its reference kernel
@@ -541,6 +543,15 @@ class DnnlMatMul final : public Kernel {
         return ctx.set_state(st);
       }
     }
+    if (packed_product_suits(ctx, s.k, s.n, act_) && b_const && !bf16 && !p.perms.any() &&
+        ctx.dtype(0) == DType::Float && scale_ == 1.0f && a.size() == 2 && out.size() == 2 &&
+        numel_of(b0) == s.k * s.n && (!ctx.has_input(2) || numel_of(ctx.shape(2)) == s.n)) {
+      auto st = std::make_shared<MatMulState>();
+      st->packed =
+          plan_packed_product(ctx, *b_const, s.k, s.n, s.n, 1, ctx.has_input(2), act_, sum);
+      st->sum = sum;
+      return ctx.set_state(st);
+    }
     // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
     const dnnl::memory::desc a_md = a_rows ? *a_rows : operand_md(a, a0, p.perms.a, dt),
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
@@ -579,7 +590,17 @@ class DnnlMatMul final : public Kernel {
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
-    if (st.sum && !st.conv) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
+    if (st.sum && !st.conv && !st.packed) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
+    if (st.packed) {
+      run_packed_product(*st.packed, static_cast<const float*>(ctx.input(0).raw()),
+                         numel_of(y.shape()) / st.packed->n,
+                         ctx.has_input(2) ? static_cast<const float*>(ctx.input(2).raw()) : nullptr,
+                         st.sum ? static_cast<const float*>(ctx.input(3).raw()) : nullptr,
+                         static_cast<float*>(y.raw()), ctx.threads());
+      if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
+        apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
+      return;
+    }
     if (st.conv) {
       run_conv_route(*st.conv, ctx, ctx.input(0).raw(), ctx.input(1).raw(),
                      ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
@@ -667,6 +688,14 @@ class Gemm final : public Kernel {
     // follows the separate C addition in run().
     dnnl::post_ops ops;
     if (bias || !ctx.has_input(2)) act_.append_to(ops);
+    // A linear layer's product on packed weights in a plan for several shapes.
+    if (packed_product_suits(ctx, d.k, d.n, act_) && !ta_ && alpha_ == 1.0f &&
+        ctx.input_tensor(1) && (!ctx.has_input(2) || (bias && bias->dims()[0] == 1))) {
+      auto st = std::make_shared<MatMulState>();
+      st->packed = plan_packed_product(ctx, *ctx.input_tensor(1), d.k, d.n, tb_ ? 1 : bs[1],
+                                       tb_ ? bs[1] : 1, bias != nullptr, act_, false);
+      return ctx.set_state(st);
+    }
     // A linear layer's product as a 1x1 convolution where that is faster (ConvRoute).
     if (conv_route_allowed(ctx) && !ta_ && alpha_ == 1.0f &&
         (!ctx.has_input(2) || (bias && bias->dims()[0] == 1))) {
@@ -692,6 +721,11 @@ class Gemm final : public Kernel {
     Tensor& y = ctx.output(0);
     const GemmDims d = gemm_dims(a.shape(), b.shape(), ta_, tb_, ctx.node());
     const auto* st = static_cast<const MatMulState*>(ctx.state_ptr());
+    if (st && st->packed)  // (C, where there is one, is its bias)
+      return run_packed_product(
+          *st->packed, static_cast<const float*>(a.raw()), d.m,
+          ctx.has_input(2) ? static_cast<const float*>(ctx.input(2).raw()) : nullptr, nullptr,
+          static_cast<float*>(y.raw()), ctx.threads());
     if (st && st->conv)  // (C, where there is one, is its bias)
       return run_conv_route(*st->conv, ctx, a.raw(), b.raw(),
                             ctx.has_input(2) ? ctx.input(2).raw() : nullptr, nullptr, y.raw());

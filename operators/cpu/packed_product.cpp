@@ -1,0 +1,166 @@
+#include "operators/cpu/packed_product.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <string>
+
+#include "operators/common/cpu_isa.hpp"
+#include "operators/common/own_activation.hpp"
+#include "operators/common/parallel.hpp"
+#include "runtime/tensor_alloc.hpp"
+
+namespace volt {
+
+// (AVX-512 only: AVX2 machines run these products as 1x1 convolutions, cpu/matmul.cpp's
+// ConvRoute, in plans for one shape, and on oneDNN's gemm in plans for several.)
+namespace packed_avx512 {
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+using V = __m512;
+constexpr int kLanes = 16;
+inline V vfmadd(V a, V b, V c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+#include "operators/cpu/product_kernel.inc"
+
+constexpr int kRows = 12;        // 24 accumulators of the 32 registers
+constexpr int64_t kDepth = 256;  // weight rows per pass over a block: 32 KiB, in L1
+constexpr int64_t kParallelFlops = int64_t{1} << 17;  // below this, one thread (a 1 x 128 x 5 head)
+
+// What follows a block's sums, row by row in registers: the bias, the activation, the residual.
+struct Epilogue {
+  const float* bias;      // at the block's first column, or null
+  const float* residual;  // at the block's first row and column, or null
+  int64_t residual_stride;
+  const FusedActivation* act;
+  void operator()(int r, V& lo, V& hi) const {
+    if (bias) {
+      lo += vload(bias);
+      hi += vload(bias + kLanes);
+    }
+    lo = activate(lo, *act);
+    hi = activate(hi, *act);
+    if (residual) {
+      lo += vload(residual + r * residual_stride);
+      hi += vload(residual + r * residual_stride + kLanes);
+    }
+  }
+};
+
+// Y's rows [r0, r0 + rows) and columns [kColumns cb, kColumns (cb + 1)). A block past N's last
+// whole one is computed into `tile`, its columns below N finished and copied out one by one.
+void block(const PackedProduct& p, const float* a, int64_t r0, int64_t rows, int64_t cb,
+           const float* bias, const float* residual, float* y) {
+  const int64_t n = p.n, k = p.k, c0 = cb * kColumns;
+  const float* b = p.weights->data<float>() + cb * k * kColumns;
+  const bool whole = c0 + kColumns <= n;
+  alignas(64) float tile[kRows * kColumns];
+  float* c = whole ? y + r0 * n + c0 : tile;
+  const int64_t ldc = whole ? n : kColumns;
+  const Epilogue finish{bias ? bias + c0 : nullptr, residual ? residual + r0 * n + c0 : nullptr, n,
+                        &p.act};
+  const bool plain = !bias && !residual && p.act.kind == FusedActivation::Kind::None;
+  for (int64_t d0 = 0; d0 < k; d0 += kDepth) {
+    const int64_t depth = std::min(kDepth, k - d0);
+    if (d0 + depth < k || !whole || plain)
+      product_block<kRows>(rows, a + r0 * k + d0, k, b + d0 * kColumns, depth, c, ldc, d0 > 0);
+    else
+      product_block<kRows>(rows, a + r0 * k + d0, k, b + d0 * kColumns, depth, c, ldc, d0 > 0,
+                           finish);
+  }
+  if (whole) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = y + (r0 + r) * n + c0;
+    const float* res = residual ? residual + (r0 + r) * n + c0 : nullptr;
+    for (int64_t j = 0; j < n - c0; ++j) {
+      float v = tile[r * kColumns + j];
+      if (bias) v += bias[c0 + j];
+      v = p.act.apply(v);
+      out[j] = res ? v + res[j] : v;
+    }
+  }
+}
+
+void run(const PackedProduct& p, const float* a, int64_t rows, const float* bias,
+         const float* residual, float* y, int threads) {
+  const int64_t row_blocks = (rows + kRows - 1) / kRows,
+                column_blocks = (p.n + kColumns - 1) / kColumns;
+  // Row blocks inner: a thread's consecutive blocks read the same packed columns.
+  parallel_for(row_blocks * column_blocks, threads > 1 && rows * p.k * p.n >= kParallelFlops,
+               [&](int64_t t) {
+                 const int64_t cb = t / row_blocks, r0 = t % row_blocks * kRows;
+                 block(p, a, r0, std::min<int64_t>(kRows, rows - r0), cb, bias, residual, y);
+               });
+}
+#pragma GCC pop_options
+}  // namespace packed_avx512
+
+namespace {
+
+constexpr int64_t kPackColumns = packed_avx512::kColumns;
+
+// [N' / 32][K][32] from weights read at k `k_stride` + n `n_stride`, columns past N zero.
+std::shared_ptr<const Tensor> pack_weights(const float* w, int64_t k, int64_t n, int64_t k_stride,
+                                           int64_t n_stride, int threads) {
+  const int64_t blocks = (n + kPackColumns - 1) / kPackColumns;
+  auto packed =
+      std::make_shared<Tensor>(allocate_lasting_tensor(DType::Float, {blocks * k * kPackColumns}));
+  float* out = packed->data<float>();
+  parallel_for(blocks, threads > 1, [&](int64_t cb) {
+    for (int64_t row = 0; row < k; ++row) {
+      float* to = out + (cb * k + row) * kPackColumns;
+      for (int64_t lane = 0; lane < kPackColumns; ++lane) {
+        const int64_t col = cb * kPackColumns + lane;
+        to[lane] = col < n ? w[row * k_stride + col * n_stride] : 0.0f;
+      }
+    }
+  });
+  return packed;
+}
+
+}  // namespace
+
+bool packed_product_suits(const InferContext& ctx, int64_t k, int64_t n,
+                          const FusedActivation& act) {
+  using Kind = FusedActivation::Kind;
+  // (The others, GELU's among them, would run an element at a time: see activate.)
+  const bool in_lanes = act.kind == Kind::None || act.kind == Kind::Relu ||
+                        act.kind == Kind::Clip || act.kind == Kind::LeakyRelu ||
+                        takes_exp(act.kind);
+  return ctx.shapes_vary() && k * n <= kPackedProductMaxWeights && in_lanes && cpu_has_avx512() &&
+         cpu_has_avx512f();
+}
+
+std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, const Tensor& w,
+                                                         int64_t k, int64_t n, int64_t k_stride,
+                                                         int64_t n_stride, bool has_bias,
+                                                         const FusedActivation& act,
+                                                         bool residual) {
+  auto p = std::make_shared<PackedProduct>();
+  p->k = k;
+  p->n = n;
+  p->act = act;
+  p->has_bias = has_bias;
+  p->residual = residual;
+  // Packed once per session: every plan of the node (each new input shape) shares the copy.
+  std::string key = "packed product";
+  const int64_t words[] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.raw())), k, n,
+                           k_stride, n_stride};
+  key.append(reinterpret_cast<const char*>(words), sizeof words);
+  NodeMemo* memo = ctx.memo();
+  if (memo) p->weights = std::static_pointer_cast<const Tensor>(memo->find(key));
+  if (!p->weights) {
+    p->weights = pack_weights(w.data<float>(), k, n, k_stride, n_stride, ctx.threads());
+    if (memo) memo->keep(key, std::const_pointer_cast<Tensor>(p->weights));
+  }
+  return p;
+}
+
+void run_packed_product(const PackedProduct& p, const float* a, int64_t rows, const float* bias,
+                        const float* residual, float* y, int threads) {
+  packed_avx512::run(p, a, rows, p.has_bias ? bias : nullptr, p.residual ? residual : nullptr, y,
+                     threads);
+}
+
+}  // namespace volt

@@ -1,0 +1,56 @@
+// Products with constant weights (MatMul and Gemm over 2-D weights: linear layers, attention's
+// projections) in plans built for one of several input shapes, on CPUs with AVX-512: volt's
+// register-blocked kernel over weights packed once per session in blocks of 32 columns, any
+// number of rows, with the bias, the activation and a residual of Y's shape applied to each
+// block while it is in registers' reach.
+//
+// Why: oneDNN 2.6 serves a matmul whose rows are left to run time (one primitive for every
+// shape: no code made per shape) with its gemm, which packs the weights at every call and adds
+// bias and post-ops in a pass of their own; its fixed-shape brgemm kernels need code made per
+// shape. A text classifier's four projections at 114 rows took 12.9 / 32.3 / 43.3 / 51.2 us
+// that way against brgemm's 8.8 / 26.0 / 32.2 / 35.5 (ONEDNN_VERBOSE, Zen 5, 2 threads): a
+// stream of sentences of random lengths runs on such plans only. Small products only (below).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "operators/common/fused_activation.hpp"
+#include "operators/kernel.hpp"
+
+namespace volt {
+
+struct PackedProduct {
+  std::shared_ptr<const Tensor> weights;  // [N' / 32][K][32], columns past N zero
+  int64_t k = 0, n = 0;
+  FusedActivation act;
+  bool has_bias = false;  // N floats added before the activation
+  bool residual = false;  // a tensor of Y's shape added after it
+};
+
+// Whether this plan of a node may take the packed product: a plan for several shapes on a CPU
+// whose oneDNN dispatches AVX-512, weights of at most kPackedProductMaxWeights floats, an
+// activation the kernel applies in lanes.
+bool packed_product_suits(const InferContext& ctx, int64_t k, int64_t n,
+                          const FusedActivation& act);
+
+// Past a MiB of weights the gemm's packing at each call is a small part of the product, and its
+// blocking over A wins back what it costs: against oneDNN's gemm with run-time rows, bias and
+// ReLU (a /tmp benchmark, 2 threads, Zen 5, rows 1 to 512) the kernel took 0.29-0.86 of its time
+// on 128 x 512, 512 x 128 and 256 x 1024 weights (0.94-1.00 at 128-512 rows of 512 x 128),
+// 0.78-1.01 on 768 x 768 and 0.96-1.04 on 3072 x 768. (The packed copy is one more copy of the
+// weights: a MiB at most, each.)
+constexpr int64_t kPackedProductMaxWeights = int64_t{1} << 18;
+
+// The product for weights `w` read as (k, n) at k `k_stride` + n `n_stride` (a Gemm's transB is
+// strides), packed once per session through the node's memo.
+std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, const Tensor& w,
+                                                         int64_t k, int64_t n, int64_t k_stride,
+                                                         int64_t n_stride, bool has_bias,
+                                                         const FusedActivation& act, bool residual);
+
+// Y [rows, N] = act(A [rows, K] W + bias) + residual, A, Y and the residual rows of K and N
+// floats.
+void run_packed_product(const PackedProduct& p, const float* a, int64_t rows, const float* bias,
+                        const float* residual, float* y, int threads);
+
+}  // namespace volt

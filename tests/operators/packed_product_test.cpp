@@ -126,5 +126,82 @@ TEST(PackedProduct, GemmsMatchTheSumAtEveryNewRowCount) {
     }
 }
 
+// Attention's products at each new length: Q K^T / 4 (K transposed, the scale folded in), its
+// result times V written transposed ([B, S, H, D]), and Q times a value broadcast over the batch.
+TEST(PackedProduct, ProductsOfComputedValuesMatchTheSumAtEveryNewLength) {
+  std::mt19937 rng(93);
+  const int64_t batch = 2, heads = 3, depth = 16, width = 40;
+  ModelBuilder b;
+  b.input("q", 1, {batch, heads, -1, depth})
+      .input("k", 1, {batch, heads, -1, depth})
+      .input("v", 1, {batch, heads, -1, depth})
+      .input("m", 1, {heads, depth, width});
+  b.initializer("four", {}, {4.0f});
+  b.node("Transpose", {"k"}, {"kt"},
+         [](auto& n) {
+           ModelBuilder::set_ints(n, "perm", {0, 1, 3, 2});
+         })
+      .node("MatMul", {"q", "kt"}, {"qk"})
+      .node("Div", {"qk", "four"}, {"scores"})
+      .node("MatMul", {"scores", "v"}, {"o"})
+      .node("Transpose", {"o"}, {"attended"},
+            [](auto& n) {
+              ModelBuilder::set_ints(n, "perm", {0, 2, 1, 3});
+            })
+      .node("MatMul", {"q", "m"}, {"qm"});
+  b.output_any("scores", 1).output_any("attended", 1).output_any("qm", 1);
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+  const std::vector<float> m = uniform_values(rng, static_cast<size_t>(heads * depth * width));
+  for (const int64_t len : {7, 5, 1, 13, 40}) {
+    SCOPED_TRACE("length " + std::to_string(len));
+    const size_t size = static_cast<size_t>(batch * heads * len * depth);
+    const std::vector<float> q = uniform_values(rng, size), k = uniform_values(rng, size),
+                             v = uniform_values(rng, size);
+    const Shape shape{batch, heads, len, depth};
+    const auto out = s.run({{"q", tensor_of(q, shape)},
+                            {"k", tensor_of(k, shape)},
+                            {"v", tensor_of(v, shape)},
+                            {"m", tensor_of(m, {heads, depth, width})}});
+    const Tensor &scores = out[0].tensor(), &attended = out[1].tensor(), &qm = out[2].tensor();
+    ASSERT_EQ(scores.shape(), (Shape{batch, heads, len, len}));
+    ASSERT_EQ(attended.shape(), (Shape{batch, len, heads, depth}));
+    ASSERT_EQ(qm.shape(), (Shape{batch, heads, len, width}));
+    auto at = [&](const std::vector<float>& x, int64_t bh, int64_t row, int64_t col) {
+      return static_cast<double>(x[static_cast<size_t>((bh * len + row) * depth + col)]);
+    };
+    for (int64_t bh = 0; bh < batch * heads; ++bh)
+      for (int64_t i = 0; i < len; ++i) {
+        std::vector<double> row(static_cast<size_t>(len));
+        for (int64_t j = 0; j < len; ++j) {
+          double sum = 0.0;
+          for (int64_t d = 0; d < depth; ++d) sum += at(q, bh, i, d) * at(k, bh, j, d);
+          row[static_cast<size_t>(j)] = sum / 4;
+          // Sums of 16 products of values in [-1, 1], in fp32.
+          ASSERT_NEAR(scores.data<float>()[(bh * len + i) * len + j], sum / 4, 1e-5)
+              << "scores " << bh << " " << i << " " << j;
+        }
+        for (int64_t d = 0; d < depth; ++d) {
+          // (The kernel's input is the scores as computed, in fp32: the reference reads them too.)
+          double sum = 0.0;
+          for (int64_t j = 0; j < len; ++j)
+            sum += static_cast<double>(scores.data<float>()[(bh * len + i) * len + j]) *
+                   at(v, bh, j, d);
+          const int64_t bi = bh / heads, h = bh % heads;
+          ASSERT_NEAR(attended.data<float>()[((bi * len + i) * heads + h) * depth + d], sum,
+                      1e-5 * (1 + std::abs(sum)))
+              << "attended " << bh << " " << i << " " << d;
+        }
+        for (int64_t j = 0; j < width; ++j) {
+          double sum = 0.0;
+          for (int64_t d = 0; d < depth; ++d)
+            sum += at(q, bh, i, d) * m[static_cast<size_t>(((bh % heads) * depth + d) * width + j)];
+          ASSERT_NEAR(qm.data<float>()[(bh * len + i) * width + j], sum, 1e-5 * (1 + std::abs(sum)))
+              << "qm " << bh << " " << i << " " << j;
+        }
+      }
+  }
+}
+
 }  // namespace
 }  // namespace volt

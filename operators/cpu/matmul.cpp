@@ -212,9 +212,8 @@ struct ConvRoute {
 
 struct MatMulState {
   std::shared_ptr<const MatMulPrimitive> p;
-  std::shared_ptr<const ConvRoute> conv;         // or the product as a convolution (ConvRoute)
-  std::shared_ptr<const PackedProduct> packed;   // or on packed weights (packed_product.hpp)
-  std::shared_ptr<const PackedBatches> batches;  // or on B packed at each run (the same)
+  std::shared_ptr<const ConvRoute> conv;        // or the product as a convolution (ConvRoute)
+  std::shared_ptr<const PackedProduct> packed;  // or on packed weights (packed_product.hpp)
   dnnl::memory::desc a, b, out;  // this shape's (b: the primitive's layout when packed)
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
   // Operands (and Y) the primitive reads in another layout or type than the graph holds them:
@@ -553,24 +552,6 @@ class DnnlMatMul final : public Kernel {
       st->sum = sum;
       return ctx.set_state(st);
     }
-    if (!b_const && !bf16 && ctx.dtype(0) == DType::Float && !ctx.has_input(2) &&
-        !ctx.has_input(3)) {
-      // (The operands' element strides, folded Transposes included: see operand_md.)
-      auto strides = [](const Shape& dims, const Shape& stored, const std::vector<int64_t>& perm) {
-        if (perm.empty()) return strides_of(dims);
-        std::vector<int64_t> st = permuted_strides(stored, perm);
-        st.insert(st.begin(), dims.size() - stored.size(), numel_of(stored));
-        return st;
-      };
-      if (auto batches = plan_packed_batches(
-              ctx, s, strides(s.a, a0, p.perms.a), strides(s.b, b0, p.perms.b),
-              p.perms.y.empty() ? strides_of(s.out) : logical_strides(s.out, p.perms.y), scale_,
-              act_)) {
-        auto st = std::make_shared<MatMulState>();
-        st->batches = std::move(batches);
-        return ctx.set_state(st);
-      }
-    }
     // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
     const dnnl::memory::desc a_md = a_rows ? *a_rows : operand_md(a, a0, p.perms.a, dt),
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
@@ -609,10 +590,6 @@ class DnnlMatMul final : public Kernel {
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
-    if (st.batches)
-      return run_packed_batches(*st.batches, static_cast<const float*>(ctx.input(0).raw()),
-                                static_cast<const float*>(ctx.input(1).raw()),
-                                static_cast<float*>(y.raw()), ctx.scratch(), ctx.threads());
     if (st.sum && !st.conv && !st.packed) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
     if (st.packed) {
       run_packed_product(*st.packed, static_cast<const float*>(ctx.input(0).raw()),

@@ -13,10 +13,8 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "operators/common/fused_activation.hpp"
-#include "operators/common/matmul_shapes.hpp"
 #include "operators/kernel.hpp"
 
 namespace volt {
@@ -54,30 +52,5 @@ std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, cons
 // floats.
 void run_packed_product(const PackedProduct& p, const float* a, int64_t rows, const float* bias,
                         const float* residual, float* y, int threads);
-
-// A product of two computed values (attention's Q K^T and its weights times V) in a plan for
-// several shapes on a CPU whose oneDNN dispatches AVX-512: each matrix of B packed into the
-// scratch at every run, then the same kernel. oneDNN's gemm with run-time dimensions took 35 us
-// on average for a text classifier's four per run at 114 tokens (4 heads of 32), where it took
-// 11 and 29 us with the shapes fixed.
-struct PackedBatches {
-  int64_t m = 0, k = 0, n = 0;
-  int64_t lda = 0, ldy = 0;                // A's and Y's row strides
-  int64_t b_k_stride = 0, b_n_stride = 0;  // B's, within a matrix
-  std::vector<int64_t> a_at, b_at, y_at;   // by output matrix: its operands' element offsets
-  float scale = 1.0f;                      // the sums' factor (volt.product_scale)
-  FusedActivation act;
-};
-
-// The plan for logical operands `s` read at the given element strides (by axis, rank of s.out),
-// or null where the kernel does not apply: A's and Y's rows must be contiguous.
-std::shared_ptr<const PackedBatches> plan_packed_batches(InferContext& ctx, const MatMulShapes& s,
-                                                         const std::vector<int64_t>& a_strides,
-                                                         const std::vector<int64_t>& b_strides,
-                                                         const std::vector<int64_t>& y_strides,
-                                                         float scale, const FusedActivation& act);
-
-void run_packed_batches(const PackedBatches& p, const float* a, const float* b, float* y,
-                        void* scratch, int threads);
 
 }  // namespace volt

@@ -533,8 +533,12 @@ class DnnlMatMul final : public Kernel {
     const Tensor* b_const = ctx.input_tensor(1);
     const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && b_const;
     const auto cdt = bf16 ? dnnl::memory::data_type::bf16 : dt;
-    if (conv_route_allowed(ctx) && !bf16 && !p.perms.any() && ctx.dtype(0) == DType::Float &&
-        scale_ == 1.0f && a.size() == 2 && out.size() == 2 && numel_of(b0) == s.k * s.n) {
+    // Rows of A times one row-major [K, N] matrix in fp32, without a scale: the routes below take
+    // such products (ConvRoute without AVX-512, the packed kernel with it).
+    const bool rows_times_matrix = !bf16 && !p.perms.any() && ctx.dtype(0) == DType::Float &&
+                                   scale_ == 1.0f && a.size() == 2 && out.size() == 2 &&
+                                   numel_of(b0) == s.k * s.n;
+    if (conv_route_allowed(ctx) && rows_times_matrix)  // (first: it marks generic plans)
       if (auto conv =
               plan_conv_route(ctx, a[0], s.k, s.n, b_const, s.n, 1, ctx.has_input(2), act_, sum)) {
         auto st = std::make_shared<MatMulState>();
@@ -542,10 +546,8 @@ class DnnlMatMul final : public Kernel {
         st->sum = sum;
         return ctx.set_state(st);
       }
-    }
-    if (packed_product_suits(ctx, s.k, s.n, act_) && b_const && !bf16 && !p.perms.any() &&
-        ctx.dtype(0) == DType::Float && scale_ == 1.0f && a.size() == 2 && out.size() == 2 &&
-        numel_of(b0) == s.k * s.n && (!ctx.has_input(2) || numel_of(ctx.shape(2)) == s.n)) {
+    if (rows_times_matrix && b_const && packed_product_suits(ctx, s.k, s.n, act_) &&
+        (!ctx.has_input(2) || numel_of(ctx.shape(2)) == s.n)) {
       auto st = std::make_shared<MatMulState>();
       st->packed =
           plan_packed_product(ctx, *b_const, s.k, s.n, s.n, 1, ctx.has_input(2), act_, sum);
@@ -590,25 +592,22 @@ class DnnlMatMul final : public Kernel {
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
-    if (st.sum && !st.conv && !st.packed) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
-    if (st.packed) {
-      run_packed_product(*st.packed, static_cast<const float*>(ctx.input(0).raw()),
-                         numel_of(y.shape()) / st.packed->n,
-                         ctx.has_input(2) ? static_cast<const float*>(ctx.input(2).raw()) : nullptr,
-                         st.sum ? static_cast<const float*>(ctx.input(3).raw()) : nullptr,
-                         static_cast<float*>(y.raw()), ctx.threads());
+    if (st.packed || st.conv) {  // (they read a residual of Y's shape where it lies)
+      const void* bias = ctx.has_input(2) ? ctx.input(2).raw() : nullptr;
+      const void* residual = st.sum ? ctx.input(3).raw() : nullptr;
+      if (st.packed)
+        run_packed_product(*st.packed, static_cast<const float*>(ctx.input(0).raw()),
+                           numel_of(y.shape()) / st.packed->n, static_cast<const float*>(bias),
+                           static_cast<const float*>(residual), static_cast<float*>(y.raw()),
+                           ctx.threads());
+      else
+        run_conv_route(*st.conv, ctx, ctx.input(0).raw(), ctx.input(1).raw(), bias, residual,
+                       y.raw());
       if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
         apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
       return;
     }
-    if (st.conv) {
-      run_conv_route(*st.conv, ctx, ctx.input(0).raw(), ctx.input(1).raw(),
-                     ctx.has_input(2) ? ctx.input(2).raw() : nullptr,
-                     st.sum ? ctx.input(3).raw() : nullptr, y.raw());
-      if (ctx.has_input(3) && !st.sum)  // a broadcast residual, added after the activation
-        apply_epilogue(y, nullptr, FusedActivation{}, &ctx.input(3), ctx.node());
-      return;
-    }
+    if (st.sum) std::memcpy(y.raw(), ctx.input(3).raw(), y.nbytes());
     char* scratch = static_cast<char*>(ctx.scratch());
     auto in = [&](const MatMulState::Staged& staged, const Tensor& t) -> const void* {
       if (!staged.copy) return t.raw();
@@ -688,17 +687,17 @@ class Gemm final : public Kernel {
     // follows the separate C addition in run().
     dnnl::post_ops ops;
     if (bias || !ctx.has_input(2)) act_.append_to(ops);
-    // A linear layer's product on packed weights in a plan for several shapes.
-    if (packed_product_suits(ctx, d.k, d.n, act_) && !ta_ && alpha_ == 1.0f &&
-        ctx.input_tensor(1) && (!ctx.has_input(2) || (bias && bias->dims()[0] == 1))) {
+    // A linear layer's product (C absent or its bias) on packed weights in a plan for several
+    // shapes with AVX-512, or as a 1x1 convolution without it (ConvRoute).
+    const bool linear_layer =
+        !ta_ && alpha_ == 1.0f && (!ctx.has_input(2) || (bias && bias->dims()[0] == 1));
+    if (linear_layer && ctx.input_tensor(1) && packed_product_suits(ctx, d.k, d.n, act_)) {
       auto st = std::make_shared<MatMulState>();
       st->packed = plan_packed_product(ctx, *ctx.input_tensor(1), d.k, d.n, tb_ ? 1 : bs[1],
                                        tb_ ? bs[1] : 1, bias != nullptr, act_, false);
       return ctx.set_state(st);
     }
-    // A linear layer's product as a 1x1 convolution where that is faster (ConvRoute).
-    if (conv_route_allowed(ctx) && !ta_ && alpha_ == 1.0f &&
-        (!ctx.has_input(2) || (bias && bias->dims()[0] == 1))) {
+    if (conv_route_allowed(ctx) && linear_layer) {
       if (auto conv = plan_conv_route(ctx, d.m, d.k, d.n, ctx.input_tensor(1), tb_ ? 1 : bs[1],
                                       tb_ ? bs[1] : 1, bias != nullptr, act_, false)) {
         auto st = std::make_shared<MatMulState>();

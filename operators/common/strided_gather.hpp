@@ -48,6 +48,11 @@ inline bool is_one_run(std::vector<int64_t> shape, std::vector<int64_t> strides)
 // 4 bytes: compiled for AVX-512 and AVX2 too (strided_gather.cpp).
 void interleave_4byte(const void* src, void* dst, int64_t len, int64_t stride, int64_t channels);
 
+// dst[r * dst_stride + c] = src[c * src_stride + r] for r < rows and c < cols, elements of 4
+// bytes, in tiles (a transpose): compiled for AVX-512 and AVX2 too (strided_gather.cpp).
+void transpose_4byte(const void* src, void* dst, int64_t rows, int64_t cols, int64_t src_stride,
+                     int64_t dst_stride);
+
 // strided_gather on axes merge_contiguous_axes has already merged (non-empty, none of length 0):
 // for a copy made many times with one geometry (PreparedReorder), without the two vectors per call.
 template <class T>
@@ -85,6 +90,19 @@ void strided_gather_merged(const T* src, T* dst, const std::vector<int64_t>& sha
         const int64_t q = p / pieces, j = (p % pieces) * kInterleavePiece;
         interleave_4byte(src + offset_of(q, r - 2) + j, dst + (q * len + j) * inner,
                          std::min(kInterleavePiece, len - j), inner_stride, inner);
+      });
+      return;
+    }
+    // More of them: a transpose per outer index (attention's K^T as plain rows), in tiles
+    // rather than one strided read per element, in pieces of columns across the threads.
+    if (r >= 2 && inner > 4 && inner_stride != 1 && strides[r - 2] == 1) {
+      constexpr int64_t kTransposePiece = 256;
+      const int64_t len = shape[r - 2], outer = rows / len;
+      const int64_t pieces = (inner + kTransposePiece - 1) / kTransposePiece;
+      parallel_for(outer * pieces, parallel, [&](int64_t p) {
+        const int64_t q = p / pieces, c0 = (p % pieces) * kTransposePiece;
+        transpose_4byte(src + offset_of(q, r - 2) + c0 * inner_stride, dst + q * len * inner + c0,
+                        len, std::min(kTransposePiece, inner - c0), inner_stride, inner);
       });
       return;
     }

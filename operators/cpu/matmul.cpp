@@ -558,11 +558,22 @@ class DnnlMatMul final : public Kernel {
     const dnnl::memory::desc a_md = a_rows ? *a_rows : operand_md(a, a0, p.perms.a, dt),
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
                              y_md = y_rows ? *y_rows : result_md(out, p.perms.y, dt);
+    // In a plan for several shapes, a computed B read transposed (its rows' elements not
+    // adjacent: attention's K^T, a Transpose folded in) is copied into the scratch as plain rows by
+    // volt's gather, and the product reads those. oneDNN's gemm, given the transposed B at run
+    // time, packs it at every call into a buffer it allocates, 64-byte aligned, on each thread;
+    // glibc then serves each call's buffer past the last one on the worker thread (the aligned
+    // allocation's leftovers sit in its per-thread cache, so the freed buffer never merges back)
+    // and every call faults fresh pages: the text classifier's Q K^T took 56-71 us at 116 tokens
+    // there against 12 us in the plan for that one shape, and runs at 170 tokens faulted 63-74
+    // pages each in a Python process. Given plain rows, its buffers are page-aligned and reused.
+    const bool gather_b = ctx.shapes_vary() && !b_const && !bf16 && ctx.dtype(1) == DType::Float &&
+                          !b_rows && b_md.data.format_desc.blocking.strides[b.size() - 1] != 1;
     // The primitive on those; where oneDNN has only its reference kernel for their strides, on
     // plain copies (constant weights are packed from their strides either way).
     auto build = [&](bool strided, bool* reference) {
       return make_matmul(ctx.node(), strided && !bf16 ? a_md : dnnl_adapter::plain_md(a, cdt),
-                         strided || b_const ? b_md : dnnl_adapter::plain_md(b, dt),
+                         (strided && !gather_b) || b_const ? b_md : dnnl_adapter::plain_md(b, dt),
                          strided ? y_md : dnnl_adapter::plain_md(out, dt),
                          ctx.has_input(2) ? &bias_md : nullptr, b_const, scale_, ctx, &ops, cdt,
                          reference, ctx.shapes_vary() && !bf16);
@@ -572,6 +583,14 @@ class DnnlMatMul final : public Kernel {
     if (reference) st = build(false, nullptr);
     st->sum = sum;
     size_t bytes = st->p->scratch.get_size();
+    if (gather_b) {
+      const auto& strides = b_md.data.format_desc.blocking.strides;
+      st->stage_b.copy = std::make_unique<const dnnl_adapter::PreparedReorder>(
+          dnnl_adapter::PreparedReorder::gather(b,
+                                                std::vector<int64_t>(strides, strides + b.size())));
+      st->stage_b.offset = dnnl_adapter::align64(bytes);
+      bytes = st->stage_b.offset + static_cast<size_t>(numel_of(b)) * sizeof(float);
+    }
     auto stage = [&](MatMulState::Staged& staged, const dnnl::memory::desc& graph,
                      const dnnl::memory::desc& primitive, bool into_primitive) {
       if (graph == primitive) return;
@@ -584,7 +603,7 @@ class DnnlMatMul final : public Kernel {
       bytes = staged.offset + primitive.get_size();
     };
     stage(st->stage_a, a_md, st->a, true);
-    if (!b_const) stage(st->stage_b, b_md, st->b, true);
+    if (!b_const && !gather_b) stage(st->stage_b, b_md, st->b, true);
     stage(st->stage_y, y_md, st->out, false);
     ctx.request_scratch(bytes);
     ctx.set_state(st);

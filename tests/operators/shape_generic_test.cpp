@@ -70,5 +70,43 @@ TEST(ShapeGeneric, ConvBucketsAndPoolLoopsComputeWhatFreshSessionsDo) {
   }
 }
 
+// Attention's scores Q K^T from two computed values, the keys read transposed through a folded
+// Transpose, at a first length and then at others (plans for several shapes: K^T gathered into
+// plain rows in tiles of 16, whole and cut, before oneDNN's gemm). Against the sums in float64.
+TEST(ShapeGeneric, ProductsWithTransposedComputedKeysMatchTheSumAtEachLength) {
+  std::mt19937 rng(43);
+  const int64_t heads = 3, depth = 20;
+  ModelBuilder b;
+  b.input("q", 1, {-1, heads, depth}).input("k", 1, {-1, heads, depth}).output_any("y", 1);
+  b.node("Transpose", {"q"}, {"qh"}, [](auto& n) { ModelBuilder::set_ints(n, "perm", {1, 0, 2}); });
+  b.node("Transpose", {"k"}, {"kt"}, [](auto& n) { ModelBuilder::set_ints(n, "perm", {1, 2, 0}); });
+  b.node("MatMul", {"qh", "kt"}, {"y"});
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+  for (const int64_t len : {5, 17, 1, 40, 33}) {
+    SCOPED_TRACE("length " + std::to_string(len));
+    const std::vector<float> q = uniform_values(rng, static_cast<size_t>(len * heads * depth));
+    const std::vector<float> k = uniform_values(rng, static_cast<size_t>(len * heads * depth));
+    auto tensor = [&](const std::vector<float>& v) {
+      Tensor t = Tensor::empty(DType::Float, {len, heads, depth});
+      std::copy(v.begin(), v.end(), t.data<float>());
+      return t;
+    };
+    const Tensor y = s.run({{"q", tensor(q)}, {"k", tensor(k)}})[0].tensor();
+    ASSERT_EQ(y.shape(), (Shape{heads, len, len}));
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < len; ++i)
+        for (int64_t j = 0; j < len; ++j) {
+          double sum = 0.0;
+          for (int64_t d = 0; d < depth; ++d)
+            sum += static_cast<double>(q[(i * heads + h) * depth + d]) *
+                   k[(j * heads + h) * depth + d];
+          // Sums of 20 products of values in [-1, 1], in fp32.
+          ASSERT_NEAR(y.data<float>()[(h * len + i) * len + j], sum, 1e-5 * (1 + std::abs(sum)))
+              << "head " << h << ", row " << i << ", column " << j;
+        }
+  }
+}
+
 }  // namespace
 }  // namespace volt

@@ -201,6 +201,8 @@ bool same_constant(const Value& a, const Value& b) {
 bool value_as_before(const Plan& previous, const Plan& plan, int id) {
   const bool constant = plan.placement[id] == Placement::Constant,
              was_constant = previous.placement[id] == Placement::Constant;
+  // (The same shared value: every weight and folded value a plan takes over from the one before.)
+  if (constant && was_constant && plan.constants[id] == previous.constants[id]) return true;
   if (constant != was_constant || !same_type(plan.types[id], previous.types[id])) return false;
   return !constant || same_constant(*plan.constants[id], *previous.constants[id]);
 }
@@ -257,8 +259,13 @@ bool refoldable(const Plan& previous, const std::vector<int>& step_of_node,
 // do not count: the run does not need them.
 class CopiedInitializers {
  public:
+  // A plan for several shapes drops none (the graph keeps its weights for the plans after it):
+  // then this does nothing, not even count the readers.
   CopiedInitializers(const CompiledGraph& cg, const PlanInputs& in, Plan& plan)
-      : cg_(cg), in_(in), plan_(plan), readers_(cg.names.size(), 0), state_(cg.names.size(), 0) {
+      : cg_(cg), in_(in), plan_(plan), active_(!in.shapes_vary) {
+    if (!active_) return;
+    readers_.assign(cg.names.size(), 0);
+    state_.assign(cg.names.size(), 0);
     for (const int node : cg.order)
       for (const int id : cg.node_inputs[node])
         if (id >= 0) ++readers_[id];
@@ -268,6 +275,7 @@ class CopiedInitializers {
   // After a node is planned: `restorers` from its kernel (empty for folded or deferred nodes),
   // `step` whether it runs at run time.
   void planned(int node, bool step, std::vector<CopyOfInput>& restorers) {
+    if (!active_) return;
     const auto& ids = cg_.node_inputs[node];
     for (size_t i = 0; i < ids.size(); ++i) {
       const int id = ids[i];
@@ -305,6 +313,7 @@ class CopiedInitializers {
   const CompiledGraph& cg_;
   const PlanInputs& in_;
   Plan& plan_;
+  bool active_;
   std::vector<int> readers_;  // by value id: nodes (input slots) not planned yet that read it
   std::vector<char> state_;   // by value id: kCopied | kReadWhole
   std::unordered_map<int, CopyOfInput> restore_;
@@ -323,7 +332,6 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   plan->placement.assign(n, Placement::None);
   plan->arena_offset.assign(n, -1);
   std::vector<char> known(n, 0);
-  plan->steps.reserve(cg.order.size());
 
   for (size_t id = 0; id < n && id < in.fed.size(); ++id)
     if (in.fed[id]) {
@@ -332,6 +340,9 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       known[id] = 1;
     }
   const Plan* previous = in.previous && in.previous->graph == &cg ? in.previous.get() : nullptr;
+  // Room for a step per node, or for as many as the plan before took (a new shape of the same
+  // graph folds about as many nodes): no reallocation to trim it after, which moved every step.
+  plan->steps.reserve(previous ? previous->steps.size() + 8 : cg.order.size());
   // (The map holds the initializers compile_graph saw, in its order, unless a plan dropped some.)
   const bool all_initializers = g.initializers.size() == cg.initializer_ids.size();
   size_t initializer_index = 0;
@@ -518,7 +529,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     plan->steps.push_back(std::move(step));
   }
 
-  plan->steps.shrink_to_fit();  // (reserved for every node; folded ones took none)
+  if (plan->steps.capacity() > plan->steps.size() + plan->steps.size() / 4 + 8)
+    plan->steps.shrink_to_fit();  // (reserved for every node; folded ones took none)
 
   // --- liveness ------------------------------------------------------------------------------
   const int end = static_cast<int>(plan->steps.size());

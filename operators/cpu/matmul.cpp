@@ -559,14 +559,14 @@ class DnnlMatMul final : public Kernel {
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
                              y_md = y_rows ? *y_rows : result_md(out, p.perms.y, dt);
     // In a plan for several shapes, a computed B read transposed (its rows' elements not
-    // adjacent: attention's K^T, a Transpose folded in) is copied into the scratch as plain rows by
-    // volt's gather, and the product reads those. oneDNN's gemm, given the transposed B at run
-    // time, packs it at every call into a buffer it allocates, 64-byte aligned, on each thread;
-    // glibc then serves each call's buffer past the last one on the worker thread (the aligned
-    // allocation's leftovers sit in its per-thread cache, so the freed buffer never merges back)
-    // and every call faults fresh pages: the text classifier's Q K^T took 56-71 us at 116 tokens
-    // there against 12 us in the plan for that one shape, and runs at 170 tokens faulted 63-74
-    // pages each in a Python process. Given plain rows, its buffers are page-aligned and reused.
+    // adjacent: attention's K^T, a Transpose folded in) is staged as plain rows, and the product
+    // reads those. oneDNN's gemm, given the transposed B at run time, packs it at every call into
+    // a buffer it allocates, 64-byte aligned, on each thread; glibc then serves each call's buffer
+    // past the last one on the worker thread (the aligned allocation's leftovers sit in its
+    // per-thread cache, so the freed buffer never merges back) and every call faults fresh
+    // pages: the text classifier's Q K^T took 56-71 us at 116 tokens there against 12 us in the
+    // plan for that one shape, and runs at 170 tokens faulted 63-74 pages each in a Python
+    // process; on plain rows, 18-21 us and no fault.
     const bool gather_b = ctx.shapes_vary() && !b_const && !bf16 && ctx.dtype(1) == DType::Float &&
                           !b_rows && b_md.data.format_desc.blocking.strides[b.size() - 1] != 1;
     // The primitive on those; where oneDNN has only its reference kernel for their strides, on
@@ -583,27 +583,31 @@ class DnnlMatMul final : public Kernel {
     if (reference) st = build(false, nullptr);
     st->sum = sum;
     size_t bytes = st->p->scratch.get_size();
-    if (gather_b) {
-      const auto& strides = b_md.data.format_desc.blocking.strides;
-      st->stage_b.copy = std::make_unique<const dnnl_adapter::PreparedReorder>(
-          dnnl_adapter::PreparedReorder::gather(b,
-                                                std::vector<int64_t>(strides, strides + b.size())));
-      st->stage_b.offset = dnnl_adapter::align64(bytes);
-      bytes = st->stage_b.offset + static_cast<size_t>(numel_of(b)) * sizeof(float);
-    }
     auto stage = [&](MatMulState::Staged& staged, const dnnl::memory::desc& graph,
                      const dnnl::memory::desc& primitive, bool into_primitive) {
       if (graph == primitive) return;
+      // In plans for several shapes, fp32 copied into plain rows by volt's gather: no reorder
+      // made for each shape.
+      const bool gather =
+          into_primitive && ctx.shapes_vary() &&
+          graph.data_type() == dnnl::memory::data_type::f32 &&
+          primitive.data_type() == dnnl::memory::data_type::f32 &&
+          graph.data.format_kind == dnnl_blocked &&
+          primitive == dnnl_adapter::plain_md(primitive.dims(), primitive.data_type());
       staged.copy = dnnl_adapter::guarded(ctx.node(), [&] {
+        const auto& strides = graph.data.format_desc.blocking.strides;
         return std::make_unique<const dnnl_adapter::PreparedReorder>(
-            into_primitive ? dnnl_adapter::PreparedReorder(graph, primitive)
-                           : dnnl_adapter::PreparedReorder(primitive, graph));
+            gather
+                ? dnnl_adapter::PreparedReorder::gather(
+                      primitive.dims(), std::vector<int64_t>(strides, strides + graph.data.ndims))
+            : into_primitive ? dnnl_adapter::PreparedReorder(graph, primitive)
+                             : dnnl_adapter::PreparedReorder(primitive, graph));
       });
       staged.offset = dnnl_adapter::align64(bytes);
       bytes = staged.offset + primitive.get_size();
     };
     stage(st->stage_a, a_md, st->a, true);
-    if (!b_const && !gather_b) stage(st->stage_b, b_md, st->b, true);
+    if (!b_const) stage(st->stage_b, b_md, st->b, true);
     stage(st->stage_y, y_md, st->out, false);
     ctx.request_scratch(bytes);
     ctx.set_state(st);

@@ -94,15 +94,19 @@ void strided_gather_merged(const T* src, T* dst, const std::vector<int64_t>& sha
       return;
     }
     // More of them: a transpose per outer index (attention's K^T as plain rows), in tiles
-    // rather than one strided read per element, in pieces of columns across the threads.
+    // rather than one strided read per element, in pieces of rows and columns across the threads.
     if (r >= 2 && inner > 4 && inner_stride != 1 && strides[r - 2] == 1) {
-      constexpr int64_t kTransposePiece = 256;
+      constexpr int64_t kPieceRows = 1024, kPieceColumns = 256;
       const int64_t len = shape[r - 2], outer = rows / len;
-      const int64_t pieces = (inner + kTransposePiece - 1) / kTransposePiece;
-      parallel_for(outer * pieces, parallel, [&](int64_t p) {
-        const int64_t q = p / pieces, c0 = (p % pieces) * kTransposePiece;
-        transpose_4byte(src + offset_of(q, r - 2) + c0 * inner_stride, dst + q * len * inner + c0,
-                        len, std::min(kTransposePiece, inner - c0), inner_stride, inner);
+      const int64_t row_pieces = (len + kPieceRows - 1) / kPieceRows,
+                    column_pieces = (inner + kPieceColumns - 1) / kPieceColumns;
+      parallel_for(outer * row_pieces * column_pieces, parallel, [&](int64_t p) {
+        const int64_t q = p / (row_pieces * column_pieces),
+                      r0 = p / column_pieces % row_pieces * kPieceRows,
+                      c0 = p % column_pieces * kPieceColumns;
+        transpose_4byte(src + offset_of(q, r - 2) + r0 + c0 * inner_stride,
+                        dst + (q * len + r0) * inner + c0, std::min(kPieceRows, len - r0),
+                        std::min(kPieceColumns, inner - c0), inner_stride, inner);
       });
       return;
     }

@@ -108,5 +108,29 @@ TEST(ShapeGeneric, ProductsWithTransposedComputedKeysMatchTheSumAtEachLength) {
   }
 }
 
+// A channels-first to channels-last Transpose in plans for several shapes: strided_gather's
+// tiled transpose, in pieces of 1024 rows (whole and cut) and 256 columns across the threads.
+// A copy: every element exact.
+TEST(ShapeGeneric, TransposesOfLongAxesCopyEveryElement) {
+  std::mt19937 rng(44);
+  const int64_t channels = 300;
+  ModelBuilder b;
+  b.input("x", 1, {1, channels, -1}).output_any("y", 1);
+  b.node("Transpose", {"x"}, {"y"}, [](auto& n) { ModelBuilder::set_ints(n, "perm", {0, 2, 1}); });
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+  for (const int64_t len : {7, 3000, 1024, 2049}) {
+    SCOPED_TRACE("length " + std::to_string(len));
+    const std::vector<float> x = uniform_values(rng, static_cast<size_t>(channels * len));
+    Tensor t = Tensor::empty(DType::Float, {1, channels, len});
+    std::copy(x.begin(), x.end(), t.data<float>());
+    const Tensor y = s.run({{"x", t}})[0].tensor();
+    ASSERT_EQ(y.shape(), (Shape{1, len, channels}));
+    for (int64_t i = 0; i < len; ++i)
+      for (int64_t c = 0; c < channels; ++c)
+        ASSERT_EQ(y.data<float>()[i * channels + c], x[c * len + i])
+            << "position " << i << ", channel " << c;
+  }
+}
 }  // namespace
 }  // namespace volt

@@ -144,6 +144,22 @@ size_t page_multiple(size_t bytes) {
   return (bytes + kPage - 1) / kPage * kPage;
 }
 
+// Faults pages in ahead of use, in one call (Linux 5.14); where the kernel lacks it, the run
+// faults them as it touches them.
+void populate(char* from, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+  ::madvise(from, bytes, MADV_POPULATE_WRITE);  // a hint: failure changes nothing
+}
+
+// Faults in the whole pages of [p, p + bytes).
+void populate_pages_of(void* p, size_t bytes) {
+  const uintptr_t start = page_multiple(reinterpret_cast<uintptr_t>(p)),
+                  end = (reinterpret_cast<uintptr_t>(p) + bytes) / 4096 * 4096;
+  if (end > start) populate(reinterpret_cast<char*>(start), end - start);
+}
+
 // A kept buffer of a class in [lo, hi], the smallest first (its bytes in *capacity); nullptr
 // when there is none.
 void* take_kept(int lo, int hi, size_t* capacity) {
@@ -171,7 +187,12 @@ void* pool_allocate(size_t bytes, size_t* capacity) {
   const int c = size_class(bytes);
   if (void* q = take_kept(c, c + kStepsPerDoubling, capacity)) return q;
   *capacity = class_bytes((c + kStepsPerDoubling - 1) / kStepsPerDoubling * kStepsPerDoubling);
-  return system_allocate(bytes, *capacity);
+  void* q = system_allocate(bytes, *capacity);
+  // All of it faulted in now, in one call: a buffer kept for larger requests (a decoder's present
+  // keys and values, a graph output at each longer past) otherwise faults the pages past the
+  // last request at each of them.
+  if (q && *capacity > bytes) populate_pages_of(q, *capacity);
+  return q;
 }
 
 void pool_free(void* q, size_t bytes) noexcept {
@@ -277,15 +298,6 @@ bool make_usable(ArenaRegion& region, size_t to) {
   region.usable = to;
   if (to >= 2 * kHugePage) ::madvise(region.base, to, MADV_HUGEPAGE);  // a hint
   return true;
-}
-
-// Faults pages in ahead of use, in one call (Linux 5.14); where the kernel lacks it, the run
-// faults them as it touches them.
-void populate(char* from, size_t bytes) {
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-  ::madvise(from, bytes, MADV_POPULATE_WRITE);  // a hint: failure changes nothing
 }
 
 // A new region of `reserved` bytes (rounded up to huge pages), its start aligned to one; base

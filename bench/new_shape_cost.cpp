@@ -4,7 +4,7 @@
 // compares the same thing with ONNX Runtime. For profiling the planner (`perf record` on it).
 //
 //   volt_new_shape_cost MODEL INPUT AXIS SHAPE LO HI STEP [int64] [--passes N] [--runs R]
-//   [--by-node] [--per-size]
+//   [--by-node] [--per-size] [--descending]
 //                       [--also NAME SHAPE [int64]]...
 //   e.g. volt_new_shape_cost build/corpus/text_classifier.onnx ids 1 1x64 20 240 2 int64
 //        volt_new_shape_cost build/corpus/gpt2_step.onnx past 4 4x2x1x4x32x64 1 256 32
@@ -16,8 +16,8 @@
 // --passes N, the sizes run N-1 times before the measured pass (primitives
 // kept across plans are then made; plans are rebuilt if the cache evicted them). --also feeds
 // another input at a fixed shape; --by-node lists the slower nodes by name; --per-size lists each
-// size's first and second run. To profile the first
-// runs alone:
+// size's first and second run; --descending runs the sizes from the largest down. To profile the
+// first runs alone:
 //   mkfifo /tmp/ctl /tmp/ack; PERF_CTL_FIFO=/tmp/ctl PERF_ACK_FIFO=/tmp/ack
 //       perf record --control fifo:/tmp/ctl,/tmp/ack -D -1 ...
 #include <sys/resource.h>
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     const volt::Shape shape = parse_shape(argv[4]);
     const int lo = std::atoi(argv[5]), hi = std::atoi(argv[6]),
               step = std::max(1, std::atoi(argv[7]));
-    bool int64 = false, by_node = false, per_size = false;
+    bool int64 = false, by_node = false, per_size = false, descending = false;
     int passes = 1, runs = 2;
     struct Fixed {
       std::string name;
@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "int64") == 0) int64 = true;
       if (std::strcmp(argv[i], "--by-node") == 0) by_node = true;
       if (std::strcmp(argv[i], "--per-size") == 0) per_size = true;
+      if (std::strcmp(argv[i], "--descending") == 0) descending = true;
       if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) passes = std::atoi(argv[++i]);
       if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
         runs = std::max(2, std::atoi(argv[++i]));
@@ -138,11 +139,14 @@ int main(int argc, char** argv) {
     struct Totals {
       double wall = 0, nodes = 0, planning = 0, faults = 0;
       std::vector<double> walls, plannings, node_times, fault_counts;  // by size
+      std::vector<int> sizes;
       std::map<std::string, double> by_op;
     } first, second;
     int sizes = 0;
     for (int pass = 1; pass <= passes; ++pass)
-      for (int size = lo; size < hi; size += step) {
+      for (int k = 0; lo + k * step < hi; ++k) {
+        const int last = lo + (hi - 1 - lo) / step * step;
+        const int size = descending ? last - k * step : lo + k * step;
         const volt::NamedValues f = feeds(size);
         if (pass < passes) {
           session.run(f);
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
           const long faults = minor_faults();
           const auto start = std::chrono::steady_clock::now();
           session.run(f, {}, run_options);
+          t->sizes.push_back(size);
           t->walls.push_back(
               std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
                   .count());
@@ -179,10 +184,9 @@ int main(int argc, char** argv) {
     if (per_size) {
       std::printf("size   first: wall planning nodes faults   second: wall nodes   first/second\n");
       for (size_t i = 0; i < first.walls.size(); ++i)
-        std::printf("%5d  %12.0f %8.0f %5.0f %6.0f  %13.0f %5.0f   %.2fx\n",
-                    lo + step * static_cast<int>(i), first.walls[i], first.plannings[i],
-                    first.node_times[i], first.fault_counts[i], second.walls[i],
-                    second.node_times[i], first.walls[i] / second.walls[i]);
+        std::printf("%5d  %12.0f %8.0f %5.0f %6.0f  %13.0f %5.0f   %.2fx\n", first.sizes[i],
+                    first.walls[i], first.plannings[i], first.node_times[i], first.fault_counts[i],
+                    second.walls[i], second.node_times[i], first.walls[i] / second.walls[i]);
     }
     const double n = sizes;
     std::printf("%d new sizes, per run (us):      first    second\n", sizes);

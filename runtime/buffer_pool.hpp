@@ -23,7 +23,7 @@ void pool_free(void* p, size_t bytes) noexcept;
 
 // A run's arena of at least `bytes` (page-aligned; nullptr when memory is exhausted), with
 // `*capacity` to pass to arena_free. Arenas are regions of reserved address space, kept with
-// their pages between runs and grown in place, doubling (at most 8 MiB past the request), when a
+// their pages between runs and grown in place, quadrupling (at most 8 MiB past the request), when a
 // run needs more: at growing input shapes (a decoder's past, longer sentences) runs fault only
 // pages no earlier run touched, and at a few shapes rather than a little at each. Small arenas
 // come from pool_allocate.

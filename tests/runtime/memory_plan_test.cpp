@@ -155,6 +155,35 @@ TEST(BufferPool, ArenasGrowInPlaceKeepingTheirPages) {
 #endif
 }
 
+// A region that must grow grows well ahead of the request (four times its size, at most 8 MiB
+// past the request), so that runs at slowly growing shapes grow it at few of them; the next
+// requests up to that size take it as it is.
+TEST(BufferPool, ArenasGrowAheadOfGrowingRequests) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer arenas are plain allocations";
+#else
+  // (A size no other test of this process grows a region to, so that a fresh region serves it.)
+  size_t capacity = 0;
+  void* first = arena_allocate(size_t{700} << 10, &capacity);
+  ASSERT_NE(first, nullptr);
+  size_t held = 0;  // another run's, meanwhile: the next request must take `first` again
+  void* other = arena_allocate(size_t{64} << 10, &held);
+  arena_free(first, capacity);
+  size_t grown = 0;
+  void* second = arena_allocate(capacity + 4096, &grown);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second, first);
+  EXPECT_GE(grown, 4 * capacity) << "grew by " << grown - capacity << " bytes only";
+  arena_free(second, grown);
+  size_t again = 0;
+  void* third = arena_allocate(3 * capacity, &again);
+  EXPECT_EQ(third, first);
+  EXPECT_EQ(again, grown) << "a request within the grown size grew the region again";
+  arena_free(third, again);
+  arena_free(other, held);
+#endif
+}
+
 // While planning recycles lasting buffers, a dropped weight's buffer becomes the next packed
 // copy that fits in it (cut to that copy's size), with the pages it has.
 TEST(BufferPool, PlanningRecyclesLastingBuffers) {

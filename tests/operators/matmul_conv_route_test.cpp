@@ -1,9 +1,9 @@
-// MatMul on constant weights with its fused epilogue (bias, ReLU, a residual of Y's shape or one
-// broadcast over the rows), in the plan of a session's first shape and in the plans for the
-// shapes after it. In the first, without AVX-512 the kernel runs it as a 1x1 convolution over
-// channels-last rows (ConvRoute in cpu/matmul.cpp), with it as oneDNN's matmul; in the later ones,
-// with AVX-512 on volt's packed kernel (cpu/packed_product.hpp: row blocks of 12 whole and cut,
-// columns in blocks of 32 whole and cut, depths past its 256-row pass), without it on oneDNN's
+// MatMul on constant weights with its fused epilogue (bias, ReLU or LeakyRelu, a residual of Y's
+// shape or one broadcast over the rows), in the plan of a session's first shape and in the plans
+// for the shapes after it. In the first, without AVX-512 the kernel runs it as a 1x1 convolution
+// over channels-last rows (ConvRoute in cpu/matmul.cpp), with it as oneDNN's matmul; in the later
+// ones, with AVX-512 on volt's packed kernel (cpu/packed_product.hpp: row blocks of 12 whole and
+// cut, columns in blocks of 32 whole and cut, depths past its 256-row pass), without it on oneDNN's
 // gemm. ctest runs this file a second time with oneDNN held to AVX2, so that every route is
 // checked on an AVX-512 machine. Against the product written out in float64, for 1 to 300 rows
 // (A of rank 3, flattened to rows), weights of 8 to 200 columns; and Gemm.
@@ -35,10 +35,12 @@ TEST(MatMulOnConstantWeights, FusedEpiloguesMatchTheSumAtEachShape) {
   enum class Residual { None, Same, Row };
   for (const Case c : {Case{1, 64, 96}, Case{7, 200, 8}, Case{300, 96, 200}})
     for (const Residual residual : {Residual::None, Residual::Same, Residual::Row})
-      for (const bool bias_relu : {false, true}) {
+      for (const int epilogue : {0, 1, 2}) {  // none; bias and ReLU; bias and LeakyRelu
+        const bool bias_relu = epilogue == 1, bias_leaky = epilogue == 2;
         SCOPED_TRACE("rows " + std::to_string(c.rows) + " K " + std::to_string(c.k) + " N " +
                      std::to_string(c.n) + " residual " +
-                     std::to_string(static_cast<int>(residual)) + (bias_relu ? " bias+relu" : ""));
+                     std::to_string(static_cast<int>(residual)) + (bias_relu ? " bias+relu" : "") +
+                     (bias_leaky ? " bias+leakyrelu" : ""));
         const int64_t batch = c.rows == 300 ? 3 : 1;
         const std::vector<float> w = uniform_values(rng, static_cast<size_t>(c.k * c.n));
         const std::vector<float> bias = uniform_values(rng, static_cast<size_t>(c.n));
@@ -52,6 +54,12 @@ TEST(MatMulOnConstantWeights, FusedEpiloguesMatchTheSumAtEachShape) {
         b.node("MatMul", {"x", "W"}, {last});
         if (bias_relu) {
           b.node("Add", {last, "B"}, {"pb"}).node("Relu", {"pb"}, {"pr"});
+          last = "pr";
+        }
+        if (bias_leaky) {
+          b.node("Add", {last, "B"}, {"pb"}).node("LeakyRelu", {"pb"}, {"pr"}, [](auto& n) {
+            ModelBuilder::set_float(n, "alpha", 0.1f);
+          });
           last = "pr";
         }
         if (residual != Residual::None)
@@ -76,6 +84,7 @@ TEST(MatMulOnConstantWeights, FusedEpiloguesMatchTheSumAtEachShape) {
               for (int64_t i = 0; i < c.k; ++i)
                 sum += static_cast<double>(xs[r * c.k + i]) * w[i * c.n + j];
               if (bias_relu) sum = std::max(0.0, sum + bias[j]);
+              if (bias_leaky) sum = sum + bias[j] < 0 ? 0.1 * (sum + bias[j]) : sum + bias[j];
               if (residual == Residual::Same) sum += res[r * c.n + j];
               if (residual == Residual::Row) sum += row[j];
               // Sums of up to 200 products of values in [-1, 1], in fp32.

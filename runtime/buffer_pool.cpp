@@ -190,8 +190,9 @@ void* pool_allocate(size_t bytes, size_t* capacity) {
   void* q = system_allocate(bytes, *capacity);
   // All of it faulted in now, in one call: a buffer kept for larger requests (a decoder's present
   // keys and values, a graph output at each longer past) otherwise faults the pages past the
-  // last request at each of them.
-  if (q && *capacity > bytes) populate_pages_of(q, *capacity);
+  // last request at each of them. (Below huge pages only: those of several MiB fault 2 MiB at a
+  // time, and a large model's big tensors would make memory resident that no run may touch.)
+  if (q && *capacity > bytes && *capacity < 2 * kHugePage) populate_pages_of(q, *capacity);
   return q;
 }
 

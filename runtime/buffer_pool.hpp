@@ -12,11 +12,11 @@ namespace volt {
 // is what it holds: pass that to pool_free. Sizes change from call to call (graph outputs and
 // values shaped at run time, at each new input shape), so a request takes a kept buffer up to twice
 // as large, or else a fresh one rounded up to a power of two: a run at a larger shape than before
-// then mostly reuses pages that earlier runs faulted in. A fresh buffer's pages, the rounding's
-// too, are faulted in at once (one call): GPT-2's step, whose present keys and values are graph
-// outputs, otherwise faulted the pages past the last request at each longer past (64 faults and
-// 150-180 us of its Concat's first run at each new past, in a C++ process); a kept buffer's pages
-// are resident whether it is reused or waits in the pool.
+// then mostly reuses pages that earlier runs faulted in. A fresh buffer's pages under 4 MiB, the
+// rounding's too, are faulted in at once (one call): GPT-2's step, whose present keys and values
+// are graph outputs, otherwise faulted the pages past the last request at each longer past (64
+// faults and 150-180 us of its Concat's first run at each new past, in a C++ process); a kept
+// buffer's pages are resident whether it is reused or waits in the pool.
 void* pool_allocate(size_t bytes, size_t* capacity);
 // Gives back a buffer from pool_allocate, with the capacity it gave.
 void pool_free(void* p, size_t bytes) noexcept;

@@ -143,9 +143,9 @@ int main(int argc, char** argv) {
       std::map<std::string, double> by_op;
     } first, second;
     int sizes = 0;
+    const int last = lo + (hi - 1 - lo) / step * step;  // the largest size, for --descending
     for (int pass = 1; pass <= passes; ++pass)
       for (int k = 0; lo + k * step < hi; ++k) {
-        const int last = lo + (hi - 1 - lo) / step * step;
         const int size = descending ? last - k * step : lo + k * step;
         const volt::NamedValues f = feeds(size);
         if (pass < passes) {

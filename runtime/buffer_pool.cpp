@@ -139,8 +139,8 @@ void unmap_buffer(void* p, size_t capacity) {
   ::munmap(p, capacity);
 }
 
+constexpr size_t kPage = 4096;
 size_t page_multiple(size_t bytes) {
-  constexpr size_t kPage = 4096;
   return (bytes + kPage - 1) / kPage * kPage;
 }
 
@@ -156,7 +156,7 @@ void populate(char* from, size_t bytes) {
 // Faults in the whole pages of [p, p + bytes).
 void populate_pages_of(void* p, size_t bytes) {
   const uintptr_t start = page_multiple(reinterpret_cast<uintptr_t>(p)),
-                  end = (reinterpret_cast<uintptr_t>(p) + bytes) / 4096 * 4096;
+                  end = (reinterpret_cast<uintptr_t>(p) + bytes) / kPage * kPage;
   if (end > start) populate(reinterpret_cast<char*>(start), end - start);
 }
 

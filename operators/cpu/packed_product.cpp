@@ -82,10 +82,9 @@ void block(const PackedProduct& p, const float* a, int64_t r0, int64_t rows, int
     product_block<kRows>(rows, a + r0 * k + d0, k, b + d0 * kColumns, depth, c, ldc, d0 > 0);
   }
   if (whole) {
-    // (Finished here rather than in product_rows' registers: the epilogue it called per row,
-    // not inlined, took the accumulators' addresses, and a product with a bias and an
-    // activation ran 19% slower than oneDNN's fixed-size kernel, 52.6-53.7 against 44.2-45.0 us
-    // for 160 rows of 128 x 512 weights in plans for several shapes.)
+    // (Finished here rather than in product_rows' registers: see product_kernel.inc. 160 rows of
+    // 128 x 512 weights with a bias and ReLU took 52.6-53.7 us that way against oneDNN's
+    // fixed-size kernel's 44.2-45.0.)
     if (bias || residual || p.act.kind != FusedActivation::Kind::None)
       finish_block(c, ldc, rows, bias ? bias + c0 : nullptr,
                    residual ? residual + r0 * n + c0 : nullptr, n, p.act);

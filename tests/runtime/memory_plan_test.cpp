@@ -162,7 +162,8 @@ TEST(BufferPool, ArenasGrowAheadOfGrowingRequests) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under AddressSanitizer arenas are plain allocations";
 #else
-  // (A size no other test of this process grows a region to, so that a fresh region serves it.)
+  // (Whichever free region serves it, fresh or left by another test: the one with the most
+  // usable bytes, which the next, larger request must grow.)
   size_t capacity = 0;
   void* first = arena_allocate(size_t{700} << 10, &capacity);
   ASSERT_NE(first, nullptr);

@@ -41,6 +41,7 @@ struct KernelUnsupported {
 };
 
 class Kernel;
+struct KernelDef;
 
 // What a kernel keeps for one node across the plans of a session: state that serves every
 // input shape (InferContext::shapes_vary), such as a oneDNN primitive with run-time dimensions
@@ -58,6 +59,17 @@ class NodeMemo {
       if (d == definition) return k;
     kernels_.emplace_back(definition, std::shared_ptr<const Kernel>(make()));
     return kernels_.back().second;
+  }
+  // The kernel definitions the planner walks for this node on `device`, best first (those the
+  // registry has for its op type that match its domain and opset there), listed by `list` on
+  // first use: a new shape does not look the op up in the registry again.
+  template <class List>
+  const std::vector<const KernelDef*>& definitions(const std::string& device, List&& list) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [d, defs] : definitions_)
+      if (d == device) return *defs;
+    definitions_.emplace_back(device, std::make_unique<std::vector<const KernelDef*>>(list()));
+    return *definitions_.back().second;
   }
   std::shared_ptr<void> find(const std::string& key) const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -89,6 +101,8 @@ class NodeMemo {
   std::vector<std::pair<std::string, std::shared_ptr<void>>> entries_;
   std::vector<std::pair<const void*, std::shared_ptr<const Kernel>>> kernels_;
   std::shared_ptr<const void> folded_;
+  // (Behind pointers: a list handed out stays where it is when another device's is added.)
+  std::vector<std::pair<std::string, std::unique_ptr<std::vector<const KernelDef*>>>> definitions_;
 };
 
 // A kernel's copy of a constant input, and the way back to the input (keeps_copy_of_input).

@@ -81,7 +81,7 @@ struct Choice {
 Choice choose_kernel(const CompiledGraph& cg, const Node& node,
                      std::span<const TypeShape* const> in_types,
                      std::span<const Value* const> in_values, int threads, bool shapes_vary,
-                     NodeMemo* memo) {
+                     NodeMemo* memo, const PlanStep* before) {
   check_input_type_groups(node, in_types);
   Choice c;
   // An input known only at run time (its shape, and maybe its dtype): choose then.
@@ -106,12 +106,21 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
         }
       c.values = c.host_values;
     }
-    for (const KernelDef* def : KernelRegistry::instance().named(node.op_type)) {
-      if (!def->matches(node, *device) || !def->accepts(in_types) ||
-          (shapes_vary && def->shape_specific))
-        continue;
-      auto kernel = memo ? memo->kernel(def, [&] { return def->create(node); })
-                         : std::shared_ptr<const Kernel>(def->create(node));
+    auto matching = [&] {
+      std::vector<const KernelDef*> defs;
+      for (const KernelDef* def : KernelRegistry::instance().named(node.op_type))
+        if (def->matches(node, *device)) defs.push_back(def);
+      return defs;
+    };
+    std::vector<const KernelDef*> unkept;
+    const std::vector<const KernelDef*>& defs =
+        memo ? memo->definitions(*device, matching) : (unkept = matching());
+    for (const KernelDef* def : defs) {
+      if (!def->accepts(in_types) || (shapes_vary && def->shape_specific)) continue;
+      // (The previous plan's kernel for the node where it has the same definition: no lookup.)
+      auto kernel = before && before->def == def && before->kernel ? before->kernel
+                    : memo ? memo->kernel(def, [&] { return def->create(node); })
+                           : std::shared_ptr<const Kernel>(def->create(node));
       c.ctx.emplace(node, in_types, c.values, threads, shapes_vary, memo, cg.input_dims_open);
       try {
         kernel->infer(*c.ctx);
@@ -466,7 +475,9 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       }
     const bool shapes_vary =
         in.shapes_vary && !(in.first_types && types_as_in(*in.first_types, *plan, ids));
-    Choice c = choose_kernel(cg, node, in_types, in_values, threads, shapes_vary, memo);
+    const int before = previous ? step_of_node[static_cast<size_t>(node_index)] : -1;
+    Choice c = choose_kernel(cg, node, in_types, in_values, threads, shapes_vary, memo,
+                             before >= 0 ? &previous->steps[static_cast<size_t>(before)] : nullptr);
     PlanStep step;
     step.node = node_index;
     step.def = c.def;

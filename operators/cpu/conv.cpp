@@ -15,6 +15,7 @@
 #include "operators/common/own_activation.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/width_buckets.hpp"
+#include "operators/cpu/conv_as_product.hpp"
 #include "operators/cpu/conv_few_channels.hpp"
 #include "operators/cpu/conv_live_taps.hpp"
 #include "operators/cpu/conv_pointwise_matmul.hpp"
@@ -68,6 +69,9 @@ struct ConvState {
   // Or, for a pointwise convolution over channels-first tensors, one matmul
   // (conv_pointwise_matmul.hpp); nothing else set.
   std::shared_ptr<const PointwiseMatmul> pointwise;
+  // Or, in a plan for several shapes, one product over the gathered windows
+  // (conv_as_product.hpp); nothing else set.
+  std::shared_ptr<const ConvAsProduct> as_product;
 };
 
 // The shapes of a 1-D convolution's 2-D form: a unit height inserted after N and C (X, W, Y) and
@@ -149,6 +153,11 @@ class Conv final : public Kernel {
           st->pointwise = std::move(pointwise);
           return ctx.set_state(st);
         }
+      if (auto product = as_product(ctx, s)) {
+        auto st = std::make_shared<ConvState>();
+        st->as_product = std::move(product);
+        return ctx.set_state(st);
+      }
       if (auto st = bucketed(ctx, s, x)) return ctx.set_state(st);
       ctx.set_state(prepare(ctx, s, x));
     } catch (const KernelUnsupported& u) {
@@ -239,6 +248,10 @@ class Conv final : public Kernel {
           *st.pointwise, act_, ctx.input(1).data<float>(), ctx.input(0).data<float>(),
           ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, y, ctx.scratch());
     }
+    if (st.as_product)
+      return run_conv_as_product(*st.as_product, ctx.input(0).data<float>(),
+                                 ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
+                                 ctx.output(0).data<float>(), ctx.scratch(), ctx.threads());
     if (st.live_taps)
       return run_live_tap_products(*st.live_taps, ctx.input(0).data<float>(),
                                    ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr,
@@ -506,6 +519,17 @@ class Conv final : public Kernel {
       return nullptr;
     return plan_few_channel_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_,
                                  !ctx.shapes_vary() && (s.m != 8 || !cpu_has_avx512()));
+  }
+
+  // In a plan for several shapes, a convolution none of the kernels above took, as one product
+  // over its gathered windows (conv_as_product.hpp): no code generated for the shape, where the
+  // buckets below generate it at each new bucket. f32 with constant weights, no residual.
+  std::shared_ptr<const ConvAsProduct> as_product(InferContext& ctx, const ConvShapes& s) const {
+    if (!ctx.shapes_vary() || residual_ || bf16_ || ctx.dtype(0) != DType::Float ||
+        ctx.dtype(1) != DType::Float || !ctx.input_tensor(1))
+      return nullptr;
+    return plan_conv_as_product(ctx, s, *ctx.input_tensor(1), ctx.has_input(2), act_, x_layout_,
+                                layout_);
   }
 
   // The state of a plan built for one of several shapes: the primitive for the bucket of the

@@ -120,9 +120,11 @@ namespace {
 
 constexpr int64_t kPackColumns = packed_avx512::kColumns;
 
-// [N' / 32][K][32] from weights read at k `k_stride` + n `n_stride`, columns past N zero.
+// [N' / 32][K][32] from weights read at k `k_stride` + n `n_stride` (in blocks of `k_block` rows
+// at `block_stride`: see plan_packed_product), columns past N zero.
 std::shared_ptr<const Tensor> pack_weights(const float* w, int64_t k, int64_t n, int64_t k_stride,
-                                           int64_t n_stride, int threads) {
+                                           int64_t n_stride, int64_t k_block, int64_t block_stride,
+                                           int threads) {
   const int64_t blocks = (n + kPackColumns - 1) / kPackColumns;
   auto packed =
       std::make_shared<Tensor>(allocate_lasting_tensor(DType::Float, {blocks * k * kPackColumns}));
@@ -130,9 +132,10 @@ std::shared_ptr<const Tensor> pack_weights(const float* w, int64_t k, int64_t n,
   parallel_for(blocks, threads > 1, [&](int64_t cb) {
     for (int64_t row = 0; row < k; ++row) {
       float* to = out + (cb * k + row) * kPackColumns;
+      const float* from = w + row % k_block * k_stride + row / k_block * block_stride;
       for (int64_t lane = 0; lane < kPackColumns; ++lane) {
         const int64_t col = cb * kPackColumns + lane;
-        to[lane] = col < n ? w[row * k_stride + col * n_stride] : 0.0f;
+        to[lane] = col < n ? from[col * n_stride] : 0.0f;
       }
     }
   });
@@ -155,8 +158,9 @@ bool packed_product_suits(const InferContext& ctx, int64_t k, int64_t n,
 std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, const Tensor& w,
                                                          int64_t k, int64_t n, int64_t k_stride,
                                                          int64_t n_stride, bool has_bias,
-                                                         const FusedActivation& act,
-                                                         bool residual) {
+                                                         const FusedActivation& act, bool residual,
+                                                         int64_t k_block, int64_t block_stride) {
+  if (k_block <= 0) k_block = k;
   auto p = std::make_shared<PackedProduct>();
   p->k = k;
   p->n = n;
@@ -165,13 +169,19 @@ std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, cons
   p->residual = residual;
   // Packed once per session: every plan of the node (each new input shape) shares the copy.
   std::string key = "packed product";
-  const int64_t words[] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.raw())), k, n,
-                           k_stride, n_stride};
+  const int64_t words[] = {static_cast<int64_t>(reinterpret_cast<uintptr_t>(w.raw())),
+                           k,
+                           n,
+                           k_stride,
+                           n_stride,
+                           k_block,
+                           block_stride};
   key.append(reinterpret_cast<const char*>(words), sizeof words);
   NodeMemo* memo = ctx.memo();
   if (memo) p->weights = std::static_pointer_cast<const Tensor>(memo->find(key));
   if (!p->weights) {
-    p->weights = pack_weights(w.data<float>(), k, n, k_stride, n_stride, ctx.threads());
+    p->weights = pack_weights(w.data<float>(), k, n, k_stride, n_stride, k_block, block_stride,
+                              ctx.threads());
     if (memo) memo->keep(key, std::const_pointer_cast<Tensor>(p->weights));
   }
   return p;

@@ -42,11 +42,15 @@ bool packed_product_suits(const InferContext& ctx, int64_t k, int64_t n,
 constexpr int64_t kPackedProductMaxWeights = int64_t{1} << 18;
 
 // The product for weights `w` read as (k, n) at k `k_stride` + n `n_stride` (a Gemm's transB is
-// strides), packed once per session through the node's memo.
+// strides), packed once per session through the node's memo. With `k_block` (0: all of K), the
+// rows come in blocks of k_block, block b's row r at r `k_stride` + b `block_stride`: a
+// convolution's weights [M, C, KH, KW] read with the taps outermost (conv_as_product.hpp).
 std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, const Tensor& w,
                                                          int64_t k, int64_t n, int64_t k_stride,
                                                          int64_t n_stride, bool has_bias,
-                                                         const FusedActivation& act, bool residual);
+                                                         const FusedActivation& act, bool residual,
+                                                         int64_t k_block = 0,
+                                                         int64_t block_stride = 0);
 
 // Y [rows, N] = act(A [rows, K] W + bias) + residual, A, Y and the residual rows of K and N
 // floats.

@@ -1,11 +1,12 @@
 // Plans built for one of several input shapes (InferContext::shapes_vary) avoid oneDNN code
 // generated for the exact shape: convolutions run the primitive of a bucket of widths on a copy
-// of X widened with zeros (width_buckets.hpp), a stem over few channels volt's direct loop
-// (conv_few_channels.hpp), 2-D max pools over stored channels run volt's loop, the region's
-// exit from blocks to channels-first volt's gather (no reorder made per shape). Each width they
-// compute what a fresh session (its first plan: primitives for the exact shape) computes:
-// channels-last or blocked regions, strides, dilations, asymmetric pads, a padded pool, a bias
-// and a fused ReLU, and auto_pad (which keeps exact-shape primitives).
+// of X widened with zeros (width_buckets.hpp; with AVX-512, these small ones run as one packed
+// product over their gathered windows instead, conv_as_product.hpp), a stem over few channels
+// volt's direct loop (conv_few_channels.hpp), 2-D max pools over stored channels run volt's loop,
+// the region's exit from blocks to channels-first volt's gather (no reorder made per shape). Each
+// width they compute what a fresh session (its first plan: primitives for the exact shape)
+// computes: channels-last or blocked regions, strides, dilations, asymmetric pads, a padded pool, a
+// bias and a fused ReLU, and auto_pad (which keeps exact-shape primitives).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -95,6 +95,7 @@ std::unique_ptr<GraphRunner> GraphRunner::owning(std::shared_ptr<Graph> graph,
 }
 
 void GraphRunner::restore_released() const {
+  if (!released_.empty()) ++initializer_changes_;
   for (auto& [name, restore] : released_) owned_graph_->initializers[name] = restore();
   released_.clear();
 }
@@ -155,7 +156,10 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   std::lock_guard<std::mutex> building(build_mutex_);
   if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
   auto plan = plans_.insert(own_key, build_locked(fed, built_a_plan_));
-  if (plan->shape_generic) last_generic_ = plan;
+  if (plan->shape_generic) {
+    last_generic_ = plan;
+    initializer_changes_at_last_generic_ = initializer_changes_;
+  }
   return plan;
 }
 
@@ -197,9 +201,13 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
       const std::string& name = compiled_.names[id];
       released_[name] = restore;
       owned_graph_->initializers.erase(name);
+      ++initializer_changes_;
     };
   in.shapes_vary = shape_generic;
-  if (shape_generic) in.previous = last_generic_;
+  if (shape_generic) {
+    in.previous = last_generic_;
+    in.initializers_as_in_previous = initializer_changes_ == initializer_changes_at_last_generic_;
+  }
   const bool first = !built_a_plan_ && &cg == &compiled_;
   if (shape_generic && &cg == &compiled_ && !first_types_.empty()) in.first_types = &first_types_;
   const RunControlSuspended not_this_runs_memory;

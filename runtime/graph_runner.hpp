@@ -91,6 +91,10 @@ class GraphRunner {
   // The last shape-generic plan built (under build_mutex_): the next one takes its steps for
   // nodes whose inputs keep their types (PlanInputs::previous).
   mutable std::shared_ptr<const Plan> last_generic_;
+  // How many times the owned graph's initializers changed (restored or dropped), and how many
+  // times by when last_generic_ was built (under build_mutex_; PlanInputs::
+  // initializers_as_in_previous).
+  mutable uint64_t initializer_changes_ = 0, initializer_changes_at_last_generic_ = 0;
   // The first plan's value types (under build_mutex_; PlanInputs::first_types).
   mutable std::vector<TypeShape> first_types_;
   mutable std::mutex variants_mutex_;

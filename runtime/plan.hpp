@@ -91,6 +91,10 @@ struct PlanInputs {
   // of being planned again. In a decoder step whose past grows, the new token's projections and
   // MLP keep their shapes while the attention over the past changes.
   std::shared_ptr<const Plan> previous;
+  // The graph's initializers are the tensors they were when `previous` was built (none restored
+  // or dropped since): the plan then takes their values and types from it by id, without walking
+  // the graph's map of them (a decoder step's 150 weights and constants, at each new past).
+  bool initializers_as_in_previous = false;
   // The value types of the session's first plan of this graph, if any: in a plan for several
   // shapes, a node whose inputs have the types they had there is planned as for one shape
   // (fixed-size primitives, oneDNN's shape-specific kernels), since its shapes have not varied:

@@ -354,8 +354,26 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   plan->steps.reserve(previous ? previous->steps.size() + 8 : cg.order.size());
   // (The map holds the initializers compile_graph saw, in its order, unless a plan dropped some.)
   const bool all_initializers = g.initializers.size() == cg.initializer_ids.size();
+  // Initializers that the previous plan held as constants, where the graph's are as they were
+  // then: its values and types, by id, without a walk over the graph's map.
+  bool every_initializer_taken = false;
+  if (previous && in.initializers_as_in_previous && all_initializers) {
+    every_initializer_taken = true;
+    for (const int id : cg.initializer_ids) {
+      if (id < 0 || known[id]) continue;
+      if (previous->placement[id] != Placement::Constant) {
+        every_initializer_taken = false;  // (fed there: from the graph's map below)
+        continue;
+      }
+      plan->constants[id] = previous->constants[id];
+      plan->types[id] = previous->types[id];
+      plan->placement[id] = Placement::Constant;
+      known[id] = 1;
+    }
+  }
   size_t initializer_index = 0;
   for (const auto& [name, tensor] : g.initializers) {
+    if (every_initializer_taken) break;
     const int id = all_initializers ? cg.initializer_ids[initializer_index++] : cg.id(name);
     if (id < 0 || known[id]) continue;
     // (The previous plan's value where it holds the same tensor: a new shape does not wrap

@@ -928,3 +928,37 @@ TEST(GraphRunner, DeferredStepsKeepTheirChoiceWhileTheirInputsKeepTheirTypes) {
 
 }  // namespace
 }  // namespace volt
+
+namespace volt {
+namespace {
+
+// A shape-generic plan takes the initializers' values from the plan before it by id
+// (PlanInputs::initializers_as_in_previous), except those the caller fed there: an initializer
+// that is also a graph input, overridden at one length and not at the next, is the graph's own
+// again at the next.
+TEST(GraphRunner, AnInitializerFedAtOneLengthIsTheGraphsOwnAtTheNext) {
+  ModelBuilder b;
+  b.input("x", 1, {-1, 4}).input("scale", 1, {4}).output_any("y", 1);
+  b.initializer("scale", {4}, {1.0f, 2.0f, 3.0f, 4.0f});
+  b.node("Mul", {"x", "scale"}, {"y"});
+  const std::string bytes = b.bytes();
+  Session s = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 1});
+  const Tensor fed_scale = Tensor::from<float>({-1.0f, -1.0f, -1.0f, -1.0f}, {4});
+  // (Lengths 1, 2, 3, 4: each a new shape, the second on a plan for several shapes.)
+  for (int64_t rows = 1; rows <= 4; ++rows) {
+    SCOPED_TRACE("rows " + std::to_string(rows));
+    Tensor x = Tensor::empty(DType::Float, {rows, 4});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.0f;
+    const bool override_scale = rows == 3;
+    std::vector<std::pair<std::string, Value>> feeds = {{"x", x}};
+    if (override_scale) feeds.emplace_back("scale", fed_scale);
+    const Tensor y = s.run(feeds)[0].tensor();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < 4; ++c)
+        ASSERT_EQ(y.data<float>()[r * 4 + c], override_scale ? -1.0f : float(c + 1))
+            << "row " << r << " column " << c;
+  }
+}
+
+}  // namespace
+}  // namespace volt

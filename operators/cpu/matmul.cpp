@@ -214,6 +214,9 @@ struct MatMulState {
   std::shared_ptr<const MatMulPrimitive> p;
   std::shared_ptr<const ConvRoute> conv;        // or the product as a convolution (ConvRoute)
   std::shared_ptr<const PackedProduct> packed;  // or on packed weights (packed_product.hpp)
+  // Or, two computed operands in a plan for several shapes, on the packed kernel with B packed
+  // at each run (packed_product.hpp).
+  std::shared_ptr<const ComputedProduct> computed;
   dnnl::memory::desc a, b, out;  // this shape's (b: the primitive's layout when packed)
   bool sum = false;  // a sum post-op adds the residual the output holds before the product
   // Operands (and Y) the primitive reads in another layout or type than the graph holds them:
@@ -554,6 +557,12 @@ class DnnlMatMul final : public Kernel {
       st->sum = sum;
       return ctx.set_state(st);
     }
+    if (auto computed = computed_product(ctx, p, a0, b0, b_const, bf16, sum)) {
+      auto st = std::make_shared<MatMulState>();
+      ctx.request_scratch(computed_product_scratch(*computed));
+      st->computed = std::move(computed);
+      return ctx.set_state(st);
+    }
     // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
     const dnnl::memory::desc a_md = a_rows ? *a_rows : operand_md(a, a0, p.perms.a, dt),
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
@@ -615,6 +624,10 @@ class DnnlMatMul final : public Kernel {
   void run(RunContext& ctx) const override {
     const auto& st = ctx.state<MatMulState>();
     Tensor& y = ctx.output(0);
+    if (st.computed)
+      return run_computed_product(*st.computed, static_cast<const float*>(ctx.input(0).raw()),
+                                  static_cast<const float*>(ctx.input(1).raw()),
+                                  static_cast<float*>(y.raw()), ctx.scratch(), ctx.threads());
     if (st.packed || st.conv) {  // (they read a residual of Y's shape where it lies)
       const void* bias = ctx.has_input(2) ? ctx.input(2).raw() : nullptr;
       const void* residual = st.sum ? ctx.input(3).raw() : nullptr;
@@ -647,6 +660,56 @@ class DnnlMatMul final : public Kernel {
   }
 
  private:
+  // Two computed fp32 operands without an epilogue, in a plan for several shapes, where A's rows
+  // and Y's rows have their elements adjacent (through any folded Transposes): the product on
+  // the packed kernel (ComputedProduct); null where it does not apply.
+  std::shared_ptr<const ComputedProduct> computed_product(const InferContext& ctx,
+                                                          const FoldedProduct& p, const Shape& a0,
+                                                          const Shape& b0, const Tensor* b_const,
+                                                          bool bf16, bool sum) const {
+    if (!computed_product_suits(ctx) || b_const || bf16 || sum || ctx.has_input(2) ||
+        ctx.has_input(3) || act_.kind != FusedActivation::Kind::None ||
+        ctx.dtype(0) != DType::Float || a0.size() < 2 || b0.size() < 2)
+      return nullptr;
+    const MatMulShapes& s = p.shapes;
+    const std::vector<int64_t> a_st = p.perms.a.empty() ? strides_of(a0)
+                                                        : permuted_strides(a0, p.perms.a),
+                               b_st = p.perms.b.empty() ? strides_of(b0)
+                                                        : permuted_strides(b0, p.perms.b),
+                               y_st = logical_strides(s.result, p.perms.y);
+    const size_t rank = s.out.size(), ar = a_st.size(), br = b_st.size();
+    if (y_st.size() != rank || (a_st[ar - 1] != 1 && s.k > 1) || (y_st[rank - 1] != 1 && s.n > 1))
+      return nullptr;
+    // (B shared by every batch, a linear layer on computed weights: oneDNN's one product over all
+    // the rows, where the rows allow it, rather than a packing of B per batch.)
+    const size_t missing_b = rank - br;
+    bool b_shared = numel_of(Shape(s.out.begin(), s.out.end() - 2)) > 1;
+    for (size_t i = missing_b; i + 2 < rank; ++i) b_shared = b_shared && s.b[i] == 1;
+    if (b_shared) return nullptr;
+    auto c = std::make_shared<ComputedProduct>();
+    c->m = s.m;
+    c->k = s.k;
+    c->n = s.n;
+    c->scale = scale_;
+    c->lda = a_st[ar - 2];
+    c->ldy = y_st[rank - 2];
+    c->b_k = b_st[br - 2];
+    c->b_n = b_st[br - 1];
+    c->batch.assign(s.out.begin(), s.out.end() - 2);
+    // (The operands' axes counted from the last: a lower rank's missing axes are broadcast.)
+    auto batch_stride = [](const std::vector<int64_t>& st, const Shape& dims, size_t i,
+                           size_t rank) -> int64_t {
+      const size_t missing = rank - st.size();
+      return i < missing || dims[i] == 1 ? 0 : st[i - missing];
+    };
+    for (size_t i = 0; i + 2 < rank; ++i) {
+      c->a_batch.push_back(batch_stride(a_st, s.a, i, rank));
+      c->b_batch.push_back(batch_stride(b_st, s.b, i, rank));
+      c->y_batch.push_back(s.out[i] == 1 ? 0 : y_st[i]);
+    }
+    return c;
+  }
+
   FoldedPermAttrs perm_attrs_;
   FusedActivation act_;
   bool bf16_;    // fp32 tensors, bf16 arithmetic (precision = bf16)

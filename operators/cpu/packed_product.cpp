@@ -8,6 +8,7 @@
 #include "operators/common/cpu_isa.hpp"
 #include "operators/common/own_activation.hpp"
 #include "operators/common/parallel.hpp"
+#include "operators/common/shape_util.hpp"
 #include "runtime/tensor_alloc.hpp"
 
 namespace volt {
@@ -67,19 +68,22 @@ void finish_block(float* c, int64_t ldc, int64_t rows, const float* bias, const 
     finish_rows<2>(c, ldc, rows, bias, residual, residual_stride, act);
 }
 
-// Y's rows [r0, r0 + rows) and columns [kColumns cb, kColumns (cb + 1)). A block past N's last
-// whole one is computed into `tile`, its columns below N finished and copied out one by one.
-void block(const PackedProduct& p, const float* a, int64_t r0, int64_t rows, int64_t cb,
-           const float* bias, const float* residual, float* y) {
+// Y's rows [r0, r0 + rows) and columns [kColumns cb, kColumns (cb + 1)) from A's rows (`lda`
+// floats apart) and B packed ([N' / 32][K][32] at `packed`), into Y's rows (`ldy` apart). A block
+// past N's last whole one is computed into `tile`, its columns below N finished and copied out
+// one by one.
+void block(const PackedProduct& p, const float* packed, const float* a, int64_t lda, int64_t r0,
+           int64_t rows, int64_t cb, const float* bias, const float* residual, float* y,
+           int64_t ldy) {
   const int64_t n = p.n, k = p.k, c0 = cb * kColumns;
-  const float* b = p.weights->data<float>() + cb * k * kColumns;
+  const float* b = packed + cb * k * kColumns;
   const bool whole = c0 + kColumns <= n;
   alignas(64) float tile[kRows * kColumns];
-  float* c = whole ? y + r0 * n + c0 : tile;
-  const int64_t ldc = whole ? n : kColumns;
+  float* c = whole ? y + r0 * ldy + c0 : tile;
+  const int64_t ldc = whole ? ldy : kColumns;
   for (int64_t d0 = 0; d0 < k; d0 += kDepth) {
     const int64_t depth = std::min(kDepth, k - d0);
-    product_block<kRows>(rows, a + r0 * k + d0, k, b + d0 * kColumns, depth, c, ldc, d0 > 0);
+    product_block<kRows>(rows, a + r0 * lda + d0, lda, b + d0 * kColumns, depth, c, ldc, d0 > 0);
   }
   if (whole) {
     // (Finished here rather than in product_rows' registers: see product_kernel.inc. 160 rows of
@@ -91,7 +95,7 @@ void block(const PackedProduct& p, const float* a, int64_t r0, int64_t rows, int
     return;
   }
   for (int64_t r = 0; r < rows; ++r) {
-    float* out = y + (r0 + r) * n + c0;
+    float* out = y + (r0 + r) * ldy + c0;
     const float* res = residual ? residual + (r0 + r) * n + c0 : nullptr;
     for (int64_t j = 0; j < n - c0; ++j) {
       float v = tile[r * kColumns + j];
@@ -106,12 +110,67 @@ void run(const PackedProduct& p, const float* a, int64_t rows, const float* bias
          const float* residual, float* y, int threads) {
   const int64_t row_blocks = (rows + kRows - 1) / kRows,
                 column_blocks = (p.n + kColumns - 1) / kColumns;
+  const float* packed = p.weights->data<float>();
   // Row blocks inner: a thread's consecutive blocks read the same packed columns.
   parallel_for(row_blocks * column_blocks, threads > 1 && rows * p.k * p.n >= kParallelFlops,
                [&](int64_t t) {
                  const int64_t cb = t / row_blocks, r0 = t % row_blocks * kRows;
-                 block(p, a, r0, std::min<int64_t>(kRows, rows - r0), cb, bias, residual, y);
+                 block(p, packed, a, p.k, r0, std::min<int64_t>(kRows, rows - r0), cb, bias,
+                       residual, y, p.n);
                });
+}
+
+// B's columns [kColumns cb, kColumns (cb + 1)) into `to` ([K][32], columns past N zero), each
+// value times `scale`.
+void pack_columns(const float* b, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride,
+                  float scale, int64_t cb, float* to) {
+  const int64_t c0 = cb * kColumns, width = std::min<int64_t>(kColumns, n - c0);
+  for (int64_t row = 0; row < k; ++row, to += kColumns) {
+    const float* from = b + row * k_stride + c0 * n_stride;
+    int64_t j = 0;
+    if (n_stride == 1)
+      for (; j < width; ++j) to[j] = from[j] * scale;
+    else
+      for (; j < width; ++j) to[j] = from[j * n_stride] * scale;
+    for (; j < kColumns; ++j) to[j] = 0.0f;
+  }
+}
+
+void run_computed(const ComputedProduct& p, const float* a, const float* b, float* y, float* packed,
+                  int threads) {
+  const int64_t column_blocks = (p.n + kColumns - 1) / kColumns,
+                row_blocks = (p.m + kRows - 1) / kRows, batches = numel_of(p.batch);
+  const int64_t packed_floats = column_blocks * p.k * kColumns;
+  // The element offsets of batch `bi`'s A, B and Y.
+  auto offsets = [&](int64_t bi, int64_t& oa, int64_t& ob, int64_t& oy) {
+    oa = ob = oy = 0;
+    for (size_t i = p.batch.size(); i-- > 0;) {
+      const int64_t index = bi % p.batch[i];
+      bi /= p.batch[i];
+      oa += index * p.a_batch[i];
+      ob += index * p.b_batch[i];
+      oy += index * p.y_batch[i];
+    }
+  };
+  const bool parallel = threads > 1 && batches * p.m * p.k * p.n >= kParallelFlops;
+  parallel_for(batches * column_blocks, parallel, [&](int64_t t) {
+    int64_t oa, ob, oy;
+    offsets(t / column_blocks, oa, ob, oy);
+    pack_columns(b + ob, p.k, p.n, p.b_k, p.b_n, p.scale, t % column_blocks,
+                 packed + t / column_blocks * packed_floats + t % column_blocks * p.k * kColumns);
+  });
+  PackedProduct plain;
+  plain.k = p.k;
+  plain.n = p.n;
+  // Row blocks inner, as in run; then the column blocks, then the batches.
+  parallel_for(batches * column_blocks * row_blocks, parallel, [&](int64_t t) {
+    const int64_t bi = t / (column_blocks * row_blocks), cb = t / row_blocks % column_blocks,
+                  r0 = t % row_blocks * kRows;
+    int64_t oa, ob, oy;
+    offsets(bi, oa, ob, oy);
+    block(plain, packed + bi * packed_floats, a + oa, p.lda, r0, std::min<int64_t>(kRows, p.m - r0),
+          cb, nullptr, nullptr, y + oy, p.ldy);
+  });
 }
 #pragma GCC pop_options
 }  // namespace packed_avx512
@@ -185,6 +244,20 @@ std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, cons
     if (memo) memo->keep(key, std::const_pointer_cast<Tensor>(p->weights));
   }
   return p;
+}
+
+bool computed_product_suits(const InferContext& ctx) {
+  return ctx.shapes_vary() && cpu_has_avx512() && cpu_has_avx512f();
+}
+
+size_t computed_product_scratch(const ComputedProduct& p) {
+  const int64_t columns = (p.n + kPackColumns - 1) / kPackColumns * kPackColumns;
+  return static_cast<size_t>(numel_of(p.batch) * p.k * columns) * sizeof(float);
+}
+
+void run_computed_product(const ComputedProduct& p, const float* a, const float* b, float* y,
+                          void* scratch, int threads) {
+  packed_avx512::run_computed(p, a, b, y, static_cast<float*>(scratch), threads);
 }
 
 void run_packed_product(const PackedProduct& p, const float* a, int64_t rows, const float* bias,

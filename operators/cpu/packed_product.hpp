@@ -13,6 +13,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "operators/common/fused_activation.hpp"
 #include "operators/kernel.hpp"
@@ -56,5 +57,28 @@ std::shared_ptr<const PackedProduct> plan_packed_product(InferContext& ctx, cons
 // floats.
 void run_packed_product(const PackedProduct& p, const float* a, int64_t rows, const float* bias,
                         const float* residual, float* y, int threads);
+
+// A product of two computed operands in a plan for several shapes (attention's scores Q K^T and
+// their weighting of V) on the same kernel: for each batch, B packed into the scratch at each run
+// from its strides (times `scale`: volt.product_scale), A's rows and Y's rows read and written
+// where they lie. oneDNN's gemm with run-time dimensions, which served these, packs B at every
+// call too (into buffers it allocates), and must be given a transposed B as plain rows first.
+struct ComputedProduct {
+  int64_t m = 0, k = 0, n = 0;
+  float scale = 1.0f;
+  int64_t lda = 0, ldy = 0;  // the row strides of A and Y (along K and N their elements adjacent)
+  int64_t b_k = 0, b_n = 0;  // B's strides along K and N
+  Shape batch;               // the result's batch axes
+  // Each operand's stride along each batch axis (0 where it is broadcast).
+  std::vector<int64_t> a_batch, b_batch, y_batch;
+};
+
+// Whether this plan of a node may take it: a plan for several shapes, a CPU whose oneDNN
+// dispatches AVX-512.
+bool computed_product_suits(const InferContext& ctx);
+// The scratch a run needs: every batch's B packed.
+size_t computed_product_scratch(const ComputedProduct& p);
+void run_computed_product(const ComputedProduct& p, const float* a, const float* b, float* y,
+                          void* scratch, int threads);
 
 }  // namespace volt

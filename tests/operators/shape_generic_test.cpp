@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "model_builder.hpp"
@@ -106,6 +107,102 @@ TEST(ShapeGeneric, ProductsWithTransposedComputedKeysMatchTheSumAtEachLength) {
           ASSERT_NEAR(y.data<float>()[(h * len + i) * len + j], sum, 1e-5 * (1 + std::abs(sum)))
               << "head " << h << ", row " << i << ", column " << j;
         }
+  }
+}
+
+// Products of two computed operands in plans for several shapes run on volt's packed kernel with
+// B packed at each run (packed_product.hpp, AVX-512; oneDNN's gemm elsewhere), reading A and
+// writing Y through folded Transposes: attention's weighting of the values (B and Y transposed
+// back), scores with a scale folded in, batch axes broadcast from both operands, a depth past the
+// kernel's 256 with a width that leaves part of a block of 32, a decoder's one query row. Each
+// shape computes what a fresh session without graph rewrites computes (oneDNN's matmul for the
+// exact shape, the Transposes apart), within 2e-6 of the sum of the terms' magnitudes.
+TEST(ShapeGeneric, ProductsOfComputedOperandsMatchPlainSessionsAtEachShape) {
+  struct Case {
+    std::string name;
+    std::function<void(ModelBuilder&)> build;
+    std::function<std::vector<std::pair<std::string, Shape>>(int64_t)> inputs;
+  };
+  auto perm = [](std::vector<int64_t> p) {
+    return [p](auto& n) { ModelBuilder::set_ints(n, "perm", p); };
+  };
+  const std::vector<Case> cases = {
+      {"values weighted",
+       [&](ModelBuilder& b) {
+         b.input("p", 1, {2, 3, -1, -1}).input("v", 1, {2, -1, 3, 16}).output_any("y", 1);
+         b.node("Transpose", {"v"}, {"vh"}, perm({0, 2, 1, 3}));
+         b.node("MatMul", {"p", "vh"}, {"o"});
+         b.node("Transpose", {"o"}, {"y"}, perm({0, 2, 1, 3}));
+       },
+       [](int64_t l) {
+         return std::vector<std::pair<std::string, Shape>>{{"p", {2, 3, l, l}},
+                                                           {"v", {2, l, 3, 16}}};
+       }},
+      {"scaled scores",
+       [&](ModelBuilder& b) {
+         b.input("q", 1, {1, -1, 4, 24}).input("k", 1, {1, -1, 4, 24}).output_any("y", 1);
+         b.initializer("scale", {}, {0.125f});
+         b.node("Transpose", {"q"}, {"qh"}, perm({0, 2, 1, 3}));
+         b.node("Transpose", {"k"}, {"kt"}, perm({0, 2, 3, 1}));
+         b.node("MatMul", {"qh", "kt"}, {"s"});
+         b.node("Mul", {"s", "scale"}, {"y"});
+       },
+       [](int64_t l) {
+         return std::vector<std::pair<std::string, Shape>>{{"q", {1, l, 4, 24}},
+                                                           {"k", {1, l, 4, 24}}};
+       }},
+      {"broadcast batches",
+       [&](ModelBuilder& b) {
+         b.input("a", 1, {2, 1, -1, 40}).input("b", 1, {1, 3, 40, -1}).output_any("y", 1);
+         b.node("MatMul", {"a", "b"}, {"y"});
+       },
+       [](int64_t l) {
+         return std::vector<std::pair<std::string, Shape>>{{"a", {2, 1, l, 40}},
+                                                           {"b", {1, 3, 40, l + 3}}};
+       }},
+      {"deep",
+       [&](ModelBuilder& b) {
+         b.input("a", 1, {-1, 300}).input("b", 1, {300, 45}).output_any("y", 1);
+         b.node("MatMul", {"a", "b"}, {"y"});
+       },
+       [](int64_t l) {
+         return std::vector<std::pair<std::string, Shape>>{{"a", {l, 300}}, {"b", {300, 45}}};
+       }},
+      {"one query",
+       [&](ModelBuilder& b) {
+         b.input("q", 1, {4, 1, 64}).input("k", 1, {4, -1, 64}).output_any("y", 1);
+         b.node("Transpose", {"k"}, {"kt"}, perm({0, 2, 1}));
+         b.node("MatMul", {"q", "kt"}, {"y"});
+       },
+       [](int64_t l) {
+         return std::vector<std::pair<std::string, Shape>>{{"q", {4, 1, 64}}, {"k", {4, l, 64}}};
+       }},
+  };
+  std::mt19937 rng(47);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ModelBuilder b;
+    c.build(b);
+    const std::string bytes = b.bytes();
+    Session varying = Session::from_bytes(bytes.data(), bytes.size(), {.threads = 2});
+    for (const int64_t len : {7, 33, 1, 70, 33}) {  // (the first: the session's one-shape plan)
+      SCOPED_TRACE("length " + std::to_string(len));
+      std::vector<std::pair<std::string, Value>> feeds;
+      for (const auto& [name, shape] : c.inputs(len)) {
+        Tensor t = Tensor::empty(DType::Float, shape);
+        const std::vector<float> v = uniform_values(rng, static_cast<size_t>(t.numel()));
+        std::copy(v.begin(), v.end(), t.data<float>());
+        feeds.emplace_back(name, t);
+      }
+      const Tensor got = varying.run(feeds)[0].tensor();
+      // (A fresh session each time: its one plan is for this shape alone.)
+      Session plain = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+      const Tensor want = plain.run(feeds)[0].tensor();
+      ASSERT_EQ(got.shape(), want.shape());
+      // (Values in [-1, 1]: a sum of at most 300 terms of magnitude at most 1.)
+      for (int64_t i = 0; i < got.numel(); ++i)
+        ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 2e-6f * 300) << "at " << i;
+    }
   }
 }
 

@@ -490,6 +490,13 @@ class DnnlMatMul final : public Kernel {
     if (p.perms.any() && (a0.size() < 2 || b0.size() < 2)) throw KernelUnsupported{"1-D operand"};
     check_epilogue(ctx, s.result);
     ctx.set_output(0, ctx.dtype(0), p.y);
+    // (First: a new shape plans such products without a descriptor of oneDNN's.)
+    if (auto computed = computed_product(ctx, p, a0, b0)) {
+      auto st = std::make_shared<MatMulState>();
+      ctx.request_scratch(computed_product_scratch(*computed));
+      st->computed = std::move(computed);
+      return ctx.set_state(st);
+    }
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     // B shared by every batch (a linear layer): one [batch·M, K] × [K, N] product, which lets
     // oneDNN pack B and block over all rows at once.
@@ -555,12 +562,6 @@ class DnnlMatMul final : public Kernel {
       st->packed =
           plan_packed_product(ctx, *b_const, s.k, s.n, s.n, 1, ctx.has_input(2), act_, sum);
       st->sum = sum;
-      return ctx.set_state(st);
-    }
-    if (auto computed = computed_product(ctx, p, a0, b0, b_const, bf16, sum)) {
-      auto st = std::make_shared<MatMulState>();
-      ctx.request_scratch(computed_product_scratch(*computed));
-      st->computed = std::move(computed);
       return ctx.set_state(st);
     }
     // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
@@ -665,9 +666,8 @@ class DnnlMatMul final : public Kernel {
   // the packed kernel (ComputedProduct); null where it does not apply.
   std::shared_ptr<const ComputedProduct> computed_product(const InferContext& ctx,
                                                           const FoldedProduct& p, const Shape& a0,
-                                                          const Shape& b0, const Tensor* b_const,
-                                                          bool bf16, bool sum) const {
-    if (!computed_product_suits(ctx) || b_const || bf16 || sum || ctx.has_input(2) ||
+                                                          const Shape& b0) const {
+    if (!computed_product_suits(ctx) || ctx.input_tensor(1) || ctx.has_input(2) ||
         ctx.has_input(3) || act_.kind != FusedActivation::Kind::None ||
         ctx.dtype(0) != DType::Float || a0.size() < 2 || b0.size() < 2)
       return nullptr;

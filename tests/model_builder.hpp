@@ -62,6 +62,22 @@ class ModelBuilder {
     if (attrs) attrs(*n);
     return *this;
   }
+  // The op after `input` that the passes fuse into the convolution before it as its activation:
+  // "Clip" (between -0.5 and 1), "LeakyRelu" (alpha 0.1) or any op of one input ("Relu"); none
+  // for "". The name of its output (`input` where none).
+  std::string activation(const std::string& kind, const std::string& input) {
+    if (kind.empty()) return input;
+    const std::string out = input + "_" + kind;
+    if (kind == "Clip") {
+      initializer(out + "_lo", {}, {-0.5f}).initializer(out + "_hi", {}, {1.0f});
+      node("Clip", {input, out + "_lo", out + "_hi"}, {out});
+    } else if (kind == "LeakyRelu") {
+      node("LeakyRelu", {input}, {out}, [](auto& n) { set_float(n, "alpha", 0.1f); });
+    } else {
+      node(kind, {input}, {out});
+    }
+    return out;
+  }
   ModelBuilder& initializer(const std::string& name, const std::vector<int64_t>& dims,
                             const std::vector<float>& values) {
     auto* t = m_.mutable_graph()->add_initializer();

@@ -97,24 +97,9 @@ std::shared_ptr<const ConvAsProduct> plan_conv_as_product(InferContext& ctx, con
   if (g.in.size() != 2 || s.group != 1 || w.dtype() != DType::Float) return nullptr;
   const int64_t taps = g.kernel[0] * g.kernel[1], k = taps * s.c;
   if (!packed_product_suits(ctx, k, s.m, act)) return nullptr;
-  auto p = std::make_shared<ConvAsProduct>();
+  auto p = std::make_shared<ConvAsProduct>(s);
   // W [M, C, KH, KW]: row (tap t, channel c) of column m at m·K + c·taps + t.
   p->product = plan_packed_product(ctx, w, k, s.m, taps, k, has_bias, act, false, s.c, 1);
-  p->n = s.n;
-  p->c = s.c;
-  p->h = g.in[0];
-  p->w = g.in[1];
-  p->m = s.m;
-  p->oh = g.out[0];
-  p->ow = g.out[1];
-  p->kh = g.kernel[0];
-  p->kw = g.kernel[1];
-  p->stride_y = g.strides[0];
-  p->stride_x = g.strides[1];
-  p->dilation_y = g.dilations[0];
-  p->dilation_x = g.dilations[1];
-  p->pad_top = g.pad_begin[0];
-  p->pad_left = g.pad_begin[1];
   p->x_layout = x_layout;
   p->y_layout = y_layout;
   const int64_t rows = s.n * p->oh * p->ow;

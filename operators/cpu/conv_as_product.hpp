@@ -20,11 +20,9 @@
 
 namespace volt {
 
-struct ConvAsProduct {
+struct ConvAsProduct : ConvWindow2d {
+  using ConvWindow2d::ConvWindow2d;
   std::shared_ptr<const PackedProduct> product;
-  int64_t n = 0, c = 0, h = 0, w = 0, m = 0, oh = 0, ow = 0;
-  int64_t kh = 0, kw = 0, stride_y = 1, stride_x = 1, dilation_y = 1, dilation_x = 1;
-  int64_t pad_top = 0, pad_left = 0;
   StoredLayout x_layout = StoredLayout::ChannelsFirst, y_layout = StoredLayout::ChannelsFirst;
   // Output pixels per pass: the gathered rows at the scratch's start, then (Y not channels-last)
   // the product's rows at y_at.

@@ -189,24 +189,9 @@ std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
     return nullptr;
   // (Blocked X: whole blocks of channels, as the layout passes store them.)
   if (block_channels(x_layout) && s.c % block_channels(x_layout) != 0) return nullptr;
-  auto p = std::make_shared<FewChannelConv>();
-  p->n = s.n;
-  p->c = s.c;
-  p->m = s.m;
+  auto p = std::make_shared<FewChannelConv>(s);
   p->m_padded = s.m == 8 ? 8 : (s.m + kColumns - 1) / kColumns * kColumns;
   p->taps = taps;
-  p->h = g.in[0];
-  p->w = g.in[1];
-  p->oh = g.out[0];
-  p->ow = g.out[1];
-  p->kh = g.kernel[0];
-  p->kw = g.kernel[1];
-  p->stride_y = g.strides[0];
-  p->stride_x = g.strides[1];
-  p->dilation_y = g.dilations[0];
-  p->dilation_x = g.dilations[1];
-  p->pad_top = g.pad_begin[0];
-  p->pad_left = g.pad_begin[1];
   p->x_layout = x_layout;
   p->y_layout = y_layout;
   p->act = act;

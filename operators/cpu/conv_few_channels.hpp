@@ -22,11 +22,10 @@
 
 namespace volt {
 
-struct FewChannelConv {
+struct FewChannelConv : ConvWindow2d {
   static constexpr int64_t kMaxTaps = 32;  // input channels x kernel taps
-  int64_t n = 0, c = 0, m = 0, m_padded = 0, taps = 0;
-  int64_t h = 0, w = 0, oh = 0, ow = 0, kh = 0, kw = 0;
-  int64_t stride_y = 1, stride_x = 1, dilation_y = 1, dilation_x = 1, pad_top = 0, pad_left = 0;
+  using ConvWindow2d::ConvWindow2d;
+  int64_t m_padded = 0, taps = 0;
   StoredLayout x_layout = StoredLayout::ChannelsFirst, y_layout = StoredLayout::ChannelsLast;
   FusedActivation act;
   std::shared_ptr<const Tensor> weights;  // [taps][m_padded], tap t = (c kh + i) kw + j

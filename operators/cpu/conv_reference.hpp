@@ -13,6 +13,30 @@ struct ConvShapes {
   Shape out;
 };
 
+// A 2-D convolution's sizes as volt's own loops over it read them (conv_few_channels,
+// conv_as_product): images, channels in and out, the planes, the window and where it starts.
+struct ConvWindow2d {
+  int64_t n = 0, c = 0, m = 0, h = 0, w = 0, oh = 0, ow = 0, kh = 0, kw = 0;
+  int64_t stride_y = 1, stride_x = 1, dilation_y = 1, dilation_x = 1, pad_top = 0, pad_left = 0;
+  ConvWindow2d() = default;
+  explicit ConvWindow2d(const ConvShapes& s)  // (of two spatial axes)
+      : n(s.n),
+        c(s.c),
+        m(s.m),
+        h(s.win.in[0]),
+        w(s.win.in[1]),
+        oh(s.win.out[0]),
+        ow(s.win.out[1]),
+        kh(s.win.kernel[0]),
+        kw(s.win.kernel[1]),
+        stride_y(s.win.strides[0]),
+        stride_x(s.win.strides[1]),
+        dilation_y(s.win.dilations[0]),
+        dilation_x(s.win.dilations[1]),
+        pad_top(s.win.pad_begin[0]),
+        pad_left(s.win.pad_begin[1]) {}
+};
+
 inline ConvShapes conv_shapes(const WindowAttributes& attrs, int64_t group, const Shape& x,
                               const Shape& w, const Node& node) {
   VOLT_CHECK(x.size() >= 3, InvalidArgument,

@@ -23,7 +23,8 @@ struct PixelAddress {
   PixelAddress(StoredLayout l, int64_t channels, int64_t height, int64_t width)
       : layout(l), c(channels), h(height), w(width), block(block_channels(l)) {}
   int64_t blocks() const { return (c + block - 1) / block; }
-  // The offset of channel 0 of the pixel; channels then step by channel_step(c0) per block.
+  // The offset of the pixel's channel 0 (its next channels lie h·w apart channels-first, next to
+  // it channels-last, and in blocks h·w·block apart in a blocked layout).
   int64_t pixel(int64_t n, int64_t y, int64_t x) const {
     switch (layout) {
       case StoredLayout::ChannelsLast:

@@ -18,7 +18,11 @@
 #include <cmath>
 #include <random>
 
+#include "loaders/loader.hpp"
 #include "model_builder.hpp"
+#include "operators/common/cpu_isa.hpp"
+#include "operators/cpu/conv_as_product.hpp"
+#include "runtime/contexts.hpp"
 #include "volt/volt.hpp"
 
 namespace volt {
@@ -119,6 +123,72 @@ TEST(ConvAsProduct, MatchesOneDnnInPlansForSeveralWidths) {
           {160, 320, 3, 2, {1, 2}, {1, 1}, {1, 1, 1, 0}, true, "Relu", 5, false},
       },
       1e-5f, rng);
+}
+
+// The product's own writes for each stored layout of Y, channels-first among them (which the
+// layout passes give no convolution of the models above), and its reads of channels-first X:
+// called on a node's infer context directly, against the reference loop, a 3x3 window with pads
+// over 20 channels into 24 (the last block of 16 part empty), within 1e-5 of the values' scale.
+TEST(ConvAsProduct, WritesEveryStoredLayoutOfY) {
+  if (!cpu_has_avx512() || !cpu_has_avx512f()) GTEST_SKIP() << "the product runs with AVX-512";
+  std::mt19937 rng(29);
+  const int64_t n = 2, c = 20, m = 24, h = 5, w = 7;
+  ModelBuilder b;
+  b.input("x", 1, {n, c, h, w}).output_any("y", 1);
+  b.initializer("W", {m, c, 3, 3}, uniform_values(rng, static_cast<size_t>(m * c * 9)));
+  b.initializer("B", {m}, uniform_values(rng, static_cast<size_t>(m)));
+  b.node("Conv", {"x", "W", "B"}, {"y"}, [](auto& node) {
+    ModelBuilder::set_ints(node, "pads", {1, 0, 1, 2});
+  });
+  const std::string bytes = b.bytes();
+  const Model model = load_model_from_bytes(bytes.data(), bytes.size());
+  const Node& node = model.graph.nodes[0];
+  const Tensor& weights = model.graph.initializers.at("W");
+  const Tensor& bias = model.graph.initializers.at("B");
+  const ConvShapes s = conv_shapes(WindowAttributes(node), 1, {n, c, h, w}, weights.shape(), node);
+  const std::vector<float> x = uniform_values(rng, static_cast<size_t>(n * c * h * w));
+  std::vector<float> want(static_cast<size_t>(numel_of(s.out)));
+  reference_conv(s, x.data(), weights.data<float>(), bias.data<float>(), want.data());
+  float scale = 0;
+  for (float v : want) scale = std::max(scale, std::abs(v));
+  const int64_t oh = s.out[2], ow = s.out[3];
+  const TypeShape x_type{ValueInfo::Kind::Tensor, DType::Float, {n, c, h, w}, true};
+  const TypeShape w_type = TypeShape::of(weights), b_type = TypeShape::of(bias);
+  const Value w_value = weights, b_value = bias;
+  const std::vector<const TypeShape*> types = {&x_type, &w_type, &b_type};
+  const std::vector<const Value*> values = {nullptr, &w_value, &b_value};
+  for (const StoredLayout layout :
+       {StoredLayout::ChannelsFirst, StoredLayout::ChannelsLast, StoredLayout::Blocked16}) {
+    SCOPED_TRACE("Y stored as layout " + std::to_string(static_cast<int>(layout)));
+    NodeInferContext ctx(node, types, values, 2, /*shapes_vary=*/true);
+    const auto p = plan_conv_as_product(ctx, s, weights, true, FusedActivation{},
+                                        StoredLayout::ChannelsFirst, layout);
+    ASSERT_TRUE(p);
+    std::vector<float> scratch(ctx.scratch_bytes / sizeof(float) + 16);
+    float* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) &
+                                              ~uintptr_t{63});
+    const int64_t blocks = (m + 15) / 16;
+    std::vector<float> y(static_cast<size_t>(n * blocks * 16 * oh * ow), -7.0f);
+    run_conv_as_product(*p, x.data(), bias.data<float>(), y.data(), aligned, 2);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < m; ++o)
+        for (int64_t r = 0; r < oh * ow; ++r) {
+          const int64_t at = layout == StoredLayout::ChannelsFirst ? (i * m + o) * oh * ow + r
+                             : layout == StoredLayout::ChannelsLast
+                                 ? (i * oh * ow + r) * m + o
+                                 : ((i * blocks + o / 16) * oh * ow + r) * 16 + o % 16;
+          ASSERT_NEAR(y[static_cast<size_t>(at)],
+                      want[static_cast<size_t>((i * m + o) * oh * ow + r)], 1e-5f * scale)
+              << "image " << i << " channel " << o << " pixel " << r;
+        }
+    if (layout == StoredLayout::Blocked16) {  // (the last block's channels past M: zeros)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < oh * ow; ++r)
+          for (int64_t o = m; o < blocks * 16; ++o)
+            ASSERT_EQ(y[static_cast<size_t>(((i * blocks + o / 16) * oh * ow + r) * 16 + o % 16)],
+                      0.0f);
+    }
+  }
 }
 
 }  // namespace

@@ -106,12 +106,7 @@ Choice choose_kernel(const CompiledGraph& cg, const Node& node,
         }
       c.values = c.host_values;
     }
-    auto matching = [&] {
-      std::vector<const KernelDef*> defs;
-      for (const KernelDef* def : KernelRegistry::instance().named(node.op_type))
-        if (def->matches(node, *device)) defs.push_back(def);
-      return defs;
-    };
+    auto matching = [&] { return KernelRegistry::instance().candidates(node, *device); };
     std::vector<const KernelDef*> unkept;
     const std::vector<const KernelDef*>& defs =
         memo ? memo->definitions(*device, matching) : (unkept = matching());

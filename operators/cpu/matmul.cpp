@@ -490,18 +490,18 @@ class DnnlMatMul final : public Kernel {
     if (p.perms.any() && (a0.size() < 2 || b0.size() < 2)) throw KernelUnsupported{"1-D operand"};
     check_epilogue(ctx, s.result);
     ctx.set_output(0, ctx.dtype(0), p.y);
+    // B shared by every batch (a linear layer): one [batch·M, K] × [K, N] product, which lets
+    // oneDNN pack B and block over all rows at once.
+    const bool b_shared = numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2;
     // (First: a new shape plans such products without a descriptor of oneDNN's.)
-    if (auto computed = computed_product(ctx, p, a0, b0)) {
+    if (auto computed = computed_product(ctx, p, a0, b0, b_shared)) {
       auto st = std::make_shared<MatMulState>();
       ctx.request_scratch(computed_product_scratch(*computed));
       st->computed = std::move(computed);
       return ctx.set_state(st);
     }
     const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
-    // B shared by every batch (a linear layer): one [batch·M, K] × [K, N] product, which lets
-    // oneDNN pack B and block over all rows at once.
     Shape a = s.a, b = s.b, out = s.out;
-    const bool b_shared = numel_of(Shape(s.b.begin(), s.b.end() - 2)) == 1 && s.a.size() > 2;
     if (!p.perms.any() && b_shared) {
       a = {numel_of(s.a) / s.k, s.k};
       b = {s.k, s.n};
@@ -666,7 +666,7 @@ class DnnlMatMul final : public Kernel {
   // the packed kernel (ComputedProduct); null where it does not apply.
   std::shared_ptr<const ComputedProduct> computed_product(const InferContext& ctx,
                                                           const FoldedProduct& p, const Shape& a0,
-                                                          const Shape& b0) const {
+                                                          const Shape& b0, bool b_shared) const {
     if (!computed_product_suits(ctx) || ctx.input_tensor(1) || ctx.has_input(2) ||
         ctx.has_input(3) || act_.kind != FusedActivation::Kind::None ||
         ctx.dtype(0) != DType::Float || a0.size() < 2 || b0.size() < 2)
@@ -680,12 +680,9 @@ class DnnlMatMul final : public Kernel {
     const size_t rank = s.out.size(), ar = a_st.size(), br = b_st.size();
     if (y_st.size() != rank || (a_st[ar - 1] != 1 && s.k > 1) || (y_st[rank - 1] != 1 && s.n > 1))
       return nullptr;
-    // (B shared by every batch, a linear layer on computed weights: oneDNN's one product over all
-    // the rows, where the rows allow it, rather than a packing of B per batch.)
-    const size_t missing_b = rank - br;
-    bool b_shared = numel_of(Shape(s.out.begin(), s.out.end() - 2)) > 1;
-    for (size_t i = missing_b; i + 2 < rank; ++i) b_shared = b_shared && s.b[i] == 1;
-    if (b_shared) return nullptr;
+    // (B shared by several batches, a linear layer on computed weights: oneDNN's one product
+    // over all the rows, where the rows allow it, rather than a packing of B per batch.)
+    if (b_shared && numel_of(Shape(s.out.begin(), s.out.end() - 2)) > 1) return nullptr;
     auto c = std::make_shared<ComputedProduct>();
     c->m = s.m;
     c->k = s.k;

@@ -196,6 +196,10 @@ void* pool_allocate(size_t bytes, size_t* capacity) {
   return q;
 }
 
+size_t size_class_bytes(size_t bytes) {
+  return bytes <= 64 ? 64 : class_bytes(size_class(bytes));
+}
+
 void pool_free(void* q, size_t bytes) noexcept {
   if (!q) return;
   if (!VOLT_POOL_ENABLED || bytes < kMinPooled) {

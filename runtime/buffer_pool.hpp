@@ -20,6 +20,9 @@ namespace volt {
 void* pool_allocate(size_t bytes, size_t* capacity);
 // Gives back a buffer from pool_allocate, with the capacity it gave.
 void pool_free(void* p, size_t bytes) noexcept;
+// `bytes` rounded up to the pool's size classes: quarters of a power of two (at most 25% more),
+// and at least 64.
+size_t size_class_bytes(size_t bytes);
 
 // A run's arena of at least `bytes` (page-aligned; nullptr when memory is exhausted), with
 // `*capacity` to pass to arena_free. Arenas are regions of reserved address space, kept with

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "runtime/buffer_pool.hpp"
 #include "runtime/error.hpp"
 
 namespace volt {
@@ -57,6 +58,28 @@ ArenaLayout layout_arena(const std::vector<BufferLifetime>& buffers) {
     out.total_bytes = std::max(out.total_bytes, best + size);
   }
   return out;
+}
+
+}  // namespace volt
+
+namespace volt {
+
+std::shared_ptr<const SharedArenaLayout> layout_arena_for_shapes(
+    const std::vector<BufferLifetime>& buffers, std::shared_ptr<const SharedArenaLayout> previous) {
+  auto fits = [&](const SharedArenaLayout& p) {
+    if (p.slots.size() != buffers.size()) return false;
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i].first != p.slots[i].first || buffers[i].last != p.slots[i].last ||
+          buffers[i].bytes > p.slots[i].bytes)
+        return false;
+    return true;
+  };
+  if (previous && fits(*previous)) return previous;
+  auto made = std::make_shared<SharedArenaLayout>();
+  made->slots = buffers;
+  for (BufferLifetime& slot : made->slots) slot.bytes = size_class_bytes(slot.bytes);
+  made->layout = layout_arena(made->slots);
+  return made;
 }
 
 }  // namespace volt

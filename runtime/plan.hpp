@@ -14,6 +14,7 @@
 #include "operators/registry.hpp"
 #include "runtime/compiled_graph.hpp"
 #include "runtime/deferred_choice.hpp"
+#include "runtime/memory_plan.hpp"
 
 namespace volt {
 
@@ -61,6 +62,9 @@ struct Plan {
   std::vector<Placement> placement;   // by value id
   std::vector<int64_t> arena_offset;  // by value id; -1 when not in the arena
   size_t arena_bytes = 0;
+  // In a plan for one of several shapes, the arena's layout, which the next such plan takes as it
+  // is where its buffers fit (layout_arena_for_shapes); null otherwise.
+  std::shared_ptr<const SharedArenaLayout> arena_layout;
   int threads = 1;
   bool uses_accelerator = false;  // some step runs on cg.accelerator: runs take a stream there
   // Initializers whose data this plan dropped because every step that reads them keeps its own

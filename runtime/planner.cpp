@@ -658,7 +658,13 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
       laid_out_as[b] = static_cast<int>(laid_out.size());
       laid_out.push_back(buffers[b]);
     }
-  const ArenaLayout layout = layout_arena(laid_out);
+  ArenaLayout own_layout;
+  if (in.shapes_vary)
+    plan->arena_layout =
+        layout_arena_for_shapes(laid_out, previous ? previous->arena_layout : nullptr);
+  else
+    own_layout = layout_arena(laid_out);
+  const ArenaLayout& layout = plan->arena_layout ? plan->arena_layout->layout : own_layout;
   auto offset_of = [&](int b) {
     int64_t at = 0;
     for (; parent[b] >= 0; b = parent[b]) at += static_cast<int64_t>(offset_in_parent[b]);

@@ -56,6 +56,42 @@ TEST(ArenaLayout, ReusesMemoryOfDeadBuffers) {
   EXPECT_EQ(l.total_bytes, 2u * 4096u);
 }
 
+// Plans for several shapes share a layout while their buffers live as before and fit its slots;
+// a buffer past its slot, or one living longer, gets a new layout, whose slots hold every buffer
+// (with room to grow) apart from those alive with it.
+TEST(ArenaLayout, PlansForOtherShapesTakeTheLayoutWhereTheirBuffersFit) {
+  const std::vector<BufferLifetime> at_17 = {{17 * 256, 0, 2}, {17 * 1024, 1, 3}, {4096, 2, 4}};
+  const auto first = layout_arena_for_shapes(at_17, nullptr);
+  for (size_t i = 0; i < at_17.size(); ++i) EXPECT_GE(first->slots[i].bytes, at_17[i].bytes);
+  EXPECT_GT(first->slots[0].bytes, at_17[0].bytes);  // room for the next lengths
+  for (size_t i = 0; i < at_17.size(); ++i)
+    for (size_t j = i + 1; j < at_17.size(); ++j) {
+      if (at_17[i].first > at_17[j].last || at_17[j].first > at_17[i].last) continue;
+      EXPECT_FALSE(overlap(first->layout.offsets[i], first->slots[i].bytes,
+                           first->layout.offsets[j], first->slots[j].bytes));
+    }
+
+  std::vector<BufferLifetime> at_18 = at_17;
+  at_18[0].bytes = 18 * 256;
+  at_18[1].bytes = 18 * 1024;
+  EXPECT_EQ(layout_arena_for_shapes(at_18, first), first);
+
+  std::vector<BufferLifetime> at_40 = at_17;
+  at_40[1].bytes = 40 * 1024;  // past its slot
+  const auto grown = layout_arena_for_shapes(at_40, first);
+  EXPECT_NE(grown, first);
+  EXPECT_GE(grown->slots[1].bytes, at_40[1].bytes);
+  EXPECT_FALSE(overlap(grown->layout.offsets[1], grown->slots[1].bytes, grown->layout.offsets[2],
+                       grown->slots[2].bytes));
+
+  std::vector<BufferLifetime> longer = at_17;
+  longer[0].last = 4;  // now alive with the third buffer
+  EXPECT_NE(layout_arena_for_shapes(longer, first), first);
+  std::vector<BufferLifetime> more = at_17;
+  more.push_back({64, 4, 4});
+  EXPECT_NE(layout_arena_for_shapes(more, first), first);
+}
+
 // Buffers for growing input shapes (graph outputs, values shaped at run time): a fresh one is
 // rounded up to a power of two, and a larger request up to that size gets the kept buffer back
 // (pages earlier runs touched), not fresh pages.

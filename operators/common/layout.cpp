@@ -206,4 +206,12 @@ std::vector<int64_t> permuted_strides(const Shape& shape, const std::vector<int6
   return out;
 }
 
+std::vector<int64_t> logical_strides(const Shape& dims, const std::vector<int64_t>& perm) {
+  if (perm.empty()) return strides_of(dims);
+  const std::vector<int64_t> stored = strides_of(permuted_shape(dims, perm));
+  std::vector<int64_t> strides(dims.size());
+  for (size_t j = 0; j < perm.size(); ++j) strides[static_cast<size_t>(perm[j])] = stored[j];
+  return strides;
+}
+
 }  // namespace volt

@@ -59,6 +59,10 @@ std::vector<int64_t> resolve_perm(const std::vector<int64_t>& perm, size_t rank,
 // Transposes read.
 Shape permuted_shape(const Shape& shape, const std::vector<int64_t>& perm);
 std::vector<int64_t> permuted_strides(const Shape& shape, const std::vector<int64_t>& perm);
+// The strides of a value of `dims` stored row-major as dims permuted by `perm` (stored axis j is
+// logical axis perm[j]): where a product writes its result through a folded Transpose. Plain
+// strides without a perm.
+std::vector<int64_t> logical_strides(const Shape& dims, const std::vector<int64_t>& perm);
 
 // out[i0, i1, …] = in[i_perm…]: out has the permuted shape of `in`. The one strided copy behind
 // Transpose and the channels-last fallbacks.

@@ -73,16 +73,6 @@ dnnl::memory::desc operand_md(const Shape& dims, const Shape& stored,
   return dnnl_adapter::strided_md(dims, strides, dt);
 }
 
-// The strides of a value of `dims` stored row-major as dims permuted by `perm` (stored axis j is
-// logical axis perm[j]); plain strides without a perm.
-std::vector<int64_t> logical_strides(const Shape& dims, const std::vector<int64_t>& perm) {
-  if (perm.empty()) return strides_of(dims);
-  const std::vector<int64_t> stored = strides_of(permuted_shape(dims, perm));
-  std::vector<int64_t> strides(dims.size());
-  for (size_t j = 0; j < perm.size(); ++j) strides[static_cast<size_t>(perm[j])] = stored[j];
-  return strides;
-}
-
 // Y's descriptor: logical `dims` written as a row-major value of dims permuted by `perm` (stored
 // axis j is logical axis perm[j]).
 dnnl::memory::desc result_md(const Shape& dims, const std::vector<int64_t>& perm,

@@ -172,6 +172,17 @@ void run_computed(const ComputedProduct& p, const float* a, const float* b, floa
           cb, nullptr, nullptr, y + oy, p.ldy);
   });
 }
+void product_with_packed(const float* a, int64_t lda, int64_t rows, const float* packed, int64_t k,
+                         int64_t n, float* y, int64_t ldy) {
+  PackedProduct plain;
+  plain.k = k;
+  plain.n = n;
+  // Row blocks inner, as in run: consecutive blocks read the same packed columns.
+  for (int64_t cb = 0; cb * kColumns < n; ++cb)
+    for (int64_t r0 = 0; r0 < rows; r0 += kRows)
+      block(plain, packed, a, lda, r0, std::min<int64_t>(kRows, rows - r0), cb, nullptr, nullptr, y,
+            ldy);
+}
 #pragma GCC pop_options
 }  // namespace packed_avx512
 
@@ -258,6 +269,21 @@ size_t computed_product_scratch(const ComputedProduct& p) {
 void run_computed_product(const ComputedProduct& p, const float* a, const float* b, float* y,
                           void* scratch, int threads) {
   packed_avx512::run_computed(p, a, b, y, static_cast<float*>(scratch), threads);
+}
+
+int64_t packed_floats(int64_t k, int64_t n) {
+  return (n + kPackColumns - 1) / kPackColumns * kPackColumns * k;
+}
+
+void pack_operand(const float* b, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride,
+                  float scale, float* to) {
+  for (int64_t cb = 0; cb * kPackColumns < n; ++cb)
+    packed_avx512::pack_columns(b, k, n, k_stride, n_stride, scale, cb, to + cb * k * kPackColumns);
+}
+
+void product_with_packed(const float* a, int64_t lda, int64_t rows, const float* packed, int64_t k,
+                         int64_t n, float* y, int64_t ldy) {
+  packed_avx512::product_with_packed(a, lda, rows, packed, k, n, y, ldy);
 }
 
 void run_packed_product(const PackedProduct& p, const float* a, int64_t rows, const float* bias,

@@ -81,4 +81,14 @@ size_t computed_product_scratch(const ComputedProduct& p);
 void run_computed_product(const ComputedProduct& p, const float* a, const float* b, float* y,
                           void* scratch, int threads);
 
+// The pieces of those products, for kernels that chain them (ai.volt Attention): B [k, n], read
+// at k `k_stride` + n `n_stride` and times `scale`, packed as the kernel reads it into
+// packed_floats(k, n) floats at `to`; and Y [rows, n] (rows `ldy` apart) = A [rows, k] (rows
+// `lda` apart) times such a B, on the calling thread. AVX-512 only (computed_product_suits).
+int64_t packed_floats(int64_t k, int64_t n);
+void pack_operand(const float* b, int64_t k, int64_t n, int64_t k_stride, int64_t n_stride,
+                  float scale, float* to);
+void product_with_packed(const float* a, int64_t lda, int64_t rows, const float* packed, int64_t k,
+                         int64_t n, float* y, int64_t ldy);
+
 }  // namespace volt

@@ -12,14 +12,13 @@
 #include "operators/common/shape_util.hpp"
 #include "operators/common/simd_clones.hpp"
 #include "operators/common/vector_exp.hpp"
+#include "operators/cpu/softmax_rows.hpp"
 #include "operators/registry.hpp"
 
 namespace volt {
-namespace {
 
-// Softmax (or, with `log`, LogSoftmax) of each of `rows` contiguous rows of n floats. The
-// maximum and the sum are SIMD reductions (summed in lanes, so in another order than a plain
-// loop: a difference in the last bits).
+// (See softmax_rows.hpp.) The maximum and the sum are SIMD reductions (summed in lanes, so in
+// another order than a plain loop: a difference in the last bits).
 VOLT_SIMD_CLONES void softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n,
                                        bool log) {
   for (int64_t r = 0; r < rows; ++r, x += n, y += n) {
@@ -43,6 +42,8 @@ VOLT_SIMD_CLONES void softmax_rows_f32(const float* x, float* y, int64_t rows, i
     }
   }
 }
+
+namespace {
 
 // The same along a strided axis: columns [c0, c1) of one [n, inner] plane, the maximum, the
 // sum and the scaling each a pass over the plane's rows vectorized across the columns (a

@@ -55,9 +55,13 @@ const std::vector<Pass>& optimization_passes() {
        [](const SessionOptions& o) {
          return on_cpu(o) && (o.optimization_level >= 1 || o.precision == "int8");
        }},
-      // On the CPU, oneDNN's MatMul with fused epilogues serves attention better than one
-      // reference kernel would; on an accelerator the fused node saves the scores' round trips.
-      {"fuse_attention", 2, fuse_attention, [](const SessionOptions& o) { return !on_cpu(o); }},
+      // One node keeps the scores in cache (operators/cpu/attention.cpp) or, on an accelerator,
+      // saves their round trips. On CPUs without AVX-512, and where a CPU session computes in
+      // bf16 or fp16, MatMul and Softmax serve attention better.
+      {"fuse_attention", 2, fuse_attention,
+       [](const SessionOptions& o) {
+         return !on_cpu(o) || (o.precision == "fp32" && cpu_has_avx512() && cpu_has_avx512f());
+       }},
       {"fuse_matmul_epilogue", 2, fuse_matmul_epilogue, on_cpu},
       {"fold_transpose_into_matmul", 2, fold_transpose_into_matmul, on_cpu},
       // Before the layout pass, which keeps the one node channels-last (not the three).

@@ -490,13 +490,32 @@ class DnnlMatMul final : public Kernel {
       st->computed = std::move(computed);
       return ctx.set_state(st);
     }
-    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     Shape a = s.a, b = s.b, out = s.out;
     if (!p.perms.any() && b_shared) {
       a = {numel_of(s.a) / s.k, s.k};
       b = {s.k, s.n};
       out = {a[0], s.n};
     }
+    const bool sum = ctx.has_input(3) && ctx.shape(3) == s.result;
+    // bf16 arithmetic (precision = bf16) needs the weights constant: they are converted once.
+    const Tensor* b_const = ctx.input_tensor(1);
+    const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && b_const;
+    // Rows of A times one row-major [K, N] matrix in fp32, without a scale: the routes below take
+    // such products (ConvRoute without AVX-512, the packed kernel with it).
+    const bool rows_times_matrix = !bf16 && !p.perms.any() && ctx.dtype(0) == DType::Float &&
+                                   scale_ == 1.0f && a.size() == 2 && out.size() == 2 &&
+                                   numel_of(b0) == s.k * s.n;
+    // (Before any descriptor or post-op of oneDNN's is made, which a new shape would otherwise
+    // pay for: a fifth of a text classifier's projection's planning.)
+    if (rows_times_matrix && b_const && packed_product_suits(ctx, s.k, s.n, act_) &&
+        (!ctx.has_input(2) || numel_of(ctx.shape(2)) == s.n)) {
+      auto st = std::make_shared<MatMulState>();
+      st->packed =
+          plan_packed_product(ctx, *b_const, s.k, s.n, s.n, 1, ctx.has_input(2), act_, sum);
+      st->sum = sum;
+      return ctx.set_state(st);
+    }
+    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     // The same through folded Transposes, where A's and Y's strides let their batch axes and
     // rows run as one axis: a decoder's cross-attention projects its memory [B, S, D] read as
     // [S, B, D] (a Transpose folded in), which ran as S products of one row each (DETR's
@@ -527,18 +546,9 @@ class DnnlMatMul final : public Kernel {
     }
     dnnl::post_ops ops;
     act_.append_to(ops);
-    const bool sum = ctx.has_input(3) && ctx.shape(3) == s.result;
     if (sum) ops.append_sum(1.0f);
-    // bf16 arithmetic (precision = bf16) needs the weights constant: they are converted once.
-    const Tensor* b_const = ctx.input_tensor(1);
-    const bool bf16 = bf16_ && ctx.dtype(0) == DType::Float && b_const;
     const auto cdt = bf16 ? dnnl::memory::data_type::bf16 : dt;
-    // Rows of A times one row-major [K, N] matrix in fp32, without a scale: the routes below take
-    // such products (ConvRoute without AVX-512, the packed kernel with it).
-    const bool rows_times_matrix = !bf16 && !p.perms.any() && ctx.dtype(0) == DType::Float &&
-                                   scale_ == 1.0f && a.size() == 2 && out.size() == 2 &&
-                                   numel_of(b0) == s.k * s.n;
-    if (conv_route_allowed(ctx) && rows_times_matrix)  // (first: it marks generic plans)
+    if (conv_route_allowed(ctx) && rows_times_matrix)  // (it marks generic plans)
       if (auto conv =
               plan_conv_route(ctx, a[0], s.k, s.n, b_const, s.n, 1, ctx.has_input(2), act_, sum)) {
         auto st = std::make_shared<MatMulState>();
@@ -546,14 +556,6 @@ class DnnlMatMul final : public Kernel {
         st->sum = sum;
         return ctx.set_state(st);
       }
-    if (rows_times_matrix && b_const && packed_product_suits(ctx, s.k, s.n, act_) &&
-        (!ctx.has_input(2) || numel_of(ctx.shape(2)) == s.n)) {
-      auto st = std::make_shared<MatMulState>();
-      st->packed =
-          plan_packed_product(ctx, *b_const, s.k, s.n, s.n, 1, ctx.has_input(2), act_, sum);
-      st->sum = sum;
-      return ctx.set_state(st);
-    }
     // The graph's tensors as the product reads them: folded Transposes as strided descriptors.
     const dnnl::memory::desc a_md = a_rows ? *a_rows : operand_md(a, a0, p.perms.a, dt),
                              b_md = b_rows ? *b_rows : operand_md(b, b0, p.perms.b, dt),
@@ -738,9 +740,24 @@ class Gemm final : public Kernel {
     if (!dnnl_adapter::supported(ctx.dtype(0)) || ctx.dtype(0) != DType::Float || d.k == 0 ||
         d.m == 0 || d.n == 0)
       return;
-    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     const Shape& as = ctx.shape(0);
     const Shape& bs = ctx.shape(1);
+    // C as the product's bias: a row of N (or, below, C of the result's shape).
+    const bool unscaled = alpha_ == 1.0f && beta_ == 1.0f;
+    const bool bias_row =
+        ctx.has_input(2) && unscaled && numel_of(ctx.shape(2)) == d.n &&
+        (ctx.shape(2).size() == 1 || (ctx.shape(2).size() == 2 && ctx.shape(2)[0] == 1));
+    // A linear layer's product (C absent or its bias) on packed weights in a plan for several
+    // shapes with AVX-512 (before any descriptor of oneDNN's is made, which a new shape would
+    // otherwise pay for), or as a 1x1 convolution without it (ConvRoute).
+    const bool linear_layer = !ta_ && alpha_ == 1.0f && (!ctx.has_input(2) || bias_row);
+    if (linear_layer && ctx.input_tensor(1) && packed_product_suits(ctx, d.k, d.n, act_)) {
+      auto st = std::make_shared<MatMulState>();
+      st->packed = plan_packed_product(ctx, *ctx.input_tensor(1), d.k, d.n, tb_ ? 1 : bs[1],
+                                       tb_ ? bs[1] : 1, bias_row, act_, false);
+      return ctx.set_state(st);
+    }
+    const auto dt = dnnl_adapter::to_dnnl(ctx.dtype(0));
     // Transposes are strides, not copies.
     const auto a_md = dnnl_adapter::strided_md(
         {d.m, d.k}, ta_ ? std::vector<int64_t>{1, as[1]} : std::vector<int64_t>{as[1], 1}, dt);
@@ -748,28 +765,15 @@ class Gemm final : public Kernel {
         {d.k, d.n}, tb_ ? std::vector<int64_t>{1, bs[1]} : std::vector<int64_t>{bs[1], 1}, dt);
     dnnl::memory::desc bias_md;
     const dnnl::memory::desc* bias = nullptr;
-    if (ctx.has_input(2) && beta_ == 1.0f && alpha_ == 1.0f) {
-      const Shape& cs = ctx.shape(2);
-      if (numel_of(cs) == d.n && (cs.size() == 1 || (cs.size() == 2 && cs[0] == 1)))
-        bias_md = dnnl_adapter::plain_md({1, d.n}, dt);
-      else if (cs == out)
-        bias_md = dnnl_adapter::plain_md(out, dt);
-      if (bias_md.get_size() > 0) bias = &bias_md;
-    }
+    if (bias_row)
+      bias_md = dnnl_adapter::plain_md({1, d.n}, dt);
+    else if (ctx.has_input(2) && unscaled && ctx.shape(2) == out)
+      bias_md = dnnl_adapter::plain_md(out, dt);
+    if (bias_md.get_size() > 0) bias = &bias_md;
     // A fused activation is a post-op when C is the primitive's bias (or absent); otherwise it
     // follows the separate C addition in run().
     dnnl::post_ops ops;
     if (bias || !ctx.has_input(2)) act_.append_to(ops);
-    // A linear layer's product (C absent or its bias) on packed weights in a plan for several
-    // shapes with AVX-512, or as a 1x1 convolution without it (ConvRoute).
-    const bool linear_layer =
-        !ta_ && alpha_ == 1.0f && (!ctx.has_input(2) || (bias && bias->dims()[0] == 1));
-    if (linear_layer && ctx.input_tensor(1) && packed_product_suits(ctx, d.k, d.n, act_)) {
-      auto st = std::make_shared<MatMulState>();
-      st->packed = plan_packed_product(ctx, *ctx.input_tensor(1), d.k, d.n, tb_ ? 1 : bs[1],
-                                       tb_ ? bs[1] : 1, bias != nullptr, act_, false);
-      return ctx.set_state(st);
-    }
     if (conv_route_allowed(ctx) && linear_layer) {
       if (auto conv = plan_conv_route(ctx, d.m, d.k, d.n, ctx.input_tensor(1), tb_ ? 1 : bs[1],
                                       tb_ ? bs[1] : 1, bias != nullptr, act_, false)) {

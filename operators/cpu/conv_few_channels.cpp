@@ -115,7 +115,10 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
       const float* from = x + r.channel[c] + iy * r.row;
       const int64_t first = std::max<int64_t>(0, p.pad_left),
                     last = std::min<int64_t>(r.row_length, p.pad_left + p.w);
-      for (int64_t k = first; k < last; ++k) row[k] = from[(k - p.pad_left) * r.column];
+      if (r.column == 1)  // (channels-first X: its row as it lies)
+        std::copy(from + (first - p.pad_left), from + (last - p.pad_left), row + first);
+      else
+        for (int64_t k = first; k < last; ++k) row[k] = from[(k - p.pad_left) * r.column];
     }
   for (int64_t ox0 = 0; ox0 < p.ow; ox0 += kPix) {
     const int64_t pixels = std::min<int64_t>(kPix, p.ow - ox0);

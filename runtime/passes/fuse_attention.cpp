@@ -2,9 +2,12 @@
 //   MatMul(Q, Kᵀ) -> [Div(·, c) | Mul(·, c)] -> [Add(·, mask)] -> Softmax(last axis) -> MatMul(·,
 //   V)
 // Kᵀ is read as it is, or, when it is Transpose(K) swapping the last two axes for this product
-// alone, K is read and the Transpose goes. On an accelerator the node is two batched products and
-// one kernel that scales, masks and normalizes the scores in place: the scores make one round trip
-// through memory instead of four. Every intermediate must have its one reader in the pattern.
+// alone, K is read and the Transpose goes; a scalar Div or Mul on Q moves into the scale. On an
+// accelerator the node is two batched products and one kernel that scales, masks and normalizes the
+// scores in place: the scores make one round trip through memory instead of four. Every
+// intermediate must have its one reader in the pattern.
+#include <cmath>
+
 #include "operators/registry.hpp"
 #include "runtime/passes/passes.hpp"
 
@@ -81,9 +84,27 @@ Graph fuse_attention(const Graph& graph) {
       k = g.nodes[*producer].inputs[0];
       k_transposed = 0;
     }
-    Node attention =
-        make_node(scores.name + "/attention", "Attention",
-                  {scores.inputs[0], k, context->inputs[1], mask}, {context->outputs[0]}, 1);
+    // A scalar Div or Mul on Q (PyTorch's attention scales Q by 1/sqrt(d) before the product)
+    // moves into the scale, (Q / c) Kᵀ being (Q Kᵀ) / c: the Transpose that splits Q's heads
+    // then folds into the node too, where it fed the Div (a copy and a pass over Q less).
+    std::string q = scores.inputs[0];
+    const auto q_producer = uses.producer(q);
+    if (q_producer && !rw.removed(&g.nodes[*q_producer]) && rw.sole_reader(q) == &scores) {
+      const Node& op = g.nodes[*q_producer];
+      const bool div = is_onnx_op(op, "Div"), mul = is_onnx_op(op, "Mul");
+      if ((div || mul) && op.inputs.size() == 2) {
+        // (Div's divisor is its second input; Mul's constant either.)
+        const size_t at = div || constant_scalar(g, op.inputs[1]) ? 1 : 0;
+        const auto c = constant_scalar(g, op.inputs[at]);
+        if (c && *c != 0.0f && std::isfinite(*c) && op.inputs[1 - at] != op.inputs[at]) {
+          scale = div ? scale / *c : scale * *c;
+          q = op.inputs[1 - at];
+          pattern.push_back(&op);
+        }
+      }
+    }
+    Node attention = make_node(scores.name + "/attention", "Attention",
+                               {q, k, context->inputs[1], mask}, {context->outputs[0]}, 1);
     attention.domain = kVoltDomain;
     attention.attributes["scale"] = float_attr(scale);
     attention.attributes["k_transposed"] = int_attr(k_transposed);

@@ -328,13 +328,14 @@ TEST(Passes, AttentionTransposesFoldIntoTheMatMuls) {
   expect_same_as_unoptimized(bytes, feeds, 1e-5f);
 }
 
-// The same pattern with a scale and a padding mask, at sizes that leave blocks part empty (37
-// query rows: a block of 24 and one of 13; 37 keys: 32 columns and 5; depth 40): in a CPU session
-// it becomes one Attention node with the heads' Transposes folded in (Q, Kᵀ and V read through
-// their strides, the context written through its Transpose), no Transpose, MatMul or Softmax left,
-// and computes what the unoptimized graph computes, in f32 (volt's packed product on AVX-512) and
-// in f64 (one query row at a time, through the same strides); and so with one query row over the
-// 37 keys (a decoder's step: K's and V's rows read where they lie, without packing).
+// The same pattern with a scale (on the scores, or on Q) and a padding mask, at sizes that leave
+// blocks part empty (37 query rows: a block of 24 and one of 13; 37 keys: 32 columns and 5; depth
+// 40): in a CPU session it becomes one Attention node with the heads' Transposes folded in (Q, Kᵀ
+// and V read through their strides, the context written through its Transpose), no Transpose,
+// MatMul or Softmax left, and computes what the unoptimized graph computes, in f32 (volt's packed
+// product on AVX-512) and in f64 (one query row at a time, through the same strides); and so with
+// one query row over the 37 keys (a decoder's step: K's and V's rows read where they lie, without
+// packing).
 TEST(Passes, AttentionWithFoldedTransposesMatchesTheUnfusedGraph) {
   const int64_t b = 2, s = 37, h = 3, d = 40;
   for (const int64_t sq : {s, int64_t{1}})
@@ -361,10 +362,13 @@ TEST(Passes, AttentionWithFoldedTransposesMatchesTheUnfusedGraph) {
         transpose("kh", "kt", {0, 1, 3, 2});
       }
       transpose("v4", "vt", {0, 2, 1, 3});
-      mb.node("MatMul", {"qt", "kt"}, {"scores"});
+      // The scale (f32 only: a float constant) on the scores, or, as PyTorch writes it, on Q.
+      const bool scale_q = f32 && sq == 1;
+      if (f32) mb.initializer("c", {}, {std::sqrt(static_cast<float>(d))});
+      if (scale_q) mb.node("Div", {"qt", "c"}, {"qs"});
+      mb.node("MatMul", {scale_q ? "qs" : "qt", "kt"}, {"scores"});
       std::string masked_from = "scores";
-      if (f32) {  // (a float scale: the f64 graph goes without)
-        mb.initializer("c", {}, {std::sqrt(static_cast<float>(d))});
+      if (f32 && !scale_q) {
         mb.node("Div", {"scores", "c"}, {"scaled"});
         masked_from = "scaled";
       }
@@ -399,7 +403,8 @@ TEST(Passes, AttentionWithFoldedTransposesMatchesTheUnfusedGraph) {
       for (const ProfileEvent& e : profile.events) {
         attention += e.op == "Attention";
         if (fused) {
-          EXPECT_TRUE(e.op != "Transpose" && e.op != "MatMul" && e.op != "Softmax") << e.op;
+          EXPECT_TRUE(e.op != "Transpose" && e.op != "MatMul" && e.op != "Softmax" && e.op != "Div")
+              << e.op;
         }
       }
       EXPECT_EQ(attention, fused ? 1 : 0);

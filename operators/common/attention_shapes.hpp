@@ -51,11 +51,15 @@ struct AttentionAttributes {
   bool k_transposed;
   explicit AttentionAttributes(const Node& n)
       : scale(n.attr_float("scale", 1.0f)), k_transposed(n.attr_int("k_transposed", 0) != 0) {}
-  // At planning: also checks that the operands share one dtype.
-  AttentionShapes infer(InferContext& ctx) const {
+  // InvalidArgument unless Q, K, V and the mask share one dtype.
+  static void check_dtypes(const InferContext& ctx) {
     for (size_t i = 1; i < 4; ++i)
       if (ctx.has_input(i) && ctx.dtype(i) != ctx.dtype(0))
         ctx.input_error("Q, K, V and the mask must have one dtype");
+  }
+  // At planning: also checks that the operands share one dtype.
+  AttentionShapes infer(InferContext& ctx) const {
+    check_dtypes(ctx);
     const Shape mask = ctx.has_input(3) ? ctx.shape(3) : Shape{};
     return attention_shapes(ctx.shape(0), ctx.shape(1), ctx.shape(2),
                             ctx.has_input(3) ? &mask : nullptr, k_transposed, ctx.node());

@@ -116,22 +116,6 @@ struct Problem {
 // Query rows per task of the packed path: two of the kernel's blocks of rows.
 constexpr int64_t kQueryRows = 24;
 
-// The packed path's scratch: each batch's Kᵀ and V packed, then a tile of kQueryRows rows of
-// scores for each of `threads` threads.
-struct PackedScratch {
-  int64_t k_floats = 0, v_floats = 0, batches = 0, tile_floats = 0;
-  explicit PackedScratch(const AttentionShapes& a)
-      : k_floats(packed_floats(a.d, a.s_kv)),
-        v_floats(packed_floats(a.s_kv, a.dv)),
-        batches(numel_of(a.batch)),
-        tile_floats(kQueryRows * a.s_kv) {}
-  size_t bytes(int threads) const {
-    return static_cast<size_t>(batches * (k_floats + v_floats) + threads * tile_floats) *
-               sizeof(float) +
-           64;  // (room to align the start)
-  }
-};
-
 // f32 on AVX-512, Q's and Y's rows with their elements adjacent.
 bool takes_packed_path(DType dtype, const Problem& p) {
   const AttentionShapes& a = p.a;
@@ -139,6 +123,30 @@ bool takes_packed_path(DType dtype, const Problem& p) {
          p.q.strides.back() == 1 && p.y_strides.back() == 1 && cpu_has_avx512() &&
          cpu_has_avx512f();
 }
+
+// Of those, the ones with at most kFewRows query rows whose K (or Kᵀ) and V have their rows'
+// elements adjacent: run_few_rows, without packing.
+bool takes_few_rows(const Problem& p) {
+  return p.a.s <= kFewRows && p.k.strides.back() == 1 && p.v.strides.back() == 1;
+}
+
+// The scratch: each batch's Kᵀ and V packed (not for a few rows), then, for each of `threads`
+// threads, a tile of kQueryRows rows of scores (one row for a few rows).
+struct PackedScratch {
+  int64_t k_floats = 0, v_floats = 0, batches = 0, tile_floats = 0;
+  explicit PackedScratch(const Problem& p) : batches(numel_of(p.a.batch)) {
+    const AttentionShapes& a = p.a;
+    const bool few = takes_few_rows(p);
+    k_floats = few ? 0 : packed_floats(a.d, a.s_kv);
+    v_floats = few ? 0 : packed_floats(a.s_kv, a.dv);
+    tile_floats = (few ? 1 : kQueryRows) * a.s_kv;
+  }
+  size_t bytes(int threads) const {
+    return static_cast<size_t>(batches * (k_floats + v_floats) + threads * tile_floats) *
+               sizeof(float) +
+           64;  // (room to align the start)
+  }
+};
 
 class Attention final : public Kernel {
  public:
@@ -150,15 +158,13 @@ class Attention final : public Kernel {
         perm_y_(n.attr_ints("volt.perm_y")) {}
 
   void infer(InferContext& ctx) const override {
-    for (size_t i = 1; i < 4; ++i)
-      if (ctx.has_input(i) && ctx.dtype(i) != ctx.dtype(0))
-        ctx.input_error("Q, K, V and the mask must have one dtype");
+    AttentionAttributes::check_dtypes(ctx);
     const Shape mask = ctx.has_input(3) ? ctx.shape(3) : Shape{};
     const Problem p = problem(ctx.node(), ctx.shape(0), ctx.shape(1), ctx.shape(2),
                               ctx.has_input(3) ? &mask : nullptr);
     ctx.set_output(0, ctx.dtype(0), p.y_stored);
     if (takes_packed_path(ctx.dtype(0), p))
-      ctx.request_scratch(PackedScratch(p.a).bytes(ctx.threads()));
+      ctx.request_scratch(PackedScratch(p).bytes(ctx.threads()));
     else
       ctx.runs_reference_loop(
           "Attention one query row at a time (f32 with AVX-512 takes the "
@@ -247,7 +253,7 @@ class Attention final : public Kernel {
                   const std::vector<int64_t>& yo, const float* mask,
                   const std::vector<int64_t>& ms) const {
     const AttentionShapes& a = p.a;
-    const PackedScratch layout(a);
+    const PackedScratch layout(p);
     const float *q = ctx.input(0).data<float>(), *k = ctx.input(1).data<float>(),
                 *v = ctx.input(2).data<float>();
     float* y = ctx.output(0).data<float>();
@@ -264,10 +270,7 @@ class Attention final : public Kernel {
     const int64_t work = layout.batches * a.s * a.s_kv * (a.d + a.dv);
     const int64_t team =
         work >= (int64_t{1} << 15) ? std::min<int64_t>(ctx.threads(), layout.batches * blocks) : 1;
-    if (a.s <= kFewRows && p.k.strides.back() == 1 && p.v.strides.back() == 1) {
-      run_few_rows(ctx, p, qo, ko, vo, yo, mask, ms, tiles);
-      return;
-    }
+    if (takes_few_rows(p)) return run_few_rows(ctx, p, qo, ko, vo, yo, mask, ms, tiles);
     parallel_team(team, [&](int64_t rank, int64_t size, auto barrier) {
       for (int64_t t = rank; t < 2 * layout.batches; t += size) {
         const int64_t b = t / 2;
@@ -302,8 +305,7 @@ class Attention final : public Kernel {
   }
 
   // Each query row on its own: its scores from K's rows (or Kᵀ's), masked and normalized in
-  // `tiles` (a row for each thread), then V's rows weighted into Y's row. K's rows (or Kᵀ's) and
-  // V's with their elements adjacent, and Q's and Y's (takes_packed_path).
+  // `tiles` (a row for each thread), then V's rows weighted into Y's row (takes_few_rows).
   void run_few_rows(RunContext& ctx, const Problem& p, const std::vector<int64_t>& qo,
                     const std::vector<int64_t>& ko, const std::vector<int64_t>& vo,
                     const std::vector<int64_t>& yo, const float* mask,
@@ -319,7 +321,7 @@ class Attention final : public Kernel {
                              ? std::min<int64_t>(ctx.threads(), rows)
                              : 1;
     parallel_team(team, [&](int64_t rank, int64_t size, auto) {
-      float* scores = tiles + rank * kQueryRows * a.s_kv;
+      float* scores = tiles + rank * a.s_kv;
       for (int64_t r = rank; r < rows; r += size) {
         const int64_t b = r / a.s, i = r % a.s;
         if (attrs_.k_transposed)

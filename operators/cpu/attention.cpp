@@ -99,6 +99,16 @@ VOLT_SIMD_CLONES void weighted_rows(const float* w, const float* v, int64_t ldv,
   }
 }
 
+// Rows of n floats, `ld` apart, each times its factor.
+VOLT_SIMD_CLONES void scale_rows(float* y, int64_t rows, int64_t n, int64_t ld,
+                                 const float* factors) {
+  for (int64_t r = 0; r < rows; ++r, y += ld) {
+    const float f = factors[r];
+#pragma omp simd
+    for (int64_t t = 0; t < n; ++t) y[t] *= f;
+  }
+}
+
 // At most this many query rows (a decoder's step: one row over its past) take the few-rows path:
 // K and V read where they lie, as often as there are rows, rather than packed for the product
 // kernel, whose packing costs as much as the products there (GPT-2's step, 4 heads of 64 over a
@@ -297,9 +307,13 @@ class Attention final : public Kernel {
             else
               for (int64_t j = 0; j < a.s_kv; ++j) row[j] += m[j * mask_column];
           }
-        softmax_rows_f32(tile, tile, rows, a.s_kv, false);
-        product_with_packed(tile, a.s_kv, rows, packed_v + b * layout.v_floats, a.s_kv, a.dv,
-                            y + yo[b] + r0 * ldy, ldy);
+        // (Normalized after the product: dv floats a row rather than s_kv.)
+        float inv_sums[kQueryRows];
+        exp_rows_f32(tile, rows, a.s_kv, a.s_kv, inv_sums);
+        float* out = y + yo[b] + r0 * ldy;
+        product_with_packed(tile, a.s_kv, rows, packed_v + b * layout.v_floats, a.s_kv, a.dv, out,
+                            ldy);
+        scale_rows(out, rows, a.dv, ldy, inv_sums);
       }
     });
   }
@@ -333,8 +347,10 @@ class Attention final : public Kernel {
           const float* m = mask + mask_row(a, ms, b, i);
           for (int64_t j = 0; j < a.s_kv; ++j) scores[j] += m[j * mask_column];
         }
-        softmax_rows_f32(scores, scores, 1, a.s_kv, false);
+        float inv_sum;
+        exp_rows_f32(scores, 1, a.s_kv, a.s_kv, &inv_sum);
         weighted_rows(scores, v + vo[b], ldv, a.s_kv, a.dv, y + yo[b] + i * ldy);
+        scale_rows(y + yo[b] + i * ldy, 1, a.dv, ldy, &inv_sum);
       }
     });
   }

@@ -17,30 +17,46 @@
 
 namespace volt {
 
-// (See softmax_rows.hpp.) The maximum and the sum are SIMD reductions (summed in lanes, so in
-// another order than a plain loop: a difference in the last bits).
+namespace {
+// e^(x - max x) of a row of n floats into y (x may be y); returns their sum. The maximum and the
+// sum are SIMD reductions (summed in lanes, so in another order than a plain loop: a difference
+// in the last bits).
+[[gnu::always_inline]] inline float exp_row(const float* x, float* y, int64_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = vector_exp(x[i] - mx);
+    sum += y[i];
+  }
+  return sum;
+}
+}  // namespace
+
+// (See softmax_rows.hpp.)
 VOLT_SIMD_CLONES void softmax_rows_f32(const float* x, float* y, int64_t rows, int64_t n,
                                        bool log) {
   for (int64_t r = 0; r < rows; ++r, x += n, y += n) {
-    float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-    float sum = 0;
     if (log) {
+      float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+      for (int64_t i = 0; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+      float sum = 0;
 #pragma omp simd reduction(+ : sum)
       for (int64_t i = 0; i < n; ++i) sum += vector_exp(x[i] - mx);
       const float shift = mx + std::log(sum);
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] - shift;
     } else {
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < n; ++i) {
-        y[i] = vector_exp(x[i] - mx);
-        sum += y[i];
-      }
-      const float inv = 1.0f / sum;
+      const float inv = 1.0f / exp_row(x, y, n);
       for (int64_t i = 0; i < n; ++i) y[i] *= inv;
     }
   }
+}
+
+VOLT_SIMD_CLONES void exp_rows_f32(float* x, int64_t rows, int64_t n, int64_t ld, float* inv_sums) {
+  for (int64_t r = 0; r < rows; ++r, x += ld) inv_sums[r] = 1.0f / exp_row(x, x, n);
 }
 
 namespace {

@@ -107,7 +107,8 @@ class Conv final : public Kernel {
         x_last_(x_layout_ != StoredLayout::ChannelsFirst),
         winograd_(n.attr_string("volt.algorithm", "direct") == "winograd"),
         bf16_(n.attr_string("volt.compute", "") == "bf16"),
-        bf16_output_(bf16_ && n.attr_string("volt.output", "") == "bf16") {}
+        bf16_output_(bf16_ && n.attr_string("volt.output", "") == "bf16"),
+        max_pool_(n.attr_ints("volt.max_pool")) {}
 
   void infer(InferContext& ctx) const override {
     const Shape x = logical_shape(ctx.shape(0), x_last_, ctx.node());
@@ -121,6 +122,7 @@ class Conv final : public Kernel {
       VOLT_CHECK(ctx.shape(2) == Shape{s.m}, InvalidArgument,
                  ctx.node().describe() + ": bias B must have shape [" + std::to_string(s.m) +
                      "], got " + shape_str(ctx.shape(2)));
+    if (!max_pool_.empty()) return infer_pooled(ctx, s);
     const Shape r = residual_ ? logical_shape(ctx.shape(3), last_, ctx.node()) : Shape{};
     if (residual_) broadcast_shapes({s.out, r}, ctx.node());  // checks it broadcasts
     ctx.set_output(0, y_type, last_ ? to_channels_last(s.out) : s.out);
@@ -182,6 +184,31 @@ class Conv final : public Kernel {
   }
 
  private:
+  // With a max pool folded in: the pooled map, on volt's few-channel loop, which fuse_conv_max_pool
+  // made sure takes it (an error otherwise, never the unpooled convolution).
+  void infer_pooled(InferContext& ctx, const ConvShapes& s) const {
+    VOLT_CHECK(
+        max_pool_.size() == 2 && max_pool_[0] > 0 && max_pool_[1] > 0 && s.win.in.size() == 2,
+        InvalidModel, ctx.node().describe() + ": volt.max_pool must be two window sizes");
+    Shape pooled = s.out;
+    pooled[2] /= max_pool_[0];
+    pooled[3] /= max_pool_[1];
+    ctx.set_output(0, ctx.dtype(1), last_ ? to_channels_last(pooled) : pooled);
+    std::shared_ptr<const FewChannelConv> few;
+    if (!residual_ && !bf16_ && ctx.dtype(0) == DType::Float && ctx.dtype(1) == DType::Float &&
+        ctx.input_tensor(1))
+      few = plan_few_channel_conv(ctx, s, *ctx.input_tensor(1), act_, x_layout_, layout_, false,
+                                  max_pool_[0], max_pool_[1]);
+    if (!few)
+      fail(ErrorCode::NotImplemented,
+           ctx.node().describe() +
+               ": the max pool folded into this convolution needs volt's "
+               "few-channel loop, which does not take it here");
+    auto st = std::make_shared<ConvState>();
+    st->few_channels = std::move(few);
+    ctx.set_state(st);
+  }
+
   // The output's dtype for weights of dtype `w`: the weights', or bf16 where use_bf16 asked.
   DType output_type(DType w) const {
     return bf16_output_ && w == DType::Float ? DType::BFloat16 : w;
@@ -622,6 +649,9 @@ class Conv final : public Kernel {
   bool winograd_;
   bool bf16_;         // fp32 weights, bf16 arithmetic (precision = bf16)
   bool bf16_output_;  // and a bf16 output (its readers compute in bf16 too)
+  // A max pool over the result, folded in by fuse_conv_max_pool: its window (as far apart),
+  // which volt's few-channel loop applies as it stores the rows; empty for none.
+  std::vector<int64_t> max_pool_;
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -102,7 +103,7 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
                                                          const RowGeometry& r, const float* x,
                                                          int64_t oy, const float* bias,
                                                          const ChannelGroups& y_at, float* rows,
-                                                         float* y) {
+                                                         int64_t first_pixel, float* y) {
   typedef float V __attribute__((vector_size(kCols * sizeof(float))));
   const float* wt = p.weights->data<float>();
   const int64_t iy0 = oy * p.stride_y - p.pad_top;
@@ -134,7 +135,7 @@ __attribute__((always_inline)) inline void row_in_blocks(const FewChannelConv& p
         accumulate<2, kPix>(p, r, first, wt + mb, acc);
       else
         accumulate<0, kPix>(p, r, first, wt + mb, acc);
-      store_columns<kCols, kPix>(p, y_at, acc, pixels, mb, oy * p.ow + ox0, y);
+      store_columns<kCols, kPix>(p, y_at, acc, pixels, mb, first_pixel + ox0, y);
     }
   }
 }
@@ -160,23 +161,63 @@ int64_t block_pixels(const FewChannelConv& p) {
 #define VOLT_FEW_CHANNEL_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
+// Output row `oy`, its first pixel stored as pixel `first_pixel` of `y` (oy ow in Y; 0 in a
+// buffer of rows for the max pool).
 VOLT_FEW_CHANNEL_CLONES void few_channel_row(const FewChannelConv& p, const RowGeometry& r,
                                              const float* x, int64_t oy, const float* bias,
-                                             const ChannelGroups& y_at, float* rows, float* y) {
+                                             const ChannelGroups& y_at, float* rows,
+                                             int64_t first_pixel, float* y) {
   const int64_t pixels = block_pixels(p);
   if (pixels == 16)
-    row_in_blocks<8, 16>(p, r, x, oy, bias, y_at, rows, y);
+    row_in_blocks<8, 16>(p, r, x, oy, bias, y_at, rows, first_pixel, y);
   else if (pixels == 12)
-    row_in_blocks<8, 12>(p, r, x, oy, bias, y_at, rows, y);
+    row_in_blocks<8, 12>(p, r, x, oy, bias, y_at, rows, first_pixel, y);
   else
-    row_in_blocks<16, 8>(p, r, x, oy, bias, y_at, rows, y);
+    row_in_blocks<16, 8>(p, r, x, oy, bias, y_at, rows, first_pixel, y);
+}
+
+// Pooled row `py` of one image from the pool_kh convolution rows it reads, `conv_rows` (stored
+// channels-last, M floats a pixel, ow pixels a row): each window's maximum, 8 channels at a time,
+// into Y as it is stored; kPix windows side by side, so that their chains of comparisons overlap
+// (one window at a time, the pool took longer than the separate MaxPool node it replaces). A NaN
+// is passed over, as MaxPool's comparison does.
+template <int kPix>
+__attribute__((always_inline)) inline void max_pool_pixels(const FewChannelConv& p,
+                                                           const float* conv_rows, int64_t px,
+                                                           int64_t pixels, int64_t g,
+                                                           const ChannelGroups& y_at,
+                                                           int64_t first_out, float* y) {
+  typedef float V __attribute__((vector_size(8 * sizeof(float))));
+  V top[kPix];
+  for (int q = 0; q < kPix; ++q) top[q] = V{} - std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < p.pool_kh; ++i)
+    for (int64_t j = 0; j < p.pool_kw; ++j) {
+      const float* at = conv_rows + (i * p.ow + px * p.pool_kw + j) * p.m + g * 8;
+      for (int q = 0; q < kPix; ++q) {
+        if (q >= pixels) break;
+        V v;
+        __builtin_memcpy(&v, at + q * p.pool_kw * p.m, sizeof v);
+        top[q] = v > top[q] ? v : top[q];
+      }
+    }
+  for (int q = 0; q < kPix && q < pixels; ++q)
+    __builtin_memcpy(y + y_at.at(g, first_out + px + q), &top[q], sizeof top[q]);
+}
+VOLT_FEW_CHANNEL_CLONES void max_pool_row(const FewChannelConv& p, const float* conv_rows,
+                                          int64_t py, const ChannelGroups& y_at, float* y) {
+  constexpr int kPix = 4;
+  for (int64_t g = 0; g < p.m / 8; ++g)
+    for (int64_t px = 0; px < p.pool_w; px += kPix)
+      max_pool_pixels<kPix>(p, conv_rows, px, std::min<int64_t>(kPix, p.pool_w - px), g, y_at,
+                            py * p.pool_w, y);
 }
 
 }  // namespace
 
 std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
     InferContext& ctx, const ConvShapes& s, const Tensor& w, const FusedActivation& act,
-    StoredLayout x_layout, StoredLayout y_layout, bool only_if_planned) {
+    StoredLayout x_layout, StoredLayout y_layout, bool only_if_planned, int64_t pool_kh,
+    int64_t pool_kw) {
   const WindowGeometry& g = s.win;
   if (g.in.size() != 2 || s.group != 1 || w.dtype() != DType::Float || s.m % 8 != 0 ||
       y_layout == StoredLayout::ChannelsFirst)
@@ -193,6 +234,12 @@ std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
   // (Blocked X: whole blocks of channels, as the layout passes store them.)
   if (block_channels(x_layout) && s.c % block_channels(x_layout) != 0) return nullptr;
   auto p = std::make_shared<FewChannelConv>(s);
+  if (pool_kh > 0) {
+    p->pool_kh = pool_kh;
+    p->pool_kw = pool_kw;
+    p->pool_h = p->oh / pool_kh;
+    p->pool_w = p->ow / pool_kw;
+  }
   p->m_padded = s.m == 8 ? 8 : (s.m + kColumns - 1) / kColumns * kColumns;
   p->taps = taps;
   p->x_layout = x_layout;
@@ -225,26 +272,39 @@ void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* 
   if (bias) std::copy_n(bias, p.m, bias_buffer.begin());
   // (This thread's: a thread_local named inside the parallel body is each worker's own.)
   const float* padded_bias = bias_buffer.data();
-  const ChannelGroups y_at(p.y_layout, p.m, p.oh * p.ow, 8);
-  const int64_t x_image = p.c * p.h * p.w, y_image = p.m * p.oh * p.ow;
+  const bool pooled = p.pool_kh > 0;
+  const int64_t out_h = pooled ? p.pool_h : p.oh, out_w = pooled ? p.pool_w : p.ow;
+  const ChannelGroups y_at(p.y_layout, p.m, out_h * out_w, 8);
+  // (The convolution rows a pooled row reads: channels-last, M floats a pixel.)
+  const ChannelGroups rows_at(StoredLayout::ChannelsLast, p.m, p.pool_kh * p.ow, 8);
+  const int64_t x_image = p.c * p.h * p.w, y_image = p.m * out_h * out_w;
   // A row of `rows` spans every block's window from the left pad on (the last block's pixels
   // past the output read zeros there).
   const int64_t blocks_width = (p.ow + block_pixels(p) - 1) / block_pixels(p) * block_pixels(p);
   const int64_t row_length = (blocks_width - 1) * p.stride_x + (p.kw - 1) * p.dilation_x + 1;
   const RowGeometry geometry = row_geometry(p, row_length);
-  const int64_t rows = p.n * p.oh;
+  const int64_t rows = p.n * out_h;
   const size_t buffer = static_cast<size_t>(p.c * p.kh * row_length);
+  const size_t pool_buffer = static_cast<size_t>(p.pool_kh * p.ow * p.m);
   // Rows in up to 16 chunks (several per thread, evening out the edges' cost), each with its
   // buffer for the X rows.
   const bool parallel = rows * p.ow * p.m_padded * p.taps > (int64_t{1} << 16);
   const int64_t grain = parallel ? std::max<int64_t>(1, (rows + 15) / 16) : rows;
   parallel_chunks(rows, grain, [&](int64_t lo, int64_t hi) {
-    thread_local std::vector<float> x_rows;
+    thread_local std::vector<float> x_rows, conv_rows;
     if (x_rows.size() < buffer) x_rows.resize(buffer);
+    if (conv_rows.size() < pool_buffer) conv_rows.resize(pool_buffer);
     for (int64_t r = lo; r < hi; ++r) {
-      const int64_t image = r / p.oh, oy = r % p.oh;
-      few_channel_row(p, geometry, x + image * x_image, oy, padded_bias, y_at, x_rows.data(),
-                      y + image * y_image);
+      const int64_t image = r / out_h, oy = r % out_h;
+      if (!pooled) {
+        few_channel_row(p, geometry, x + image * x_image, oy, padded_bias, y_at, x_rows.data(),
+                        oy * p.ow, y + image * y_image);
+        continue;
+      }
+      for (int64_t i = 0; i < p.pool_kh; ++i)
+        few_channel_row(p, geometry, x + image * x_image, oy * p.pool_kh + i, padded_bias, rows_at,
+                        x_rows.data(), i * p.ow, conv_rows.data());
+      max_pool_row(p, conv_rows.data(), oy, y_at, y + image * y_image);
     }
   });
 }

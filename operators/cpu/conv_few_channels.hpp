@@ -10,7 +10,10 @@
 //
 // X stored channels-first, channels-last or in blocks of 8 or 16 channels; Y channels-last or
 // in blocks, with M a multiple of 8; f32, one group, constant weights, any strides, dilations
-// and pads; the bias, and a fused ReLU, LeakyRelu or Clip, applied as the outputs are stored.
+// and pads; the bias, and a fused ReLU, LeakyRelu or Clip, applied as the outputs are stored. A
+// max pool over the result (volt.max_pool: runtime/passes/fuse_conv_max_pool.cpp) takes each
+// pooled row's convolution rows from a buffer of the thread's own, so the full result is never
+// written to Y and read back.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -29,6 +32,10 @@ struct FewChannelConv : ConvWindow2d {
   StoredLayout x_layout = StoredLayout::ChannelsFirst, y_layout = StoredLayout::ChannelsLast;
   FusedActivation act;
   std::shared_ptr<const Tensor> weights;  // [taps][m_padded], tap t = (c kh + i) kw + j
+  // A max pool over the result folded in (volt.max_pool: fuse_conv_max_pool), its windows
+  // pool_kh x pool_kw, as far apart, without padding; Y is then the pooled map, pool_h x pool_w.
+  // 0: none.
+  int64_t pool_kh = 0, pool_kw = 0, pool_h = 0, pool_w = 0;
 };
 
 // The loop's plan for convolution `s` with constant weights `w` ([M, C, kh, kw]), or null where
@@ -36,11 +43,14 @@ struct FewChannelConv : ConvWindow2d {
 // node took the loop (its weights are in the node's memo): a plan specialized to a shape that a
 // plan for several shapes ran first keeps the loop, so that runs at one shape give the same bits
 // before and after specializing.
+// With pool_kh > 0, Y is the result max-pooled in windows of pool_kh x pool_kw (see above).
 std::shared_ptr<const FewChannelConv> plan_few_channel_conv(
     InferContext& ctx, const ConvShapes& s, const Tensor& w, const FusedActivation& act,
-    StoredLayout x_layout, StoredLayout y_layout, bool only_if_planned);
+    StoredLayout x_layout, StoredLayout y_layout, bool only_if_planned, int64_t pool_kh = 0,
+    int64_t pool_kw = 0);
 
-// Y (stored as planned) from X (stored as planned) and the bias (M floats, or null).
+// Y (stored as planned, pooled where planned so) from X (stored as planned) and the bias (M
+// floats, or null).
 void run_few_channel_conv(const FewChannelConv& p, const float* x, const float* bias, float* y);
 
 }  // namespace volt

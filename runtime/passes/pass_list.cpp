@@ -82,6 +82,9 @@ const std::vector<Pass>& optimization_passes() {
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       {"use_blocked_layout", 2, use_blocked_layout,
        [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
+      // After the layout passes: it needs both nodes' stored layouts.
+      {"fuse_conv_max_pool", 2, fuse_conv_max_pool,
+       [](const SessionOptions& o) { return on_cpu(o) && o.precision == "fp32"; }},
       // At every level: bf16 is what the user asked for, not an optimization. Where oneDNN has
       // no bf16 kernels (before AVX-512) the layers compute in fp32 on its fp32 kernels: the
       // loops that would otherwise run them in bf16 are many times slower.

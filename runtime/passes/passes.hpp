@@ -55,6 +55,9 @@ Graph prefer_winograd(const Graph& graph);
 Graph fuse_depthwise_block(const Graph& graph);
 Graph fuse_channel_shuffle(const Graph& graph);
 Graph fold_channel_scale_into_conv(const Graph& graph);
+// Conv -> MaxPool (non-overlapping windows) into one Conv with volt.max_pool, where volt's
+// few-channel loop takes the convolution (fuse_conv_max_pool.cpp).
+Graph fuse_conv_max_pool(const Graph& graph);
 Graph use_blocked_layout(const Graph& graph);
 Graph use_bf16(const Graph& graph);
 Graph compute_fp16_in_fp32(const Graph& graph);

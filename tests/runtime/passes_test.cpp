@@ -105,6 +105,74 @@ TEST(Passes, ConvClipAndLeakyReluFuseAsPostOps) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({2, 3, 8, 8}, rng)}});
 }
 
+// LeNet's stem, Conv (1 -> 8, 3x3) -> Relu -> MaxPool 2x2 stride 2, then a second Conv -> MaxPool
+// 3x3 stride 3 without an activation: with AVX-512 each pool goes into its convolution
+// (volt.max_pool: the few-channel loop pools the rows as it computes them), and the session
+// computes what the unoptimized graph does, at two input sizes (the second plan is one for
+// several shapes) whose maps leave part windows at the edges (27 x 29: pooled 13 x 14 and then
+// 4 x 4). A pool with padding, or whose windows overlap, stays a node of its own.
+TEST(Passes, MaxPoolAfterAFewChannelConvolutionGoesIntoIt) {
+  ModelBuilder b(13);
+  std::mt19937 rng(9);
+  b.input("x", 1, {-1, 1, -1, -1})
+      .output("y", 1, {-1, 8, -1, -1})
+      .output("z", 1, {-1, 8, -1, -1})
+      .output("w", 1, {-1, 8, -1, -1});
+  b.initializer("W1", {8, 1, 3, 3}, random_values(72, rng))
+      .initializer("B1", {8}, random_values(8, rng))
+      .initializer("W2", {8, 2, 2, 2}, random_values(64, rng))
+      .initializer("W3", {8, 1, 3, 3}, random_values(72, rng));
+  auto pool = [&](const std::string& in, const std::string& out, int64_t k, int64_t s,
+                  int64_t pad) {
+    b.node("MaxPool", {in}, {out}, [=](auto& n) {
+      ModelBuilder::set_ints(n, "kernel_shape", {k, k});
+      ModelBuilder::set_ints(n, "strides", {s, s});
+      ModelBuilder::set_ints(n, "pads", {pad, pad, pad, pad});
+    });
+  };
+  b.node("Conv", {"x", "W1", "B1"}, {"c1"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "pads", {1, 1, 1, 1});
+  });
+  b.node("Relu", {"c1"}, {"r1"});
+  pool("r1", "p1", 2, 2, 0);
+  b.node("Slice", {"p1", "starts", "ends", "axes"}, {"half"});
+  b.initializer_i64("starts", {1}, {0})
+      .initializer_i64("ends", {1}, {2})
+      .initializer_i64("axes", {1}, {1});
+  b.node("Conv", {"half", "W2"}, {"c2"});
+  pool("c2", "y", 3, 3, 0);
+  // Not folded: windows that overlap, and padding.
+  b.node("Conv", {"x", "W3"}, {"c3"});
+  pool("c3", "z", 3, 2, 0);
+  b.node("Conv", {"x", "W3"}, {"c4"});
+  pool("c4", "w", 2, 2, 1);
+  const std::string bytes = b.bytes();
+  const Graph g = run_passes(load(bytes), SessionOptions{});
+  int folded = 0;
+  for (const Node& n : g.nodes) folded += n.has_attr("volt.max_pool");
+  const bool fused = cpu_has_avx512();
+  EXPECT_EQ(folded, fused ? 2 : 0);
+  EXPECT_EQ(count_op(g, "MaxPool"), fused ? 2 : 4);
+  for (const Shape& x : {Shape{2, 1, 27, 29}, Shape{3, 1, 20, 21}})
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor(x, rng)}});
+  // The second size in the same session, after the first (a plan for several shapes).
+  Session plain =
+      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
+  Session opt = Session::from_bytes(bytes.data(), bytes.size(), test_options());
+  for (const Shape& x : {Shape{2, 1, 27, 29}, Shape{3, 1, 20, 21}, Shape{1, 1, 9, 12}}) {
+    const NamedValues feeds = {{"x", random_tensor(x, rng)}};
+    const auto want = plain.run(feeds), got = opt.run(feeds);
+    for (size_t k = 0; k < want.size(); ++k) {
+      const Tensor &a = want[k].tensor(), &c = got[k].tensor();
+      ASSERT_EQ(a.shape(), c.shape()) << k;
+      for (int64_t i = 0; i < a.numel(); ++i)
+        ASSERT_NEAR(c.data<float>()[i], a.data<float>()[i],
+                    2e-5f * std::max(1.0f, std::abs(a.data<float>()[i])))
+            << shape_str(x) << " output " << k << " element " << i;
+    }
+  }
+}
+
 // A U-Net decoder's ConvTranspose -> LeakyRelu: the activation becomes the deconvolution's
 // post-op, with the same values as the two ops at level 0.
 TEST(Passes, ConvTransposeTakesTheActivationAfterIt) {

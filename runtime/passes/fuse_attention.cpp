@@ -96,7 +96,10 @@ Graph fuse_attention(const Graph& graph) {
         // (Div's divisor is its second input; Mul's constant either.)
         const size_t at = div || constant_scalar(g, op.inputs[1]) ? 1 : 0;
         const auto c = constant_scalar(g, op.inputs[at]);
-        if (c && *c != 0.0f && std::isfinite(*c) && op.inputs[1 - at] != op.inputs[at]) {
+        // (Of rank 1 at most: one of more axes would broadcast Q to a higher rank.)
+        const Tensor* t = constant_value(g, op.inputs[at]);
+        if (c && t && t->rank() <= 1 && *c != 0.0f && std::isfinite(*c) &&
+            op.inputs[1 - at] != op.inputs[at]) {
           scale = div ? scale / *c : scale * *c;
           q = op.inputs[1 - at];
           pattern.push_back(&op);

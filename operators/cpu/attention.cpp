@@ -115,12 +115,16 @@ VOLT_SIMD_CLONES void scale_rows(float* y, int64_t rows, int64_t n, int64_t ld,
 // past of 200: 18 us an attention packed, against 8 for MatMul, Softmax and MatMul).
 constexpr int64_t kFewRows = 4;
 
-// The node's operands at one set of shapes.
+// The node's operands at one set of shapes, and where each output batch's matrices lie: made at
+// plan time (the step's state), so that a run allocates none of it; again at run time only for a
+// step whose shapes are known then.
 struct Problem {
   AttentionShapes a;
   Operand q, k, v;
   Shape y_stored;
-  std::vector<int64_t> y_strides;  // the result's logical axes in Y as stored
+  std::vector<int64_t> y_strides;       // the result's logical axes in Y as stored
+  std::vector<int64_t> qo, ko, vo, yo;  // by output batch: element offsets (batch_offsets)
+  std::vector<int64_t> ms;              // the mask's strides broadcast to the scores; empty: none
 };
 
 // Query rows per task of the packed path: two of the kernel's blocks of rows.
@@ -170,33 +174,31 @@ class Attention final : public Kernel {
   void infer(InferContext& ctx) const override {
     AttentionAttributes::check_dtypes(ctx);
     const Shape mask = ctx.has_input(3) ? ctx.shape(3) : Shape{};
-    const Problem p = problem(ctx.node(), ctx.shape(0), ctx.shape(1), ctx.shape(2),
-                              ctx.has_input(3) ? &mask : nullptr);
-    ctx.set_output(0, ctx.dtype(0), p.y_stored);
-    if (takes_packed_path(ctx.dtype(0), p))
-      ctx.request_scratch(PackedScratch(p).bytes(ctx.threads()));
+    auto p = std::make_shared<Problem>(problem(ctx.node(), ctx.shape(0), ctx.shape(1), ctx.shape(2),
+                                               ctx.has_input(3) ? &mask : nullptr));
+    ctx.set_output(0, ctx.dtype(0), p->y_stored);
+    if (takes_packed_path(ctx.dtype(0), *p))
+      ctx.request_scratch(PackedScratch(*p).bytes(ctx.threads()));
     else
       ctx.runs_reference_loop(
           "Attention one query row at a time (f32 with AVX-512 takes the "
           "product kernel)");
+    ctx.set_state(std::move(p));
   }
 
   void run(RunContext& ctx) const override {
     const Tensor &q = ctx.input(0), &k = ctx.input(1), &v = ctx.input(2);
     const Tensor* mask = ctx.has_input(3) ? &ctx.input(3) : nullptr;
     const Shape mask_shape = mask ? mask->shape() : Shape{};
-    const Problem p =
-        problem(ctx.node(), q.shape(), k.shape(), v.shape(), mask ? &mask_shape : nullptr);
+    Problem made;
+    const auto* planned = static_cast<const Problem*>(ctx.state_ptr());
+    if (!planned)
+      made = problem(ctx.node(), q.shape(), k.shape(), v.shape(), mask ? &mask_shape : nullptr);
+    const Problem& p = planned ? *planned : made;
     const AttentionShapes& a = p.a;
-    const auto qo = batch_offsets(a.batch, p.q), ko = batch_offsets(a.batch, p.k),
-               vo = batch_offsets(a.batch, p.v);
-    // The result's batch offsets, from its logical strides (its batch axes are all of a.batch).
-    const auto yo = batch_offsets(a.batch, Operand{a.out, p.y_strides});
-    const auto ms = mask ? broadcast_strides(mask->shape(), a.scores) : std::vector<int64_t>{};
-    if (takes_packed_path(q.dtype(), p) && ctx.scratch()) {
-      run_packed(ctx, p, qo, ko, vo, yo, mask ? mask->data<float>() : nullptr, ms);
-      return;
-    }
+    const auto &qo = p.qo, &ko = p.ko, &vo = p.vo, &yo = p.yo, &ms = p.ms;
+    if (takes_packed_path(q.dtype(), p) && ctx.scratch())
+      return run_packed(ctx, p, mask ? mask->data<float>() : nullptr);
     // Kᵀ's element (t, j) at t kt_t + j kt_j; V's (j, t) at j v_j + t v_t; Q's and Y's rows.
     const int64_t kt_t = attrs_.k_transposed ? p.k.strides.end()[-2] : p.k.strides.back(),
                   kt_j = attrs_.k_transposed ? p.k.strides.back() : p.k.strides.end()[-2];
@@ -255,13 +257,17 @@ class Attention final : public Kernel {
         perm_y_.empty() ? perm_y_ : resolve_perm(perm_y_, p.a.out.size(), node);
     p.y_stored = perm_y.empty() ? p.a.out : permuted_shape(p.a.out, perm_y);
     p.y_strides = logical_strides(p.a.out, perm_y);
+    p.qo = batch_offsets(p.a.batch, p.q);
+    p.ko = batch_offsets(p.a.batch, p.k);
+    p.vo = batch_offsets(p.a.batch, p.v);
+    // (The result's batch axes are all of the scores'.)
+    p.yo = batch_offsets(p.a.batch, Operand{p.a.out, p.y_strides});
+    if (mask) p.ms = broadcast_strides(*mask, p.a.scores);
     return p;
   }
 
-  void run_packed(RunContext& ctx, const Problem& p, const std::vector<int64_t>& qo,
-                  const std::vector<int64_t>& ko, const std::vector<int64_t>& vo,
-                  const std::vector<int64_t>& yo, const float* mask,
-                  const std::vector<int64_t>& ms) const {
+  void run_packed(RunContext& ctx, const Problem& p, const float* mask) const {
+    const auto &qo = p.qo, &ko = p.ko, &vo = p.vo, &yo = p.yo, &ms = p.ms;
     const AttentionShapes& a = p.a;
     const PackedScratch layout(p);
     const float *q = ctx.input(0).data<float>(), *k = ctx.input(1).data<float>(),
@@ -280,7 +286,7 @@ class Attention final : public Kernel {
     const int64_t work = layout.batches * a.s * a.s_kv * (a.d + a.dv);
     const int64_t team =
         work >= (int64_t{1} << 15) ? std::min<int64_t>(ctx.threads(), layout.batches * blocks) : 1;
-    if (takes_few_rows(p)) return run_few_rows(ctx, p, qo, ko, vo, yo, mask, ms, tiles);
+    if (takes_few_rows(p)) return run_few_rows(ctx, p, mask, tiles);
     parallel_team(team, [&](int64_t rank, int64_t size, auto barrier) {
       for (int64_t t = rank; t < 2 * layout.batches; t += size) {
         const int64_t b = t / 2;
@@ -320,10 +326,8 @@ class Attention final : public Kernel {
 
   // Each query row on its own: its scores from K's rows (or Kᵀ's), masked and normalized in
   // `tiles` (a row for each thread), then V's rows weighted into Y's row (takes_few_rows).
-  void run_few_rows(RunContext& ctx, const Problem& p, const std::vector<int64_t>& qo,
-                    const std::vector<int64_t>& ko, const std::vector<int64_t>& vo,
-                    const std::vector<int64_t>& yo, const float* mask,
-                    const std::vector<int64_t>& ms, float* tiles) const {
+  void run_few_rows(RunContext& ctx, const Problem& p, const float* mask, float* tiles) const {
+    const auto &qo = p.qo, &ko = p.ko, &vo = p.vo, &yo = p.yo, &ms = p.ms;
     const AttentionShapes& a = p.a;
     const float *q = ctx.input(0).data<float>(), *k = ctx.input(1).data<float>(),
                 *v = ctx.input(2).data<float>();

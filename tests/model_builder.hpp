@@ -125,6 +125,13 @@ class ModelBuilder {
     *a->mutable_g() = body.m_.graph();
   }
   onnx::ModelProto& proto() { return m_; }
+  // Imports `domain` at `version` too (custom and volt's own ops).
+  ModelBuilder& import_domain(const std::string& domain, int version) {
+    auto* op = m_.add_opset_import();
+    op->set_domain(domain);
+    op->set_version(version);
+    return *this;
+  }
   std::string bytes() const { return m_.SerializeAsString(); }
   void save(const std::string& path) const {
     std::ofstream out(path, std::ios::binary);

@@ -10,6 +10,7 @@
 #include "operators/common/dnnl_adapter.hpp"
 #include "operators/common/layout.hpp"
 #include "operators/common/parallel.hpp"
+#include "operators/common/shape_formula.hpp"
 #include "operators/common/shape_util.hpp"
 #include "operators/common/slice_window.hpp"
 #include "operators/registry.hpp"
@@ -200,6 +201,52 @@ class SizeOp final : public Kernel {
   void run(RunContext& ctx) const override {
     ctx.output(0).data<int64_t>()[0] = ctx.input(0).numel();
   }
+};
+
+// volt.ShapeFormula (operators/common/shape_formula.hpp): computed from its inputs' shapes, like
+// Shape, at plan time wherever they are known then.
+class ShapeFormulaOp final : public Kernel {
+ public:
+  explicit ShapeFormulaOp(const Node& n)
+      : elements_(decode_shape_formula(n.attr_ints("formula"), n.inputs.size(), n.describe())),
+        dtype_(static_cast<DType>(n.attr_int("to"))),
+        scalar_(n.attr_int("scalar", 0) != 0) {
+    VOLT_CHECK(dtype_ == DType::Int64 || dtype_ == DType::Int32, InvalidModel,
+               n.describe() + ": 'to' must be int64 or int32");
+    VOLT_CHECK(!scalar_ || elements_.size() == 1, InvalidModel,
+               n.describe() + ": a scalar formula has one element");
+  }
+  void infer(InferContext& ctx) const override {
+    std::vector<const Shape*> shapes(ctx.input_count(), nullptr);
+    for (size_t i = 0; i < shapes.size(); ++i)
+      if (ctx.has_input(i)) shapes[i] = &ctx.shape(i);
+    ctx.set_output_value(0, compute(shapes, ctx.node()));
+  }
+  void run(RunContext& ctx) const override {
+    std::vector<const Shape*> shapes(ctx.input_count(), nullptr);
+    for (size_t i = 0; i < shapes.size(); ++i)
+      if (ctx.has_input(i) && ctx.input_value(i).is_tensor())
+        shapes[i] = &ctx.input_value(i).tensor().shape();
+    const Tensor t = compute(shapes, ctx.node());
+    std::memcpy(ctx.output(0).raw(), t.raw(), t.nbytes());
+  }
+
+ private:
+  Tensor compute(std::span<const Shape* const> shapes, const Node& node) const {
+    const std::vector<int64_t> v = evaluate_shape_formula(elements_, shapes, node.describe());
+    const Shape shape = scalar_ ? Shape{} : Shape{static_cast<int64_t>(v.size())};
+    if (dtype_ == DType::Int64) return Tensor::from(v, shape);
+    std::vector<int32_t> narrow(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      VOLT_CHECK(v[i] >= INT32_MIN && v[i] <= INT32_MAX, InvalidArgument,
+                 node.describe() + ": " + std::to_string(v[i]) + " does not fit int32");
+      narrow[i] = static_cast<int32_t>(v[i]);
+    }
+    return Tensor::from(narrow, shape);
+  }
+  std::vector<FormulaElement> elements_;
+  DType dtype_;
+  bool scalar_;
 };
 
 class Constant final : public Kernel {
@@ -447,6 +494,10 @@ VOLT_REGISTER_KERNEL(unsqueeze, {.op = "Unsqueeze",
                                  .create = make_kernel<Unsqueeze>});
 VOLT_REGISTER_KERNEL(shape,
                      {.op = "Shape", .reads_metadata_only = true, .create = make_kernel<ShapeOp>});
+VOLT_REGISTER_KERNEL(shape_formula, {.domain = kVoltDomain,
+                                     .op = "ShapeFormula",
+                                     .reads_metadata_only = true,
+                                     .create = make_kernel<ShapeFormulaOp>});
 VOLT_REGISTER_KERNEL(size,
                      {.op = "Size", .reads_metadata_only = true, .create = make_kernel<SizeOp>});
 VOLT_REGISTER_KERNEL(constant, {.op = "Constant", .create = make_kernel<Constant>});

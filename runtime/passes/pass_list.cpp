@@ -28,6 +28,9 @@ const std::vector<Pass>& optimization_passes() {
       // torch's EmbeddingBag Loops as one node (before the bodies get the passes, which
       // run after the main graph's).
       {"fuse_embedding_bag", 2, fuse_embedding_bag},
+      // After the pass above, which recognizes the Loops by their shape arithmetic; before the
+      // fusions, so that it sees ONNX's ops only. CPU sessions (untried on an accelerator).
+      {"fold_shape_arithmetic", 1, fold_shape_arithmetic, on_cpu, /*main_graph_only=*/true},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fold_pad_into_conv", 2, fold_pad_into_conv},
       // Before the layout passes, which keep pools (not ReduceMean) in the convolutions' layout.
@@ -98,10 +101,13 @@ const std::vector<Pass>& optimization_passes() {
   return passes;
 }
 
-Graph run_passes(const Graph& graph, const SessionOptions& options) {
+namespace {
+
+Graph run_passes_on(const Graph& graph, const SessionOptions& options, bool main_graph) {
   Graph g = graph;
   for (const Pass& p : optimization_passes())
-    if (options.optimization_level >= p.min_level && (!p.wanted || p.wanted(options)))
+    if (options.optimization_level >= p.min_level && (!p.wanted || p.wanted(options)) &&
+        (main_graph || !p.main_graph_only))
       g = p.apply(g);
   // If, Loop and Scan bodies get what the main graph gets (a speech model whose network sits in
   // the branches of an If ran them unfused). Weights they capture from the enclosing graph are
@@ -109,12 +115,18 @@ Graph run_passes(const Graph& graph, const SessionOptions& options) {
   for (Node& n : g.nodes)
     for (auto& [key, a] : n.attributes) {
       if (a.type == Attribute::Type::Graph && a.g)
-        a.g = std::make_shared<Graph>(run_passes(*a.g, options));
+        a.g = std::make_shared<Graph>(run_passes_on(*a.g, options, false));
       if (a.type == Attribute::Type::Graphs)
         for (auto& body : a.graphs)
-          if (body) body = std::make_shared<Graph>(run_passes(*body, options));
+          if (body) body = std::make_shared<Graph>(run_passes_on(*body, options, false));
     }
   return g;
+}
+
+}  // namespace
+
+Graph run_passes(const Graph& graph, const SessionOptions& options) {
+  return run_passes_on(graph, options, true);
 }
 
 }  // namespace volt

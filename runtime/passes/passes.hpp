@@ -20,6 +20,9 @@ struct Pass {
   std::function<Graph(const Graph&)> apply;
   // Also needed to run, where set: an option that asks for it.
   std::function<bool(const SessionOptions&)> wanted = nullptr;
+  // Reads the graph inputs' declared shapes, which only the main graph's feeds are checked
+  // against (runtime/feeds.cpp): not run on subgraph bodies.
+  bool main_graph_only = false;
 };
 
 const std::vector<Pass>& optimization_passes();
@@ -36,6 +39,9 @@ Graph reduce_mean_as_global_pool(const Graph& graph);
 Graph fold_clamped_gates(const Graph& graph);
 Graph fuse_gelu(const Graph& graph);
 Graph fuse_embedding_bag(const Graph& graph);
+// Shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) as one volt.ShapeFormula
+// node or an initializer per value read (fold_shape_arithmetic.cpp).
+Graph fold_shape_arithmetic(const Graph& graph);
 Graph fuse_layer_norm(const Graph& graph);
 Graph fuse_attention(const Graph& graph);
 Graph fuse_matmul_epilogue(const Graph& graph);

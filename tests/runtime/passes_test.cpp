@@ -1632,6 +1632,63 @@ TEST(Passes, WrittenOutGeluFusesIntoTheConvolutionBeforeIt) {
   expect_same_as_unoptimized(bytes, {{"x", random_tensor({1, 32, 41}, rng)}}, 1e-4f);
 }
 
+TEST(Passes, TanhGeluFormsFuseIntoTheLinearBeforeIt) {
+  // GPT-2's GELU, 0.5 * h * (1 + tanh(sqrt(2/pi) * (h + 0.044715 * h^3))), in the forms exporters
+  // write: h^3 as Pow or two Muls, the 0.5 on the product, on h or on the sum, constants first or
+  // second. Each becomes the MatMul's GeluTanh post-op; a coefficient off by 10% fuses nothing.
+  struct Form {
+    bool pow_cube, constants_first;
+    int half_on;  // 0: the product, 1: h, 2: the sum
+    float cubic = 0.044715f;
+  };
+  for (const Form& f : {Form{true, false, 0}, Form{false, true, 0}, Form{false, false, 1},
+                        Form{true, true, 2}, Form{false, false, 0, 0.049f}}) {
+    ModelBuilder b;
+    std::mt19937 rng(31);
+    b.input("x", 1, {3, 8}).output_any("y", 1);
+    b.initializer("W", {8, 16}, random_values(128, rng))
+        .initializer("three", {}, {3.0f})
+        .initializer("c", {}, {f.cubic})
+        .initializer("k", {}, {0.7978845608f})
+        .initializer("one", {}, {1.0f})
+        .initializer("half", {}, {0.5f});
+    auto mul = [&](const std::string& constant, const std::string& v, const std::string& out) {
+      if (f.constants_first)
+        b.node("Mul", {constant, v}, {out});
+      else
+        b.node("Mul", {v, constant}, {out});
+    };
+    b.node("MatMul", {"x", "W"}, {"h"});
+    if (f.pow_cube) {
+      b.node("Pow", {"h", "three"}, {"h3"});
+    } else {
+      b.node("Mul", {"h", "h"}, {"h2"}).node("Mul", {"h", "h2"}, {"h3"});
+    }
+    mul("c", "h3", "ch3");
+    b.node("Add", {"h", "ch3"}, {"inner"});
+    mul("k", "inner", "scaled");
+    b.node("Tanh", {"scaled"}, {"t"});
+    b.node("Add", {f.constants_first ? "one" : "t", f.constants_first ? "t" : "one"}, {"a"});
+    if (f.half_on == 0) {
+      b.node("Mul", {"h", "a"}, {"ha"});
+      mul("half", "ha", "y");
+    } else if (f.half_on == 1) {
+      mul("half", "h", "hh");
+      b.node("Mul", {"hh", "a"}, {"y"});
+    } else {
+      mul("half", "a", "ah");
+      b.node("Mul", {"h", "ah"}, {"y"});
+    }
+    const std::string bytes = b.bytes();
+    const Graph g = run_passes(load(bytes), test_options());
+    const bool exact = f.cubic == 0.044715f;
+    EXPECT_EQ(g.nodes.size(), exact ? 1u : 9u + (f.pow_cube ? 0u : 1u));
+    EXPECT_EQ(g.nodes[0].attr_string("volt.activation", ""), exact ? "GeluTanh" : "");
+    // Sums of 8 products of values in [-1, 1]; oneDNN's tanh GELU against the written-out one.
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({3, 8}, rng)}}, 1e-5f);
+  }
+}
+
 TEST(Passes, FusedLinearEpilogueWithBroadcastResidualAndCsrInput) {
   // The residual [8] broadcasts over the output: added after the product, not as a post-op.
   ModelBuilder b;

@@ -4,8 +4,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <mutex>
 #include <tuple>
@@ -398,6 +400,10 @@ RecycleLastingBuffers::~RecycleLastingBuffers() {
   for (const auto& [q, size] : left) unmap_buffer(q, size);
 }
 
+namespace {
+std::atomic<bool> heap_top_padded{false};
+}  // namespace
+
 void keep_freed_memory() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -407,6 +413,31 @@ void keep_freed_memory() {
           "VOLT_SYSTEM_MALLOC"})
       if (std::getenv(set_by_user)) return;
     ::mallopt(M_TOP_PAD, 16 << 20);
+    heap_top_padded = true;
+  });
+}
+
+size_t heap_bytes_in_use() {
+  return ::mallinfo2().uordblks;
+}
+
+void warm_heap_for_plans(size_t bytes) {
+  static std::once_flag once;
+  std::call_once(once, [bytes] {
+    if (!heap_top_padded) return;  // (glibc would give the pages back at once)
+    // Blocks under the mmap threshold (128 KiB with the pad set), so that they come from the
+    // heap; freed in reverse, they merge into its top, which the pad keeps.
+    constexpr size_t kBlock = 32 << 10, kMost = 8 << 20;
+    const size_t count = std::min(bytes, kMost) / kBlock;
+    std::vector<void*> blocks;
+    blocks.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      void* p = std::malloc(kBlock);
+      if (!p) break;
+      std::memset(p, 0, kBlock);
+      blocks.push_back(p);
+    }
+    for (size_t i = blocks.size(); i-- > 0;) std::free(blocks[i]);
   });
 }
 

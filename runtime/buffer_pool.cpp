@@ -422,23 +422,21 @@ size_t heap_bytes_in_use() {
 }
 
 void warm_heap_for_plans(size_t bytes) {
-  static std::once_flag once;
-  std::call_once(once, [bytes] {
-    if (!heap_top_padded) return;  // (glibc would give the pages back at once)
-    // Blocks under the mmap threshold (128 KiB with the pad set), so that they come from the
-    // heap; freed in reverse, they merge into its top, which the pad keeps.
-    constexpr size_t kBlock = 32 << 10, kMost = 8 << 20;
-    const size_t count = std::min(bytes, kMost) / kBlock;
-    std::vector<void*> blocks;
-    blocks.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      void* p = std::malloc(kBlock);
-      if (!p) break;
-      std::memset(p, 0, kBlock);
-      blocks.push_back(p);
-    }
-    for (size_t i = blocks.size(); i-- > 0;) std::free(blocks[i]);
-  });
+  if (!heap_top_padded) return;  // (glibc would give the pages back at once)
+  // Blocks under the mmap threshold (128 KiB with the pad set), so that they come from the
+  // heap; freed in reverse, they merge into its top, which the pad keeps. Pages already
+  // resident there (another session's warming) cost nothing again.
+  constexpr size_t kBlock = 32 << 10, kMost = 8 << 20;
+  const size_t count = std::min(bytes, kMost) / kBlock;
+  std::vector<void*> blocks;
+  blocks.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    void* p = std::malloc(kBlock);
+    if (!p) break;
+    std::memset(p, 0, kBlock);
+    blocks.push_back(p);
+  }
+  for (size_t i = blocks.size(); i-- > 0;) std::free(blocks[i]);
 }
 
 }  // namespace volt

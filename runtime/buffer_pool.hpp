@@ -68,12 +68,13 @@ class RecycleLastingBuffers {
 // classifier's first runs there fault as before, 160-180 pages.)
 void keep_freed_memory();
 
-// Faults in `bytes` (at most 8 MiB) at the top of the calling thread's heap and frees them, once
-// per process, where keep_freed_memory's pad keeps freed memory: the plans a session builds for
-// new input shapes (each kept in its cache) then take resident pages. Each plan otherwise faulted
-// its own in: 12-15 faults of the text classifier's 45-85 us plans (1.2-1.7 us each here).
-// Called after a session's first plan for a second input shape, with room for the next dozen
-// like it, so that sessions fed one shape pay nothing.
+// Faults in `bytes` (at most 8 MiB) at the top of the calling thread's heap and frees them, where
+// keep_freed_memory's pad keeps freed memory: the plans a session builds for new input shapes
+// (each kept in its cache) then take resident pages. Each plan otherwise faulted its own in:
+// 12-15 faults of the text classifier's 45-85 us plans (1.2-1.7 us each here). Called after a
+// session's first plan for a second input shape, with room for the next few dozen like it
+// (what runs at new shapes allocate besides takes its share), so that sessions fed one shape pay
+// nothing.
 void warm_heap_for_plans(size_t bytes);
 // What glibc's malloc holds allocated now, in all its arenas (mallinfo2): a plan's footprint is
 // the difference across its build.

@@ -211,12 +211,14 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
   const bool first = !built_a_plan_ && &cg == &compiled_;
   if (shape_generic && &cg == &compiled_ && !first_types_.empty()) in.first_types = &first_types_;
   const RunControlSuspended not_this_runs_memory;
-  const size_t heap_before = shape_generic ? heap_bytes_in_use() : 0;
+  const bool warm_heap = shape_generic && !warmed_heap_;
+  const size_t heap_before = warm_heap ? heap_bytes_in_use() : 0;
   auto plan = build_plan(cg, in, threads_);
-  if (shape_generic) {  // (once per process: see warm_heap_for_plans)
+  if (warm_heap) {
     constexpr size_t kPlansAhead = 48;
     const size_t in_use = heap_bytes_in_use();
     warm_heap_for_plans(kPlansAhead * (in_use > heap_before ? in_use - heap_before : 0));
+    warmed_heap_ = true;
   }
   if (first) first_types_ = plan->types;
   built_a_plan_ = true;

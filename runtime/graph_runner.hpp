@@ -88,6 +88,8 @@ class GraphRunner {
   std::shared_ptr<Graph> owned_graph_;  // set for owning runners: the graph compiled_ reads
   mutable std::map<std::string, std::function<Tensor()>> released_;
   mutable bool built_a_plan_ = false;  // (under build_mutex_)
+  // The heap was warmed for this runner's plans (warm_heap_for_plans; under build_mutex_).
+  mutable bool warmed_heap_ = false;
   // The last shape-generic plan built (under build_mutex_): the next one takes its steps for
   // nodes whose inputs keep their types (PlanInputs::previous).
   mutable std::shared_ptr<const Plan> last_generic_;

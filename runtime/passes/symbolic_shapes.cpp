@@ -128,6 +128,17 @@ SymbolicValue with_dims(DType dtype, std::vector<SymDim> dims) {
   return v;
 }
 
+// `x` with new dimensions (Reshape, Squeeze, Transpose ...): its elements stay where it stays a
+// scalar or 1-D.
+SymbolicValue reshaped(const SymbolicValue& x, std::vector<SymDim> dims) {
+  SymbolicValue v = with_dims(x.dtype, std::move(dims));
+  if (x.has_elements && v.dims.size() <= 1) {
+    v.has_elements = true;
+    v.elements = x.elements;
+  }
+  return v;
+}
+
 SymbolicValue vector_of(DType dtype, std::vector<SymDim> elements) {
   SymbolicValue v = with_dims(dtype, {known(static_cast<int64_t>(elements.size()))});
   v.has_elements = tracks_elements(dtype) && elements.size() <= kMaxElements;
@@ -497,14 +508,7 @@ void SymbolicGraph::infer(const Node& n) {
         for (size_t i = 0; ok && i < x.dims.size(); ++i)
           if (!removed[i]) dims.push_back(x.dims[i]);
       }
-      if (ok) {
-        SymbolicValue v = with_dims(x.dtype, dims);
-        if (x.has_elements && dims.size() <= 1) {
-          v.has_elements = true;
-          v.elements = x.elements;
-        }
-        set(std::move(v));
-      }
+      if (ok) set(reshaped(x, dims));
     }
   } else if (op == "Concat") {
     bool ok = x.rank_known && !x.dims.empty();
@@ -559,14 +563,7 @@ void SymbolicGraph::infer(const Node& n) {
         dims[*infer_at] =
             divide_exactly(product(x.dims, 0, x.dims.size()), product(rest, 0, rest.size()));
       }
-      if (ok) {
-        SymbolicValue v = with_dims(x.dtype, dims);
-        if (x.has_elements && dims.size() <= 1) {
-          v.has_elements = true;
-          v.elements = x.elements;
-        }
-        set(std::move(v));
-      }
+      if (ok) set(reshaped(x, dims));
     }
   } else if (op == "Flatten") {
     const auto axis =
@@ -585,14 +582,7 @@ void SymbolicGraph::infer(const Node& n) {
         ok = ok && p >= 0 && p < static_cast<int64_t>(x.dims.size());
         if (ok) dims.push_back(x.dims[static_cast<size_t>(p)]);
       }
-      if (ok) {
-        SymbolicValue v = with_dims(x.dtype, dims);
-        if (x.has_elements && dims.size() <= 1) {
-          v.has_elements = true;
-          v.elements = x.elements;
-        }
-        set(std::move(v));
-      }
+      if (ok) set(reshaped(x, dims));
     }
   } else if (op == "Slice") {
     std::optional<std::vector<int64_t>> starts, ends, axes, steps;

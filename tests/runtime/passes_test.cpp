@@ -15,10 +15,12 @@
 #include "runtime/graph_runner.hpp"
 #include "runtime/passes/passes.hpp"
 #include "test_options.hpp"
+#include "unoptimized_reference.hpp"
 
 namespace volt {
 namespace {
 
+using testing::expect_same_as_unoptimized;
 using testing::ModelBuilder;
 using testing::test_options;
 
@@ -36,27 +38,8 @@ Tensor random_tensor(const Shape& shape, std::mt19937& rng) {
   return t;
 }
 
-// Level 2 (all passes) against level 0 (none) on the same inputs. The tolerance covers the
-// reassociation of folded weights and oneDNN's blocking of the reductions (fp32, sums of
-// a few dozen products of values in [-1, 1]).
-void expect_same_as_unoptimized(const std::string& bytes, const NamedValues& feeds,
-                                float tol = 2e-5f) {
-  Session plain =
-      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 0}));
-  Session opt =
-      Session::from_bytes(bytes.data(), bytes.size(), test_options({.optimization_level = 2}));
-  const auto a = plain.run(feeds), b = opt.run(feeds);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t k = 0; k < a.size(); ++k) {
-    const Tensor& x = a[k].tensor();
-    const Tensor& y = b[k].tensor();
-    ASSERT_EQ(x.shape(), y.shape()) << "output " << k;
-    for (int64_t i = 0; i < x.numel(); ++i)
-      ASSERT_NEAR(x.data<float>()[i], y.data<float>()[i],
-                  tol * std::max(1.0f, std::abs(x.data<float>()[i])))
-          << "output " << k << " element " << i;
-  }
-}
+// (The tolerance of expect_same_as_unoptimized covers the reassociation of folded weights and
+// oneDNN's blocking of the reductions: fp32, sums of a few dozen products of values in [-1, 1].)
 
 // The relative L2 distance of b from a (fp32 tensors)
 double relative_l2(const Tensor& a, const Tensor& b) {

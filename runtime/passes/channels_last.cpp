@@ -97,13 +97,19 @@ std::optional<std::vector<int64_t>> slice_axes(const Graph& g, const Node& n) {
 }
 
 // Whether `name`, a Reshape's shape input, has four elements whatever the model is fed: a constant
-// of four, or (as exporters compute it from Shape) the Concat of four one-element parts, each a
-// constant or an Unsqueeze (of a scalar: a Reshape's shape is one-dimensional).
+// of four, a ShapeFormula of four (fold_shape_arithmetic), or (as exporters compute it from
+// Shape) the Concat of four one-element parts, each a constant or an Unsqueeze (of a scalar: a
+// Reshape's shape is one-dimensional).
 bool shape_of_four(const Graph& g, const ValueUses& uses, const std::string& name) {
   if (const Tensor* t = constant_value(g, name)) return t->rank() == 1 && t->numel() == 4;
   auto p = uses.producer(name);
   if (!p) return false;
-  const Node& concat = g.nodes[*p];
+  const Node& producer = g.nodes[*p];
+  if (producer.domain == kVoltDomain && producer.op_type == "ShapeFormula") {
+    const std::vector<int64_t> formula = producer.attr_ints("formula");
+    return !formula.empty() && formula[0] == 4 && producer.attr_int("scalar", 0) == 0;
+  }
+  const Node& concat = producer;
   if (!is_onnx_op(concat, "Concat") || concat.inputs.size() != 4) return false;
   for (const std::string& part : concat.inputs) {
     if (const Tensor* t = constant_value(g, part)) {

@@ -5,6 +5,8 @@
 #include <functional>
 #include <set>
 
+#include "operators/cpu/conv_geometry.hpp"
+#include "runtime/error.hpp"
 #include "runtime/passes/passes.hpp"
 
 namespace volt {
@@ -379,6 +381,8 @@ void SymbolicGraph::infer(const Node& n) {
   static const std::set<std::string> kCompare = {
       "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And",
       "Or",    "Xor",  "Not",         "IsNaN",   "IsInf"};
+  static const std::set<std::string> kPools = {
+      "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"};
   static const std::set<std::string> kReduce = {
       "ReduceMean", "ReduceSum",    "ReduceMax",       "ReduceMin",       "ReduceProd", "ReduceL1",
       "ReduceL2",   "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax",     "ArgMin"};
@@ -683,6 +687,37 @@ void SymbolicGraph::infer(const Node& n) {
     if (x.rank_known && b.rank_known && x.dims.size() == 2 && b.dims.size() == 2)
       set(with_dims(x.dtype, {x.dims[n.attr_int("transA", 0) ? 1 : 0],
                               b.dims[n.attr_int("transB", 0) ? 0 : 1]}));
+  } else if (op == "Conv" || kPools.count(op)) {
+    // N, then the output channels (W's first dimension for a Conv), then the window's output
+    // sizes where X's are constants (the kernels' own geometry, resolve_window).
+    const bool global = op.rfind("Global", 0) == 0;
+    const SymbolicValue& w = input(1);
+    const bool conv = op == "Conv";
+    if (x.rank_known && x.dims.size() >= 3 && (!conv || (w.rank_known && w.dims.size() >= 3))) {
+      const size_t spatial = x.dims.size() - 2;
+      std::vector<SymDim> dims = {x.dims[0], conv ? w.dims[0] : x.dims[1]};
+      std::vector<int64_t> in_sizes, kernel;
+      bool constant = true;
+      for (size_t i = 0; i < spatial; ++i) {
+        const auto c = constant_of(x.dims[2 + i]);
+        constant = constant && c.has_value();
+        in_sizes.push_back(c.value_or(0));
+        const auto k = conv ? constant_of(w.dims[2 + i]) : std::nullopt;
+        constant = constant && (!conv || k.has_value());
+        kernel.push_back(k.value_or(0));
+      }
+      if (!conv && !global) kernel = n.attr_ints("kernel_shape");
+      std::vector<SymDim> out_sizes(spatial, global ? known(1) : SymDim{});
+      if (constant && !global) try {
+          const WindowGeometry g = resolve_window(WindowAttributes(n), in_sizes, kernel, n);
+          for (size_t i = 0; i < spatial; ++i) out_sizes[i] = known(g.out[i]);
+        } catch (const Error&) {
+          // (the kernel reports it when the plan is made)
+        }
+      dims.insert(dims.end(), out_sizes.begin(), out_sizes.end());
+      for (SymbolicValue& o : out) o = with_dims(x.dtype, dims);  // (MaxPool's indices too)
+      if (out.size() > 1) out[1].dtype = DType::Int64;
+    }
   } else if (kReduce.count(op)) {
     const bool arg = op == "ArgMax" || op == "ArgMin";
     std::optional<std::vector<int64_t>> axes;
@@ -721,7 +756,16 @@ void SymbolicGraph::infer(const Node& n) {
           else if (keep)
             dims.push_back(known(1));
         }
-        set(with_dims(arg ? DType::Int64 : x.dtype, dims));
+        SymbolicValue v = with_dims(arg ? DType::Int64 : x.dtype, dims);
+        // The product or sum of a shape's elements (a flatten's row length).
+        const bool whole = x.dims.size() == 1 && reduced[0];
+        if (whole && x.has_elements && (op == "ReduceProd" || op == "ReduceSum")) {
+          SymDim r = known(op == "ReduceProd" ? 1 : 0);
+          for (const SymDim& e : x.elements) r = op == "ReduceProd" ? multiply(r, e) : add(r, e);
+          v.has_elements = true;
+          v.elements = {r};
+        }
+        set(std::move(v));
       }
     }
   }

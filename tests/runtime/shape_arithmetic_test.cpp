@@ -104,6 +104,45 @@ TEST(ShapeArithmetic, ChainsFromTheInputsShapeBecomeFormulasWithTheSameAnswers) 
     expect_same_as_unoptimized(bytes, {{"x", random_tensor(shape, rng)}}, 0);  // data moves only
 }
 
+// After convolutions and pools, spatial sizes are known where the input's are (the kernels' own
+// window geometry: strides, pads, ceil_mode), the batch stays a symbol: a flatten written as
+// Reshape(y, [Shape(y)[0], C * H * W]) becomes a formula over x's batch.
+TEST(ShapeArithmetic, ConvolutionAndPoolOutputSizesFollowTheirWindows) {
+  ModelBuilder b;
+  std::mt19937 rng(8);
+  b.input("x", kFloat, {-1, 3, 11, 9});
+  b.initializer("W", {4, 3, 3, 3}, testing::uniform_values(rng, 4 * 3 * 3 * 3));
+  b.initializer_i64("zero", {}, {0}).initializer_i64("axis0", {1}, {0});
+  b.node("Conv", {"x", "W"}, {"c"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+    ModelBuilder::set_ints(n, "pads", {1, 0, 1, 1});
+  });  // [B, 4, 6, 4]
+  b.node("MaxPool", {"c"}, {"p"}, [](auto& n) {
+    ModelBuilder::set_ints(n, "kernel_shape", {2, 2});
+    ModelBuilder::set_ints(n, "strides", {2, 2});
+    ModelBuilder::set_int(n, "ceil_mode", 1);
+  });  // [B, 4, 3, 2]: the last windows in part past the map
+  b.node("Shape", {"p"}, {"s"});
+  b.node("Gather", {"s", "zero"}, {"batch"});
+  b.node("Unsqueeze", {"batch", "axis0"}, {"batch_1d"});
+  b.node("ReduceProd", {"s"}, {"all"}, [](auto& n) { ModelBuilder::set_int(n, "keepdims", 1); });
+  b.node("Div", {"all", "batch_1d"}, {"per_image"});
+  b.node("Concat", {"batch_1d", "per_image"}, {"flat_shape"},
+         [](auto& n) { ModelBuilder::set_int(n, "axis", 0); });
+  b.node("Reshape", {"p", "flat_shape"}, {"y"});
+  b.output_any("y", kFloat);
+  const std::string bytes = b.bytes();
+  const Graph g = optimized(bytes);
+  for (const char* op : {"Shape", "Gather", "Concat", "Div"})
+    EXPECT_EQ(count_op(g, op), 0u) << op << " left";
+  for (int64_t batch : {1, 3, 2}) {
+    const auto got = Session::from_bytes(bytes.data(), bytes.size(), test_options())
+                         .run({{"x", random_tensor({batch, 3, 11, 9}, rng)}});
+    EXPECT_EQ(got[0].tensor().shape(), (Shape{batch, 24}));
+    expect_same_as_unoptimized(bytes, {{"x", random_tensor({batch, 3, 11, 9}, rng)}}, 2e-5f);
+  }
+}
+
 // A value the graph returns, and one computed from an initializer the caller may override, keep
 // their nodes: neither is known before the run.
 TEST(ShapeArithmetic, OutputsAndOverridableInitializersKeepTheirNodes) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <set>
 
+#include "operators/common/slice_window.hpp"
 #include "operators/cpu/conv_geometry.hpp"
 #include "runtime/error.hpp"
 #include "runtime/passes/passes.hpp"
@@ -256,24 +257,24 @@ bool is_integer(DType t) {
   return t == DType::Int64 || t == DType::Int32;
 }
 
-// Slice's window on one axis of length `dim`: the new length, where it is known exactly.
-SymDim slice_length(const SymDim& dim, int64_t start, int64_t end, int64_t step) {
-  if (step == 0) return std::nullopt;
-  if (const auto n = constant_of(dim)) {
-    auto clamp = [&](int64_t x, int64_t lo, int64_t hi) {
-      if (x < 0) x = x < -*n ? -1 : x + *n;
-      return std::clamp(x, lo, hi);
-    };
-    const int64_t s = step > 0 ? clamp(start, 0, *n) : clamp(start, -1, *n - 1);
-    const int64_t e = step > 0 ? clamp(end, 0, *n) : clamp(end, -1, *n - 1);
-    const int64_t span = step > 0 ? e - s : s - e;
-    const int64_t st = step > 0 ? step : -step;
-    return known(span <= 0 ? 0 : (span + st - 1) / st);
-  }
-  // A symbolic length: only the whole axis, forwards or backwards.
-  if (step == 1 && start == 0 && end >= kToTheEnd) return dim;
-  if (step == -1 && (start == -1 || start >= kToTheEnd) && end <= -kToTheEnd) return dim;
-  return std::nullopt;
+// Slice's window on one axis of length `dim`: its length, where it is known exactly, and its
+// first index. A constant length takes the Slice kernel's own window (slice_window); a symbolic
+// one only the whole axis, forwards or backwards.
+struct AxisWindow {
+  SymDim length;
+  int64_t first = 0;
+};
+AxisWindow slice_axis(const SymDim& dim, int64_t start, int64_t end, int64_t step,
+                      const Node& node) {
+  if (const auto n = constant_of(dim)) try {
+      const SliceWindow w = slice_window(Shape{*n}, {start}, {end}, {0}, {step}, node);
+      return {known(w.out[0]), w.start[0]};
+    } catch (const Error&) {
+      return {};  // (the kernel reports it when the plan is made)
+    }
+  if (step == 1 && start == 0 && end >= kToTheEnd) return {dim, 0};
+  if (step == -1 && (start == -1 || start >= kToTheEnd) && end <= -kToTheEnd) return {dim, 0};
+  return {};
 }
 
 }  // namespace
@@ -612,28 +613,32 @@ void SymbolicGraph::infer(const Node& n) {
     }
     if (ok) {
       std::vector<SymDim> dims = x.dims;
-      std::vector<int64_t> s(x.dims.size(), 0), e(x.dims.size(), INT64_MAX), st(x.dims.size(), 1);
+      std::vector<int64_t> first(x.dims.size(), 0), st(x.dims.size(), 1);
       for (size_t i = 0; ok && i < axes->size(); ++i) {
         const auto a = axis_in((*axes)[i], x.dims.size());
         ok = a.has_value();
         if (!ok) break;
         const size_t at = static_cast<size_t>(*a);
-        s[at] = (*starts)[i], e[at] = (*ends)[i], st[at] = (*steps)[i];
-        dims[at] = slice_length(x.dims[at], s[at], e[at], st[at]);
+        const AxisWindow w = slice_axis(x.dims[at], (*starts)[i], (*ends)[i], (*steps)[i], n);
+        dims[at] = w.length;
+        first[at] = w.first;
+        st[at] = (*steps)[i];
       }
       if (ok) {
         SymbolicValue v = with_dims(x.dtype, dims);
         const auto len = dims.size() == 1 ? constant_of(dims[0]) : std::nullopt;
         if (x.has_elements && len &&
             x.elements.size() == static_cast<size_t>(constant_of(x.dims[0]).value_or(-1))) {
-          // The window's elements: start clamped as slice_length did, then `len` steps.
+          // The window's elements, from its first index in `len` steps (within x by
+          // slice_window's clamping; checked all the same).
           const int64_t size = static_cast<int64_t>(x.elements.size());
-          int64_t from = s[0] < 0 ? s[0] + size : s[0];
-          from = st[0] > 0 ? std::clamp<int64_t>(from, 0, size)
-                           : std::clamp<int64_t>(from, -1, size - 1);
           v.has_elements = true;
-          for (int64_t k = 0; k < *len; ++k)
-            v.elements.push_back(x.elements[static_cast<size_t>(from + k * st[0])]);
+          for (int64_t k = 0; k < *len && v.has_elements; ++k) {
+            const int64_t at = first[0] + k * st[0];
+            v.has_elements = at >= 0 && at < size;
+            if (v.has_elements) v.elements.push_back(x.elements[static_cast<size_t>(at)]);
+          }
+          if (!v.has_elements) v.elements.clear();
         }
         set(std::move(v));
       }

@@ -72,6 +72,10 @@ std::string head_split_model() {
   b.node("Reshape", {"x", "columns_shape"}, {"columns_out"});
   // x[:, :T-1]: a bound computed from T.
   b.node("Slice", {"x", "axis0", "time_less_one_1d", "axis1"}, {"shorter"});
+  // x's shape backwards, [32, T, B], by a Slice of negative step over the shape.
+  b.initializer_i64("last", {1}, {-1}).initializer_i64("before_first", {1}, {-4});
+  b.node("Slice", {"s", "last", "before_first", "axis0", "minus_one"}, {"reversed_shape"});
+  b.node("Reshape", {"x", "reversed_shape"}, {"reversed"});
   // Ones of [B, T] and the positions 0 .. T-1.
   b.node("Concat", {"batch_1d", "time_1d"}, {"bt"},
          [](auto& n) { ModelBuilder::set_int(n, "axis", 0); });
@@ -79,6 +83,7 @@ std::string head_split_model() {
   b.node("Range", {"zero", "time", "one"}, {"positions"});
   b.output_any("rows_out", kFloat).output_any("columns_out", kFloat);
   b.output_any("shorter", kFloat).output_any("ones", kFloat).output_any("positions", kInt64);
+  b.output_any("reversed", kFloat);
   return b.bytes();
 }
 
@@ -87,6 +92,7 @@ TEST(ShapeArithmetic, ChainsFromTheInputsShapeBecomeFormulasWithTheSameAnswers) 
   const Graph g = optimized(bytes);
   for (const char* op : {"Shape", "Gather", "Unsqueeze", "Concat", "Div", "Mul", "Sub"})
     EXPECT_EQ(count_op(g, op), 0u) << op << " left";
+  EXPECT_EQ(count_op(g, "Slice"), 1u) << "the Slice of the shape is left";  // (x's stays)
   // Formulas for the targets and bounds that depend on B or T (heads, rows, the Slice's end,
   // ConstantOfShape's and Range's operands); the constant target is an initializer.
   EXPECT_GE(count_op(g, "ShapeFormula"), 4u);

@@ -15,20 +15,22 @@ std::shared_ptr<const DeferredChoice> DeferredChoices::find(
     // (A constant of the plan is the same Value at every run of it.)
     if (e->read_constants[i] && e->read_constants[i] != values[i]) return nullptr;
   }
-  return e->choice;
+  return std::shared_ptr<const DeferredChoice>(e, &e->choice);
 }
 
 std::shared_ptr<const DeferredChoice> DeferredChoices::remember(
     std::span<const TypeShape> types, std::span<const Value* const> values, uint64_t read,
     DeferredChoice choice) {
-  auto kept = std::make_shared<const DeferredChoice>(std::move(choice));
-  if (types.size() > 64 || values.size() != types.size()) return kept;
+  if (types.size() > 64 || values.size() != types.size())
+    return std::make_shared<const DeferredChoice>(std::move(choice));
+  // (One allocation: the choice lives in its entry, and what runs it holds the entry.)
   auto e = std::make_shared<Entry>();
   e->read_constants.assign(types.size(), nullptr);
   for (size_t i = 0; i < types.size(); ++i)
     if (read >> i & 1) e->read_constants[i] = values[i];
   e->types.assign(types.begin(), types.end());
-  e->choice = kept;
+  e->choice = std::move(choice);
+  std::shared_ptr<const DeferredChoice> kept(e, &e->choice);
   std::lock_guard<std::mutex> lock(mutex_);
   last_ = std::move(e);
   return kept;

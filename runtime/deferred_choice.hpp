@@ -27,6 +27,7 @@ struct DeferredChoice {
   std::vector<TypeShape> outputs;
   size_t scratch_bytes = 0;
   std::string reference;
+  bool output_is_view = false;  // output 0 is a view of input 0 (InferContext::output_views_input)
 };
 
 class DeferredChoices {
@@ -45,7 +46,7 @@ class DeferredChoices {
   struct Entry {
     std::vector<TypeShape> types;
     std::vector<const Value*> read_constants;  // by input: the constant read, else null
-    std::shared_ptr<const DeferredChoice> choice;
+    DeferredChoice choice;
   };
   mutable std::mutex mutex_;
   std::shared_ptr<const Entry> last_;

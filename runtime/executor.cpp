@@ -29,6 +29,8 @@ struct RunScratch {
   std::vector<const Value*> ins;
   std::vector<Value*> outs;
   std::vector<char> out_fresh;
+  std::vector<TypeShape> in_types;  // a step's whose shapes are known only at run time
+  std::vector<const TypeShape*> in_type_ptrs;
 };
 
 class ScratchLease {
@@ -161,6 +163,28 @@ std::string where(const Plan& plan, const PlanStep& st) {
   throw Error(ve ? ve->code() : ErrorCode::Runtime, full);
 }
 
+// TypeShape::of(*v) (the default where v is null) into `t`, in the buffers it has: a step whose
+// shapes are known only at run time reads its input types at each run.
+void type_of_into(const Value* v, TypeShape& t) {
+  if (!v || !v->is_tensor()) {
+    t = v ? TypeShape::of(*v) : TypeShape{};
+    return;
+  }
+  const Shape& shape = v->tensor().shape();
+  t.kind = ValueInfo::Kind::Tensor;
+  t.dtype = v->tensor().dtype();
+  t.shape.assign(shape.begin(), shape.end());
+  t.shape_known = true;
+}
+
+// Whether a view of the step's input 0 may live as long as the run holds it: the input is fed,
+// a constant, or a heap value (which, when a view itself, is one of such a value).
+bool views_outlive_run(const Plan& plan, const PlanStep& st) {
+  if (st.inputs.empty() || st.inputs[0] < 0) return false;
+  const Placement p = plan.placement[st.inputs[0]];
+  return p == Placement::Input || p == Placement::Constant || p == Placement::Heap;
+}
+
 }  // namespace
 
 std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*>& fed,
@@ -229,22 +253,22 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
       const std::string* kernel_name = st.def ? &st.def->name : &kNoKernel;
       const Kernel* run_kernel = nullptr;
       // (run_infer reads the input types while it lives.)
-      std::vector<TypeShape> in_types;
-      std::vector<const TypeShape*> in_type_ptrs;
+      std::vector<TypeShape>& in_types = (*scratch).in_types;
+      std::vector<const TypeShape*>& in_type_ptrs = (*scratch).in_type_ptrs;
       std::optional<NodeInferContext> run_infer;
       // A deferred step's choice at this run: made now (run_infer) or the last run's (kept).
       std::shared_ptr<const DeferredChoice> kept;
       const std::vector<TypeShape>* run_outputs = nullptr;
       size_t run_scratch_bytes = 0;
+      bool run_output_is_view = false;  // (the kernel sets output 0 as a view of input 0)
       const std::string* run_reference = nullptr;
       if (!st.shapes_static) {
         in_types.resize(ins.size());
         in_type_ptrs.assign(ins.size(), nullptr);
-        for (size_t i = 0; i < ins.size(); ++i)
-          if (ins[i]) {
-            in_types[i] = TypeShape::of(*ins[i]);
-            in_type_ptrs[i] = &in_types[i];
-          }
+        for (size_t i = 0; i < ins.size(); ++i) {
+          type_of_into(ins[i], in_types[i]);
+          if (ins[i]) in_type_ptrs[i] = &in_types[i];
+        }
         check_input_type_groups(node, in_type_ptrs);
         const bool keeps_choice = st.deferred_choices && !on_accelerator;
         if (keeps_choice) kept = st.deferred_choices->find(in_types, ins);
@@ -265,11 +289,24 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
               if (ins[i]) ins[i] = on_device_of(ins[i], step_device, moved[i]);
           }
           for (const KernelDef* def : KernelRegistry::instance().named(node.op_type)) {
-            if (!def->matches(node, *device) || !def->accepts(in_type_ptrs)) continue;
+            if (!def->matches(node, *device) || !def->accepts(in_type_ptrs) ||
+                (plan.serves_open_axes && def->shape_specific))
+              continue;
             // (The node's memo keeps the kernel for the session.)
             const Kernel& k = *cg.memos[st.node].kernel(def, [&] { return def->create(node); });
-            run_infer.emplace(node, in_type_ptrs, ins, plan.threads);
-            run_infer->views_allowed = false;  // (the plan laid the buffers out without it)
+            // (A plan for open axes meets a new shape at most runs: its kernels set up what is
+            // cheap for one, as in a plan for several shapes, and shape-specific ones are not
+            // chosen.)
+            if (plan.serves_open_axes)
+              run_infer.emplace(node, in_type_ptrs, ins, plan.threads, true,
+                                cg.memos ? &cg.memos[st.node] : nullptr);
+            else
+              run_infer.emplace(node, in_type_ptrs, ins, plan.threads);
+            // (The plan laid the arena out without it: a view of an arena value would outlive
+            // the buffer's next use. A view of a fed input, a heap value or a constant lives
+            // safely, as a reference to its buffer: in a plan for open axes, a decoder step's
+            // layers' pasts are views of the past fed, not copies.)
+            run_infer->views_allowed = plan.serves_open_axes && views_outlive_run(plan, st);
             try {
               k.infer(*run_infer);
             } catch (const KernelUnsupported& u) {
@@ -301,11 +338,22 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           kept = st.deferred_choices->remember(
               in_types, ins, values_read,
               {chosen, run_kernel, std::move(run_infer->state), std::move(run_infer->outputs),
-               run_infer->scratch_bytes, std::move(run_infer->reference)});
+               run_infer->scratch_bytes, std::move(run_infer->reference),
+               run_infer->output_is_view});
         state = kept ? kept->state.get() : run_infer->state.get();
         run_outputs = kept ? &kept->outputs : &run_infer->outputs;
         run_scratch_bytes = kept ? kept->scratch_bytes : run_infer->scratch_bytes;
+        // (A kernel whose output always views its input, a Reshape's, allocates nothing either.)
+        run_output_is_view = (kept ? kept->output_is_view : run_infer->output_is_view) ||
+                             chosen->output_aliases_input;
         run_reference = kept ? &kept->reference : &run_infer->reference;
+        if (st.checks_planned_types)
+          for (size_t j = 0; j < st.outputs.size(); ++j) {
+            const int id = st.outputs[j];
+            if (id >= 0 && plan.types[id].shape_known &&
+                !same_type((*run_outputs)[j], plan.types[id]))
+              throw OpenAxesMismatch();
+          }
       }
       // Each input where the kernel reads it: its step's device, except the host inputs of a
       // device kernel; Shape/Size and the copy nodes take values wherever they are.
@@ -329,7 +377,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         const Placement p = plan.placement[id];
         if (p == Placement::Arena && st.shapes_static) {
           vals[id] = Tensor::view(t.dtype, t.shape, arena + plan.arena_offset[id], lease.arena);
-        } else if (p != Placement::View && t.kind == ValueInfo::Kind::Tensor && t.shape_known &&
+        } else if (p != Placement::View && !(j == 0 && run_output_is_view) &&
+                   t.kind == ValueInfo::Kind::Tensor && t.shape_known &&
                    t.dtype != DType::Undefined) {
           // (Strings live on the host only: a copy node passes them through.)
           vals[id] = on_accelerator && t.dtype != DType::String
@@ -379,6 +428,8 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
         fresh[id] = out_fresh[j];
         if (observer && is_output[static_cast<size_t>(id)]) observe(id);
       }
+    } catch (const OpenAxesMismatch&) {
+      throw;  // (for the runner, which runs the shape on a plan of its own)
     } catch (const std::exception& e) {
       rethrow_at(plan, st, e);
     }

@@ -1,5 +1,7 @@
 #include "runtime/graph_runner.hpp"
 
+#include <algorithm>
+
 #include "runtime/buffer_pool.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/passes/passes.hpp"
@@ -138,7 +140,8 @@ const CompiledGraph& GraphRunner::compiled_for(const std::vector<const Value*>& 
 // four more times on its generic plan, once.
 constexpr uint32_t kRunsBeforeSpecializing = 8;
 
-std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*>& fed) const {
+std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*>& fed,
+                                                  bool open_allowed) const {
   // (Built in a buffer this thread keeps, so that a lookup does not allocate.)
   thread_local std::string key;
   key.clear();
@@ -153,8 +156,12 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   }
   // A copy from here on: building a plan may run subgraphs, whose lookups reuse the buffer.
   const std::string own_key = key;
+  if (open_allowed)
+    if (auto p = on_open_plan(own_key, fed)) return p;
   std::lock_guard<std::mutex> building(build_mutex_);
   if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
+  if (open_allowed && !open_tried_ && built_a_plan_)
+    if (auto p = try_open_plan(own_key, fed)) return p;
   auto plan = plans_.insert(own_key, build_locked(fed, built_a_plan_));
   if (plan->shape_generic) {
     last_generic_ = plan;
@@ -177,8 +184,106 @@ std::shared_ptr<const Plan> GraphRunner::specialize(const std::string& key,
   return specialized;
 }
 
+namespace {
+// Whether `fed` has the pattern's inputs, dtypes and ranks, and its sizes where they are not -1.
+bool fits(const std::vector<TypeShape>& pattern, const std::vector<const Value*>& fed) {
+  for (size_t id = 0; id < std::max(pattern.size(), fed.size()); ++id) {
+    const Value* v = id < fed.size() ? fed[id] : nullptr;
+    const TypeShape* p =
+        id < pattern.size() && pattern[id].dtype != DType::Undefined ? &pattern[id] : nullptr;
+    if (!v != !p) return false;
+    if (!v) continue;
+    if (!v->is_tensor() || v->tensor().dtype() != p->dtype) return false;
+    const auto& shape = v->tensor().shape();
+    if (shape.size() != p->shape.size()) return false;
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (p->shape[i] >= 0 && p->shape[i] != shape[i]) return false;
+  }
+  return true;
+}
+
+// How many shapes' runs on the plan for open axes are counted at most (a decoder step meets a
+// new length at nearly every run; the count starts again past this many).
+constexpr size_t kMaxCountedShapes = 1024;
+}  // namespace
+
+std::shared_ptr<const Plan> GraphRunner::on_open_plan(const std::string& key,
+                                                      const std::vector<const Value*>& fed) const {
+  std::shared_ptr<const Plan> plan;
+  uint32_t runs = 0;
+  {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    if (!open_plan_ || !fits(open_pattern_, fed)) return nullptr;
+    plan = open_plan_;
+    if (open_runs_.size() >= kMaxCountedShapes && !open_runs_.count(key)) open_runs_.clear();
+    runs = ++open_runs_[key];
+    if (runs == kRunsBeforeSpecializing) open_runs_.erase(key);
+  }
+  if (runs != kRunsBeforeSpecializing) return plan;
+  return specialize(key, fed, std::move(plan));
+}
+
+std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
+                                                       const std::vector<const Value*>& fed) const {
+  if (!last_generic_ || first_types_.empty() || &compiled_for(fed) != &compiled_) return nullptr;
+  const Plan& last = *last_generic_;
+  // The open axes: where the first plan's inputs and the last shape-generic plan's differ.
+  OpenPattern pattern(compiled_.names.size());
+  bool any_open = false;
+  for (size_t id = 0; id < pattern.size(); ++id) {
+    const bool was_fed = last.placement[id] == Placement::Input;
+    const bool is_fed = id < fed.size() && fed[id];
+    if (was_fed != is_fed) return nullptr;
+    if (!is_fed) continue;
+    const TypeShape &a = first_types_[id], &b = last.types[id];
+    if (!fed[id]->is_tensor() || a.kind != ValueInfo::Kind::Tensor || !a.shape_known ||
+        !b.shape_known || a.dtype != b.dtype || a.shape.size() != b.shape.size())
+      return nullptr;
+    pattern[id] = b;
+    for (size_t i = 0; i < a.shape.size(); ++i)
+      if (a.shape[i] != b.shape[i]) {
+        pattern[id].shape[i] = -1;
+        any_open = true;
+      }
+  }
+  if (!any_open || !fits(pattern, fed)) return nullptr;  // (perhaps at a later shape)
+  open_tried_ = true;
+  // Worth it where most steps keep their shapes whatever the open axes' sizes: a step that
+  // depends on them chooses its kernel at each run, on heap buffers. (The two plans tell which
+  // do; a sentence's length reaches every step of a text classifier, a decoder's past only its
+  // attention and the present it returns.)
+  size_t varying = 0;
+  for (const PlanStep& st : last.steps)
+    for (const int id : st.outputs)
+      if (id >= 0 && !same_type(first_types_[id], last.types[id])) {
+        ++varying;
+        break;
+      }
+  if (2 * varying > last.steps.size()) return nullptr;
+  std::shared_ptr<const Plan> plan;
+  try {
+    plan = build_locked(fed, true, &pattern);
+  } catch (const std::exception&) {
+    return nullptr;  // (the shape gets a plan of its own, whose failure, if any, is the caller's)
+  }
+  size_t at_run_time = 0;
+  for (const PlanStep& st : plan->steps) at_run_time += !st.shapes_static;
+  if (2 * at_run_time > plan->steps.size()) return nullptr;
+  std::lock_guard<std::mutex> lock(open_mutex_);
+  open_plan_ = plan;
+  open_pattern_ = std::move(pattern);
+  open_runs_[key] = 1;
+  return plan;
+}
+
+void GraphRunner::drop_open_plan() const {
+  std::lock_guard<std::mutex> lock(open_mutex_);
+  open_plan_.reset();
+  open_runs_.clear();
+}
+
 std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>& fed,
-                                                bool shape_generic) const {
+                                                bool shape_generic, const OpenPattern* open) const {
   // Weights the plan drops become the packed copies of the next ones (RecycleLastingBuffers).
   const RecycleLastingBuffers recycle;
   restore_released();
@@ -203,6 +308,16 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
       owned_graph_->initializers.erase(name);
       ++initializer_changes_;
     };
+  if (open) {
+    for (size_t id = 0; id < open->size(); ++id) {
+      const auto& dims = (*open)[id].shape;
+      if (std::find(dims.begin(), dims.end(), -1) == dims.end()) continue;
+      in.types[id].shape.clear();
+      in.types[id].shape_known = false;
+    }
+    in.open_axes_witnesses[0] = &first_types_;
+    in.open_axes_witnesses[1] = &last_generic_->types;
+  }
   in.shapes_vary = shape_generic;
   if (shape_generic) {
     in.previous = last_generic_;
@@ -227,6 +342,14 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
 
 std::vector<Value> GraphRunner::run(const std::vector<const Value*>& fed,
                                     const OutputObserver* observer) const {
+  // (Not with an observer: it would have seen outputs of a run that ends in a mismatch.)
+  const auto plan = plan_for(fed, observer == nullptr);
+  if (!plan->serves_open_axes) return execute_plan(*plan, fed, observer);
+  try {
+    return execute_plan(*plan, fed);
+  } catch (const OpenAxesMismatch&) {
+    drop_open_plan();
+  }
   return execute_plan(*plan_for(fed), fed, observer);
 }
 

@@ -61,7 +61,10 @@ class GraphRunner {
   // `observer`: see execute_plan.
   std::vector<Value> run(const std::vector<const Value*>& fed,
                          const OutputObserver* observer = nullptr) const;
-  std::shared_ptr<const Plan> plan_for(const std::vector<const Value*>& fed) const;
+  // The plan `fed` runs on. `open_allowed`: it may be the plan for open axes (see open_plan_),
+  // whose run may end in OpenAxesMismatch (run() then runs the shape on a plan of its own).
+  std::shared_ptr<const Plan> plan_for(const std::vector<const Value*>& fed,
+                                       bool open_allowed = false) const;
   size_t cached_plans() const { return plans_.size(); }
 
  private:
@@ -71,9 +74,24 @@ class GraphRunner {
 
   // Puts the released weights back into the graph (before a plan is built).
   void restore_released() const;
+  // The fed inputs' types with the open axes' sizes -1 (by value id; Undefined where not fed).
+  using OpenPattern = std::vector<TypeShape>;
   // Builds the plan for `fed` (under build_mutex_); `shape_generic`: see Plan::shape_generic.
-  std::unique_ptr<Plan> build_locked(const std::vector<const Value*>& fed,
-                                     bool shape_generic) const;
+  // With `open`: the plan for those open axes (Plan::serves_open_axes).
+  std::unique_ptr<Plan> build_locked(const std::vector<const Value*>& fed, bool shape_generic,
+                                     const OpenPattern* open = nullptr) const;
+  // The plan for open axes where `fed` fits it (counting the shape's runs on it, and building
+  // the shape's own plan at its run kRunsBeforeSpecializing); null otherwise.
+  std::shared_ptr<const Plan> on_open_plan(const std::string& key,
+                                           const std::vector<const Value*>& fed) const;
+  // Builds the plan for open axes for `fed` (under build_mutex_) where the session's first plan
+  // and its last shape-generic one differ in some input axes, `fed` differs from them only
+  // there, and most of the graph does not depend on them; null otherwise.
+  std::shared_ptr<const Plan> try_open_plan(const std::string& key,
+                                            const std::vector<const Value*>& fed) const;
+  // Where a run of the plan for open axes met a shape it did not plan for: shapes run on plans
+  // of their own from then on.
+  void drop_open_plan() const;
   // The plan specialized to a shape whose shape-generic plan `generic` has run often enough;
   // `generic` itself if building it fails.
   std::shared_ptr<const Plan> specialize(const std::string& key,
@@ -99,6 +117,17 @@ class GraphRunner {
   mutable uint64_t initializer_changes_ = 0, initializer_changes_at_last_generic_ = 0;
   // The first plan's value types (under build_mutex_; PlanInputs::first_types).
   mutable std::vector<TypeShape> first_types_;
+  // The plan for open axes: a decoder step fed a past of a new length at nearly every run, a
+  // model fed sentences of many lengths, run each new shape on one plan in which only the steps
+  // that depend on the varying axes choose their kernels at run time (Plan::serves_open_axes),
+  // rather than building a plan per shape; a shape that recurs gets a plan of its own at its run
+  // kRunsBeforeSpecializing. Built at most once (open_tried_, under build_mutex_), from the
+  // axes in which the session's first plan and its last shape-generic plan differ.
+  mutable std::mutex open_mutex_;
+  mutable std::shared_ptr<const Plan> open_plan_;  // (under open_mutex_, as the two below)
+  mutable OpenPattern open_pattern_;
+  mutable std::unordered_map<std::string, uint32_t> open_runs_;  // by input signature
+  mutable bool open_tried_ = false;
   mutable std::mutex variants_mutex_;
   mutable std::map<std::string, std::unique_ptr<CompiledGraph>> sparse_variants_;
 };

@@ -3,6 +3,7 @@
 // intermediate's offset in one arena. Immutable once built, so runs may share it.
 #pragma once
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,10 @@ struct PlanStep {
   // where the next run's inputs are as they were (DeferredChoices). Each plan has its own.
   std::shared_ptr<DeferredChoices> deferred_choices;
   std::vector<int> release;  // heap values to drop after this step (last use)
+  // In a plan for open axes (Plan::serves_open_axes), a step whose shapes are known only at run
+  // time whose outputs the plan gave types (PlanInputs::open_axes_witnesses): each run checks
+  // that they are what it computes (OpenAxesMismatch where not).
+  bool checks_planned_types = false;
 };
 
 // Where a value lives during a run.
@@ -76,6 +81,10 @@ struct Plan {
   // runs and, once the shape proves to recur, builds the specialized plan in its place.
   bool shape_generic = false;
   mutable std::atomic<uint32_t> runs{0};
+  // Built with some input axes open (their sizes unknown): it runs every shape that differs from
+  // its inputs' only in those axes (GraphRunner's open-axes plan). The steps that depend on an
+  // open axis choose at run time; the others are planned as usual.
+  bool serves_open_axes = false;
 
   // One line per step and per value: where it lives and what is freed. For debugging.
   std::string describe() const;
@@ -104,6 +113,24 @@ struct PlanInputs {
   // (fixed-size primitives, oneDNN's shape-specific kernels), since its shapes have not varied:
   // a decoder step's projections of its one new token, whatever the past's length.
   const std::vector<TypeShape>* first_types = nullptr;
+  // For a plan with open axes (fed inputs whose shapes are unknown here: Plan::serves_open_axes):
+  // the value types of two plans for shapes that differed only in those axes. A step whose shapes
+  // are known only at run time gives each output that had one type in both that type at plan
+  // time, so that the steps reading it are planned as usual; it checks the type at each run
+  // (PlanStep::checks_planned_types). A decoder step's attention over a past of any length
+  // returns one row per head whatever the length: the projections after it keep their
+  // fixed-size primitives.
+  const std::vector<TypeShape>* open_axes_witnesses[2] = {nullptr, nullptr};
+};
+
+// Thrown by execute_plan where a run of a plan for open axes computes a type other than the one
+// the plan assumed (PlanStep::checks_planned_types): a value that had one shape at the two
+// witnessed shapes has another at this one. Nothing the run computed is returned; the caller
+// runs the shape on a plan of its own.
+struct OpenAxesMismatch : std::exception {
+  const char* what() const noexcept override {
+    return "a plan for open axes met a shape it did not plan for";
+  }
 };
 
 // Where a node's kernels are looked for, in order: its own device, then, for nodes placed on an

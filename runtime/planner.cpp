@@ -252,6 +252,19 @@ bool refoldable(const Plan& previous, const std::vector<int>& step_of_node,
   return any && all_as_before(as_before, ids);
 }
 
+// The type value `id` had in both plans PlanInputs::open_axes_witnesses names, where it had one;
+// null otherwise.
+const TypeShape* witnessed_type(const PlanInputs& in, int id) {
+  const auto& [a, b] = in.open_axes_witnesses;
+  if (!a || !b || static_cast<size_t>(id) >= a->size() || static_cast<size_t>(id) >= b->size())
+    return nullptr;
+  const TypeShape &x = (*a)[static_cast<size_t>(id)], &y = (*b)[static_cast<size_t>(id)];
+  if (x.kind != ValueInfo::Kind::Tensor || !x.shape_known || x.dtype == DType::Undefined ||
+      !same_type(x, y))
+    return nullptr;
+  return &x;
+}
+
 }  // namespace
 
 // Drops the data of initializers that every step reading them keeps its own copy of (weights
@@ -329,6 +342,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   plan->graph = &cg;
   plan->threads = threads;
   plan->shape_generic = in.shapes_vary;
+  plan->serves_open_axes = in.open_axes_witnesses[0] != nullptr;
   const size_t n = cg.names.size();
   const Graph& g = *cg.graph;
   plan->types.assign(n, TypeShape{});
@@ -500,9 +514,14 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     step.output_is_view = c.def && c.def->output_aliases_input;
     if (c.deferred) {
       step.shapes_static = false;
-      for (const int id : step.outputs)
-        if (id >= 0)
-          plan->types[id] = TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false};
+      for (const int id : step.outputs) {
+        if (id < 0) continue;
+        plan->types[id] = TypeShape{ValueInfo::Kind::Tensor, DType::Undefined, {}, false};
+        if (const TypeShape* t = witnessed_type(in, id)) {
+          plan->types[id] = *t;
+          step.checks_planned_types = true;
+        }
+      }
     } else {
       NodeInferContext& ictx = *c.ctx;
       // Outputs computed from shapes alone, or from constants: no step at run time.

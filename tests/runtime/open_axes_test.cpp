@@ -1,0 +1,175 @@
+// The plan for open axes (GraphRunner, Plan::serves_open_axes): a graph fed shapes that differ
+// in one axis runs them on one plan in which only the steps that depend on that axis choose
+// their kernels at run time; a value that had one type at the two shapes it was derived from but
+// has another at a third makes the run fall back to a plan of its own, with the right answer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "loaders/loader.hpp"
+#include "model_builder.hpp"
+#include "runtime/graph_runner.hpp"
+#include "runtime/passes/passes.hpp"
+#include "volt/volt.hpp"
+
+namespace volt {
+namespace {
+
+std::vector<float> uniform_values(std::mt19937& rng, size_t n) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& e : v) e = u(rng);
+  return v;
+}
+
+Tensor uniform_tensor(std::mt19937& rng, const Shape& shape) {
+  Tensor x = Tensor::empty(DType::Float, shape);
+  const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
+  std::copy(values.begin(), values.end(), x.data<float>());
+  return x;
+}
+
+using testing::ModelBuilder;
+
+constexpr int64_t kWidth = 32;
+
+// A decoder step in miniature: a token's projections and a 12-layer MLP (shapes fixed), and per
+// layer of two the attention of the token's query over that layer's past keys with the token's
+// own appended (shapes that follow the past's length P), returning the mixed token [1, 32] and
+// the present keys [2, P + 1, 32]. `clip`: the scores (and keys) are cut to their first 8, so
+// that the cut scores have one shape for P >= 7 and others below.
+std::string decoder_step(std::mt19937& rng, bool clip) {
+  ModelBuilder b;
+  b.input("token", 1, {1, kWidth}).input("past", 1, {2, -1, kWidth});
+  auto weight = [&](const std::string& name) {
+    b.initializer(name, {kWidth, kWidth}, uniform_values(rng, kWidth * kWidth));
+  };
+  std::string h = "token";
+  for (int i = 0; i < 12; ++i) {
+    const std::string w = "mlp_w" + std::to_string(i), out = "mlp" + std::to_string(i);
+    weight(w);
+    b.node("MatMul", {h, w}, {out + "_pre"});
+    b.node("Tanh", {out + "_pre"}, {out});
+    h = out;
+  }
+  weight("wq");
+  weight("wk");
+  b.node("MatMul", {"token", "wq"}, {"query"});
+  b.node("MatMul", {"token", "wk"}, {"key"});
+  b.initializer_i64("ends", {1}, {8}).initializer_i64("starts", {1}, {0});
+  b.initializer_i64("axes", {1}, {1});
+  std::vector<std::string> mixed, presents;
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string l = std::to_string(layer);
+    b.initializer_i64("layer" + l, {}, {layer});
+    b.node("Gather", {"past", "layer" + l}, {"past" + l});
+    b.node("Concat", {"past" + l, "key"}, {"keys" + l},
+           [](auto& n) { ModelBuilder::set_int(n, "axis", 0); });
+    b.node("Transpose", {"keys" + l}, {"keys_t" + l}, [](auto& n) {
+      ModelBuilder::set_ints(n, "perm", {1, 0});
+    });
+    b.node("MatMul", {"query", "keys_t" + l}, {"scores" + l});
+    std::string scores = "scores" + l;
+    std::string values = "keys" + l;
+    if (clip) {
+      b.node("Slice", {scores, "starts", "ends", "axes"}, {scores + "_cut"});
+      b.node("Slice", {values, "starts", "ends", "starts"}, {values + "_cut"});
+      scores += "_cut";
+      values += "_cut";
+    }
+    b.node("Softmax", {scores}, {"weights" + l});
+    b.node("MatMul", {"weights" + l, values}, {"attended" + l});
+    weight("wo" + l);
+    b.node("MatMul", {"attended" + l, "wo" + l}, {"mixed" + l});
+    b.initializer_i64("at0_" + l, {1}, {0});
+    b.node("Unsqueeze", {"keys" + l, "at0_" + l}, {"present" + l});
+    mixed.push_back("mixed" + l);
+    presents.push_back("present" + l);
+  }
+  b.node("Add", {mixed[0], mixed[1]}, {"both"});
+  b.node("Add", {"both", h}, {"out"});
+  b.node("Concat", presents, {"present"}, [](auto& n) { ModelBuilder::set_int(n, "axis", 0); });
+  b.output_any("out", 1).output_any("present", 1);
+  return b.bytes();
+}
+
+struct Runner {
+  explicit Runner(const std::string& bytes) {
+    Model m = load_model_from_bytes(bytes.data(), bytes.size());
+    auto graph = std::make_shared<Graph>(run_passes(m.graph, SessionOptions{}));
+    runner = GraphRunner::owning(graph, "test", "cpu", 2, 64);
+  }
+  std::vector<Value> run(const Tensor& token, const Tensor& past) {
+    Value tv = token, pv = past;
+    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
+    fed[runner->compiled().id("token")] = &tv;
+    fed[runner->compiled().id("past")] = &pv;
+    return runner->run(fed);
+  }
+  std::unique_ptr<GraphRunner> runner;
+};
+
+// Each output within 1e-5 of a session with no optimization that sees this shape alone.
+void expect_as_alone(const std::string& bytes, const std::vector<Value>& got, const Tensor& token,
+                     const Tensor& past) {
+  Session alone = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  const auto want = alone.run({{"token", token}, {"past", past}});
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t o = 0; o < want.size(); ++o) {
+    const Tensor &g = got[o].tensor(), &w = want[o].tensor();
+    ASSERT_EQ(g.shape(), w.shape()) << "output " << o << " at past " << past.dim(1);
+    for (int64_t i = 0; i < w.numel(); ++i)
+      ASSERT_NEAR(g.data<float>()[i], w.data<float>()[i], 1e-5f)
+          << "output " << o << " element " << i << " at past " << past.dim(1);
+  }
+}
+
+// Past lengths 5 and 9 get plans of their own; from the third length on, every new length runs
+// on the plan for open axes (the cache holds no plan for it), with the answer a session fed that
+// length alone gives, the fed past untouched (its layers are views of it there), until a length
+// recurs for the eighth time and gets its own plan.
+TEST(OpenAxes, NewLengthsOfADecodersPastRunOnOnePlan) {
+  std::mt19937 rng(41);
+  const std::string bytes = decoder_step(rng, false);
+  Runner r(bytes);
+  const Tensor token = uniform_tensor(rng, {1, kWidth});
+  for (int64_t length : {5, 9, 30, 31, 17, 64, 30, 1, 100}) {
+    const Tensor past = uniform_tensor(rng, {2, length, kWidth});
+    const Tensor before = past.clone();
+    const auto got = r.run(token, past);
+    expect_as_alone(bytes, got, token, past);
+    for (int64_t i = 0; i < past.numel(); ++i)
+      ASSERT_EQ(past.data<float>()[i], before.data<float>()[i]) << "the fed past was written";
+  }
+  EXPECT_EQ(r.runner->cached_plans(), 2u) << "a new length built a plan of its own";
+  const Tensor past = uniform_tensor(rng, {2, 23, kWidth});
+  for (int run = 1; run <= 8; ++run) {
+    const auto got = r.run(token, past);
+    EXPECT_EQ(r.runner->cached_plans(), run < 8 ? 2u : 3u) << "run " << run;
+    expect_as_alone(bytes, got, token, past);
+  }
+}
+
+// With the scores cut to their first 8 columns, the cut scores are [1, 8] at pasts of 7 and
+// more: the plan for open axes built from pasts of 9 and 12 takes that as their type whatever the
+// length, and a past of 3, where the cut leaves 4 columns, is not what it planned. The run falls
+// back to a plan of its own, with the right answer, and so does every length after it.
+TEST(OpenAxes, AShapeThePlanDidNotForeseeFallsBackToAPlanOfItsOwn) {
+  std::mt19937 rng(43);
+  const std::string bytes = decoder_step(rng, true);
+  Runner r(bytes);
+  const Tensor token = uniform_tensor(rng, {1, kWidth});
+  for (int64_t length : {9, 12, 20, 3, 40, 2}) {
+    const Tensor past = uniform_tensor(rng, {2, length, kWidth});
+    expect_as_alone(bytes, r.run(token, past), token, past);
+  }
+  // Pasts of 9 and 12 planned alone; 20 on the plan for open axes; 3 fell back (and dropped it):
+  // 3, 40 and 2 on plans of their own.
+  EXPECT_EQ(r.runner->cached_plans(), 5u);
+}
+
+}  // namespace
+}  // namespace volt

@@ -5,7 +5,8 @@ length, a decoder's past) pay when fed a shape they have not seen, volt vs ONNX 
 Two measurements per model, each in a fresh process per side, sides alternating per round:
 - new shape: the session is warmed at the recipe's shape; then each of 8 sizes spread over the
   axis's range runs 1 + 10 times. "first/steady" is the first run over the median of the next 10,
-  per size; the table gives the median over the sizes and the worst. Floor: the median <= 1.3.
+  per size; the table gives the median over the sizes and the worst, and the first run's own time
+  (median over the sizes) beside ORT's. Floor: the median <= 1.3.
 - stream: 200 inputs of sizes drawn uniformly from the range (fixed seed; repeats happen, as in
   real traffic), each run once, after one warm-up run at the recipe's shape; the total time of
   the 200 runs. Floor: volt's total <= ORT's.
@@ -122,16 +123,19 @@ def measure(name, r, args, module, tmp):
         with open(manifests[kind], "w") as f:
             json.dump(steps, f)
     firsts = {"volt": [], "ort": []}
+    first_ms = {"volt": [], "ort": []}
     totals = {"volt": [], "ort": []}
     recurring_totals = {"volt": [], "ort": []}
     for _ in range(args.rounds):
         for side in ("volt", "ort"):
             t = run_side(side, model, manifests["shape"], args.threads, module)[3:]
-            ratios = []
+            ratios, first = [], []
             for i in range(len(new)):
                 run = t[i * (1 + STEADY_RUNS):(i + 1) * (1 + STEADY_RUNS)]
                 ratios.append(run[0] / statistics.median(run[1:]))
+                first.append(run[0])
             firsts[side].append(ratios)
+            first_ms[side].append(first)
             totals[side].append(sum(run_side(side, model, manifests["stream"], args.threads, module)[1:]))
             recurring_totals[side].append(
                 sum(run_side(side, model, manifests["recurring"], args.threads, module)[1:]))
@@ -140,6 +144,7 @@ def measure(name, r, args, module, tmp):
         per_size = [statistics.median(col) for col in zip(*firsts[side])]  # median over rounds
         row[side + "_first_median"] = statistics.median(per_size)
         row[side + "_first_worst"] = max(per_size)
+        row[side + "_first_ms"] = statistics.median(statistics.median(col) for col in zip(*first_ms[side]))
         row[side + "_stream_ms"] = statistics.median(totals[side])
         row[side + "_recurring_ms"] = statistics.median(recurring_totals[side])
     row["stream_ratio"] = row["volt_stream_ms"] / row["ort_stream_ms"]
@@ -149,12 +154,12 @@ def measure(name, r, args, module, tmp):
 
 def table(rows, failures, args):
     out = [f"dynamic shapes: {args.threads} threads, batch 1, median of {args.rounds} alternating rounds",
-           f"{'model':24} {'sizes':>8} {'first/steady volt':>18} {'(worst)':>8} {'ort':>6} "
+           f"{'model':24} {'sizes':>8} {'first/steady volt':>18} {'(worst)':>8} {'ort':>6} {'first ms v/o':>14} "
            f"{'stream volt ms':>15} {'ort ms':>9} {'volt/ort':>9} "
            f"{'recurring volt ms':>18} {'ort ms':>9} {'volt/ort':>9}"]
     for r in rows:
         out.append(f"{r['model']:24} {r['range']:>8} {r['volt_first_median']:18.2f} {r['volt_first_worst']:8.2f} "
-                   f"{r['ort_first_median']:6.2f} {r['volt_stream_ms']:15.1f} {r['ort_stream_ms']:9.1f} "
+                   f"{r['ort_first_median']:6.2f} {r['volt_first_ms']:6.2f}/{r['ort_first_ms']:<7.2f} {r['volt_stream_ms']:15.1f} {r['ort_stream_ms']:9.1f} "
                    f"{r['stream_ratio']:9.2f} {r['volt_recurring_ms']:18.1f} {r['ort_recurring_ms']:9.1f} "
                    f"{r['recurring_ratio']:9.2f}")
     for name, why in failures:

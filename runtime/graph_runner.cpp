@@ -225,7 +225,10 @@ std::shared_ptr<const Plan> GraphRunner::on_open_plan(const std::string& key,
 
 std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
                                                        const std::vector<const Value*>& fed) const {
-  if (!last_generic_ || first_types_.empty() || &compiled_for(fed) != &compiled_) return nullptr;
+  // (Host sessions only: run-time views and choices on an accelerator's plans are untried.)
+  if (!last_generic_ || first_types_.empty() || &compiled_for(fed) != &compiled_ ||
+      !compiled_.accelerator.is_cpu())
+    return nullptr;
   const Plan& last = *last_generic_;
   // The open axes: where the first plan's inputs and the last shape-generic plan's differ.
   OpenPattern pattern(compiled_.names.size());

@@ -162,10 +162,13 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
   if (open_allowed && !open_tried_ && built_a_plan_)
     if (auto p = try_open_plan(own_key, fed)) return p;
+  const bool first = !built_a_plan_;
   auto plan = plans_.insert(own_key, build_locked(fed, built_a_plan_));
+  if (first && plan->graph == &compiled_) first_plan_ = plan;
   if (plan->shape_generic) {
     last_generic_ = plan;
     initializer_changes_at_last_generic_ = initializer_changes_;
+    first_plan_.reset();  // (later ones build on last_generic_)
   }
   return plan;
 }
@@ -289,7 +292,22 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
                                                 bool shape_generic, const OpenPattern* open) const {
   // Weights the plan drops become the packed copies of the next ones (RecycleLastingBuffers).
   const RecycleLastingBuffers recycle;
-  restore_released();
+  // A shape-generic plan builds on the one before (PlanInputs::previous): the last such plan, or
+  // the session's first while there is none. Where the graph's initializers are as they were
+  // then and the same inputs are fed, the weights the first plan released come back one by one,
+  // for the nodes planned afresh that read them (PlanInputs::restore_weight); otherwise, and for
+  // the other plans, all of them now.
+  const std::shared_ptr<const Plan> previous =
+      shape_generic ? (last_generic_ ? last_generic_ : first_plan_) : nullptr;
+  const uint64_t changes_at_previous =
+      last_generic_ ? initializer_changes_at_last_generic_ : initializer_changes_at_first_;
+  bool lazily = previous && owned_graph_ && initializer_changes_ == changes_at_previous;
+  for (size_t id = 0; lazily && id < previous->placement.size(); ++id) {
+    const bool is_fed = id < fed.size() && fed[id];
+    lazily = is_fed == (previous->placement[id] == Placement::Input) &&
+             !(is_fed && fed[id]->is_csr());  // (CSR variants copy the graph: whole)
+  }
+  if (!lazily) restore_released();
   const CompiledGraph& cg = compiled_for(fed);
   PlanInputs in;
   in.types.resize(cg.names.size());
@@ -323,9 +341,21 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
   }
   in.shapes_vary = shape_generic;
   if (shape_generic) {
-    in.previous = last_generic_;
-    in.initializers_as_in_previous = initializer_changes_ == initializer_changes_at_last_generic_;
+    in.previous = previous;
+    in.initializers_as_in_previous = initializer_changes_ == changes_at_previous;
   }
+  if (lazily && !released_.empty())
+    in.restore_weight = [this](int id) {
+      const std::string& name = compiled_.names[id];
+      const auto it = released_.find(name);
+      VOLT_CHECK(it != released_.end(), Runtime,
+                 "weight '" + name + "' was released with no way back (internal planning error)");
+      Tensor t = it->second();
+      owned_graph_->initializers[name] = t;
+      released_.erase(it);
+      ++initializer_changes_;
+      return std::make_shared<const Value>(std::move(t));
+    };
   const bool first = !built_a_plan_ && &cg == &compiled_;
   if (shape_generic && &cg == &compiled_ && !first_types_.empty()) in.first_types = &first_types_;
   const RunControlSuspended not_this_runs_memory;
@@ -338,7 +368,10 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
     warm_heap_for_plans(kPlansAhead * (in_use > heap_before ? in_use - heap_before : 0));
     warmed_heap_ = true;
   }
-  if (first) first_types_ = plan->types;
+  if (first) {
+    first_types_ = plan->types;
+    initializer_changes_at_first_ = initializer_changes_;
+  }
   built_a_plan_ = true;
   return plan;
 }

@@ -121,7 +121,18 @@ struct PlanInputs {
   // returns one row per head whatever the length: the projections after it keep their
   // fixed-size primitives.
   const std::vector<TypeShape>* open_axes_witnesses[2] = {nullptr, nullptr};
+  // With a previous plan whose constants include weights a plan released (data dropped, dtype
+  // and shape kept: is_released_weight): what brings one back, for a node planned afresh that
+  // reads it. Nodes whose steps are taken from the previous plan keep their own copies and need
+  // none: a decoder's second past length rebuilds no weight of its projections (GPT-2's step:
+  // 20 MiB, 5500 page faults, at its first new shape).
+  std::function<std::shared_ptr<const Value>(int id)> restore_weight;
 };
+
+// Whether `v` is a released weight's stand-in: a tensor with dtype and shape but no data.
+inline bool is_released_weight(const std::shared_ptr<const Value>& v) {
+  return v && v->is_tensor() && !v->tensor().raw() && v->tensor().numel() > 0;
+}
 
 // Thrown by execute_plan where a run of a plan for open axes computes a type other than the one
 // the plan assumed (PlanStep::checks_planned_types): a value that had one shape at the two

@@ -195,6 +195,7 @@ bool same_constant(const Value& a, const Value& b) {
       !y.device().is_cpu() || x.dtype() == DType::String)
     return false;
   if (x.raw() == y.raw()) return true;
+  if (!x.raw() || !y.raw()) return false;  // (a released weight's stand-in: is_released_weight)
   constexpr size_t kComparedBytes = 256;
   return x.nbytes() <= kComparedBytes && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
 }
@@ -366,7 +367,8 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
   // Initializers that the previous plan held as constants, where the graph's are as they were
   // then: its values and types, by id, without a walk over the graph's map.
   bool every_initializer_taken = false;
-  if (previous && in.initializers_as_in_previous && all_initializers) {
+  // (Released weights too, as their stand-ins: the graph's map no longer has them.)
+  if (previous && in.initializers_as_in_previous && (all_initializers || in.restore_weight)) {
     every_initializer_taken = true;
     for (const int id : cg.initializer_ids) {
       if (id < 0 || known[id]) continue;
@@ -499,6 +501,16 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
           }
         copied.planned(node_index, true, no_restorers);
         continue;
+      }
+    // A released weight that this node, planned afresh, reads comes back (a step taken from the
+    // previous plan needs none: PlanInputs::restore_weight).
+    if (in.restore_weight)
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int id = ids[i];
+        if (id < 0 || !is_released_weight(plan->constants[id])) continue;
+        plan->constants[id] = in.restore_weight(id);
+        judge(id);
+        if (i < node.inputs.size()) in_values[i] = plan->constants[id].get();
       }
     const bool shapes_vary =
         in.shapes_vary && !(in.first_types && types_as_in(*in.first_types, *plan, ids));

@@ -1,12 +1,15 @@
-// The plan for open axes (GraphRunner, Plan::serves_open_axes): a graph fed shapes that differ
-// in one axis runs them on one plan in which only the steps that depend on that axis choose
-// their kernels at run time; a value that had one type at the two shapes it was derived from but
-// has another at a third makes the run fall back to a plan of its own, with the right answer.
+// New lengths of a decoder's past. The plan for open axes (GraphRunner, Plan::serves_open_axes):
+// a graph fed shapes that differ in one axis runs them on one plan in which only the steps that
+// depend on that axis choose their kernels at run time; a value that had one type at the two
+// shapes it was derived from but has another at a third makes the run fall back to a plan of its
+// own, with the right answer. And the weights a second length's plan rebuilds: only those its
+// new steps read (PlanInputs::restore_weight).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -221,6 +224,51 @@ TEST(OpenAxes, ThreadsRunNewLengthsAtOnce) {
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+}
+
+// The session's first plan drops the weights its kernels keep packed copies of (Plan::released).
+// A plan for a second length builds on it: the token's product keeps its step and its copy,
+// and only the weight of the product over the past, planned afresh, comes back into the graph.
+// Every length computes what an unoptimized session computes.
+TEST(OpenAxes, ASecondLengthRebuildsOnlyTheWeightsItsNewStepsRead) {
+  std::mt19937 rng(53);
+  ModelBuilder b;
+  b.input("token", 1, {1, 16}).input("past", 1, {-1, 16});
+  b.initializer("Wa", {4, 16}, uniform_values(rng, 64));
+  b.initializer("Wb", {4, 16}, uniform_values(rng, 64));
+  // (Gemm's B transposed: its primitive always keeps a copy of its own.)
+  b.node("Gemm", {"token", "Wa"}, {"a"}, [](auto& n) { ModelBuilder::set_int(n, "transB", 1); });
+  b.node("Gemm", {"past", "Wb"}, {"b"}, [](auto& n) { ModelBuilder::set_int(n, "transB", 1); });
+  b.output_any("a", 1).output_any("b", 1);
+  const std::string bytes = b.bytes();
+  Model m = load_model_from_bytes(bytes.data(), bytes.size());
+  auto graph = std::make_shared<Graph>(run_passes(m.graph, SessionOptions{}));
+  auto runner = GraphRunner::owning(graph, "test", "cpu", 1, 8);
+  Session alone = Session::from_bytes(bytes.data(), bytes.size(), {.optimization_level = 0});
+  const Tensor token = uniform_tensor(rng, {1, 16});
+  for (int64_t length : {5, 9, 30, 2}) {
+    const Tensor past = uniform_tensor(rng, {length, 16});
+    Value tv = token, pv = past;
+    std::vector<const Value*> fed(runner->compiled().names.size(), nullptr);
+    fed[runner->compiled().id("token")] = &tv;
+    fed[runner->compiled().id("past")] = &pv;
+    if (length == 5) {
+      std::set<std::string> released;
+      for (const auto& [id, restore] : runner->plan_for(fed)->released)
+        released.insert(runner->compiled().names[id]);
+      ASSERT_EQ(released, (std::set<std::string>{"Wa", "Wb"}));
+    }
+    const auto got = runner->run(fed);
+    const auto want = alone.run({{"token", token}, {"past", past}});
+    for (size_t o = 0; o < want.size(); ++o) {
+      ASSERT_EQ(got[o].tensor().shape(), want[o].tensor().shape());
+      for (int64_t i = 0; i < want[o].tensor().numel(); ++i)
+        ASSERT_TRUE(close(got[o].tensor().data<float>()[i], want[o].tensor().data<float>()[i]))
+            << "output " << o << " at length " << length;
+    }
+    EXPECT_EQ(graph->initializers.count("Wa"), 0u) << "Wa was rebuilt at length " << length;
+    EXPECT_EQ(graph->initializers.count("Wb"), length == 5 ? 0u : 1u) << "length " << length;
+  }
 }
 
 }  // namespace

@@ -168,7 +168,6 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   if (plan->shape_generic) {
     last_generic_ = plan;
     initializer_changes_at_last_generic_ = initializer_changes_;
-    first_plan_.reset();  // (later ones build on last_generic_)
   }
   return plan;
 }
@@ -292,16 +291,17 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
                                                 bool shape_generic, const OpenPattern* open) const {
   // Weights the plan drops become the packed copies of the next ones (RecycleLastingBuffers).
   const RecycleLastingBuffers recycle;
-  // A shape-generic plan builds on the one before (PlanInputs::previous): the last such plan, or
-  // the session's first while there is none. Where the graph's initializers are as they were
-  // then and the same inputs are fed, the weights the first plan released come back one by one,
-  // for the nodes planned afresh that read them (PlanInputs::restore_weight); otherwise, and for
-  // the other plans, all of them now.
-  const std::shared_ptr<const Plan> previous =
-      shape_generic ? (last_generic_ ? last_generic_ : first_plan_) : nullptr;
+  // A plan builds on one before it (PlanInputs::previous), taking its steps for the nodes whose
+  // inputs kept their types: a shape-generic plan on the last such plan (or the session's first
+  // while there is none), a specialized one on the session's first (a step of the same kind).
+  // Where the same inputs are fed, the weights the first plan released come back one by one, for
+  // the nodes planned afresh that read them (PlanInputs::restore_weight); otherwise all of them,
+  // now.
+  const bool on_last_generic = shape_generic && last_generic_;
+  const std::shared_ptr<const Plan> previous = on_last_generic ? last_generic_ : first_plan_;
   const uint64_t changes_at_previous =
-      last_generic_ ? initializer_changes_at_last_generic_ : initializer_changes_at_first_;
-  bool lazily = previous && owned_graph_ && initializer_changes_ == changes_at_previous;
+      on_last_generic ? initializer_changes_at_last_generic_ : initializer_changes_at_first_;
+  bool lazily = previous && owned_graph_;
   for (size_t id = 0; lazily && id < previous->placement.size(); ++id) {
     const bool is_fed = id < fed.size() && fed[id];
     lazily = is_fed == (previous->placement[id] == Placement::Input) &&
@@ -340,10 +340,8 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
     in.open_axes_witnesses[1] = &last_generic_->types;
   }
   in.shapes_vary = shape_generic;
-  if (shape_generic) {
-    in.previous = previous;
-    in.initializers_as_in_previous = initializer_changes_ == changes_at_previous;
-  }
+  in.previous = previous;
+  in.initializers_as_in_previous = previous && initializer_changes_ == changes_at_previous;
   if (lazily && !released_.empty())
     in.restore_weight = [this](int id) {
       const std::string& name = compiled_.names[id];
@@ -363,6 +361,10 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
   const size_t heap_before = warm_heap ? heap_bytes_in_use() : 0;
   auto plan = build_plan(cg, in, threads_);
   if (warm_heap) {
+    // (A plan that takes most of its steps from the one before allocates little, and warms
+    // little: GPT-2's step then faults a few hundred pages at two of the eight sizes
+    // dynamic_shapes.py feeds it, where the 8 MiB a whole plan's footprint asks for cost its
+    // first new shape 2.7 ms more, and the text classifier's 1.1 ms.)
     constexpr size_t kPlansAhead = 48;
     const size_t in_use = heap_bytes_in_use();
     warm_heap_for_plans(kPlansAhead * (in_use > heap_before ? in_use - heap_before : 0));

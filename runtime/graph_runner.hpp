@@ -117,8 +117,8 @@ class GraphRunner {
   mutable uint64_t initializer_changes_ = 0, initializer_changes_at_last_generic_ = 0;
   // The first plan's value types (under build_mutex_; PlanInputs::first_types).
   mutable std::vector<TypeShape> first_types_;
-  // The session's first plan, until a shape-generic one is built: the first such plan builds on
-  // it (PlanInputs::previous), taking its steps where the inputs kept their types, and how many
+  // The session's first plan: the first shape-generic plan and every specialized one build on it
+  // (PlanInputs::previous), taking its steps where the inputs kept their types; and how many
   // initializer changes there had been when it was built (under build_mutex_).
   mutable std::shared_ptr<const Plan> first_plan_;
   mutable uint64_t initializer_changes_at_first_ = 0;

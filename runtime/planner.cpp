@@ -195,7 +195,9 @@ bool same_constant(const Value& a, const Value& b) {
       !y.device().is_cpu() || x.dtype() == DType::String)
     return false;
   if (x.raw() == y.raw()) return true;
-  if (!x.raw() || !y.raw()) return false;  // (a released weight's stand-in: is_released_weight)
+  // A released weight's stand-in (is_released_weight) and the weight rebuilt are one value: the
+  // steps that read the stand-in keep their own copies of it.
+  if (!x.raw() || !y.raw()) return x.numel() > 0;
   constexpr size_t kComparedBytes = 256;
   return x.nbytes() <= kComparedBytes && std::memcmp(x.raw(), y.raw(), x.nbytes()) == 0;
 }
@@ -399,6 +401,17 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     plan->placement[id] = Placement::Constant;
     known[id] = 1;
   }
+  // Weights an earlier plan released, which the graph's map no longer holds: the previous plan's
+  // stand-ins, for restore_weight to bring back where a node planned afresh reads one.
+  if (previous && in.restore_weight && !every_initializer_taken)
+    for (const int id : cg.initializer_ids)
+      if (id >= 0 && !known[id] && previous->placement[id] == Placement::Constant &&
+          is_released_weight(previous->constants[id])) {
+        plan->constants[id] = previous->constants[id];
+        plan->types[id] = previous->types[id];
+        plan->placement[id] = Placement::Constant;
+        known[id] = 1;
+      }
   for (const auto& [name, csr] : g.sparse_initializers) {  // where no dense copy has the name
     const int id = cg.id(name);
     if (id < 0 || known[id]) continue;

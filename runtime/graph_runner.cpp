@@ -228,8 +228,8 @@ std::shared_ptr<const Plan> GraphRunner::on_open_plan(const std::string& key,
 std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
                                                        const std::vector<const Value*>& fed) const {
   // (Host sessions only: run-time views and choices on an accelerator's plans are untried.)
-  if (!last_generic_ || first_types_.empty() || &compiled_for(fed) != &compiled_ ||
-      !compiled_.accelerator.is_cpu())
+  if (!last_generic_ || last_generic_->graph != &compiled_ || first_types_.empty() ||
+      &compiled_for(fed) != &compiled_ || !compiled_.accelerator.is_cpu())
     return nullptr;
   const Plan& last = *last_generic_;
   // The open axes: where the first plan's inputs and the last shape-generic plan's differ.
@@ -301,7 +301,7 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
   const std::shared_ptr<const Plan> previous = on_last_generic ? last_generic_ : first_plan_;
   const uint64_t changes_at_previous =
       on_last_generic ? initializer_changes_at_last_generic_ : initializer_changes_at_first_;
-  bool lazily = previous && owned_graph_;
+  bool lazily = previous && previous->graph == &compiled_ && owned_graph_;
   for (size_t id = 0; lazily && id < previous->placement.size(); ++id) {
     const bool is_fed = id < fed.size() && fed[id];
     lazily = is_fed == (previous->placement[id] == Placement::Input) &&

@@ -1,5 +1,6 @@
 // Builds small ONNX models in tests, good and deliberately bad.
 #pragma once
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "onnx/onnx_pb.h"
+#include "volt/volt.hpp"
 
 namespace volt::testing {
 
@@ -17,6 +19,14 @@ inline std::vector<float> uniform_values(std::mt19937& rng, size_t n, float lo =
   std::vector<float> v(n);
   for (auto& e : v) e = u(rng);
   return v;
+}
+
+// A float tensor of `shape` holding uniform_values.
+inline Tensor uniform_tensor(std::mt19937& rng, const Shape& shape) {
+  Tensor x = Tensor::empty(DType::Float, shape);
+  const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
+  std::copy(values.begin(), values.end(), x.data<float>());
+  return x;
 }
 
 class ModelBuilder {

@@ -23,21 +23,9 @@
 namespace volt {
 namespace {
 
-std::vector<float> uniform_values(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = u(rng);
-  return v;
-}
-
-Tensor uniform_tensor(std::mt19937& rng, const Shape& shape) {
-  Tensor x = Tensor::empty(DType::Float, shape);
-  const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
-  std::copy(values.begin(), values.end(), x.data<float>());
-  return x;
-}
-
 using testing::ModelBuilder;
+using testing::uniform_tensor;
+using testing::uniform_values;
 
 constexpr int64_t kWidth = 32;
 

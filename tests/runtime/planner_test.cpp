@@ -20,21 +20,8 @@
 namespace volt {
 namespace {
 
-// n values drawn uniformly from [-1, 1).
-std::vector<float> uniform_values(std::mt19937& rng, size_t n) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& e : v) e = u(rng);
-  return v;
-}
-
-// A tensor of `shape` with uniform_values.
-Tensor uniform_tensor(std::mt19937& rng, const Shape& shape) {
-  Tensor x = Tensor::empty(DType::Float, shape);
-  const std::vector<float> values = uniform_values(rng, static_cast<size_t>(x.numel()));
-  std::copy(values.begin(), values.end(), x.data<float>());
-  return x;
-}
+using testing::uniform_tensor;
+using testing::uniform_values;
 
 // Runs `runner` on x as its input "x".
 std::vector<Value> run_on(GraphRunner& runner, const Tensor& x) {

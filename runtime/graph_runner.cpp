@@ -187,19 +187,20 @@ std::shared_ptr<const Plan> GraphRunner::specialize(const std::string& key,
 }
 
 namespace {
-// Whether `fed` has the pattern's inputs, dtypes and ranks, and its sizes where they are not -1.
-bool fits(const std::vector<TypeShape>& pattern, const std::vector<const Value*>& fed) {
-  for (size_t id = 0; id < std::max(pattern.size(), fed.size()); ++id) {
-    const Value* v = id < fed.size() ? fed[id] : nullptr;
-    const TypeShape* p =
-        id < pattern.size() && pattern[id].dtype != DType::Undefined ? &pattern[id] : nullptr;
-    if (!v != !p) return false;
-    if (!v) continue;
-    if (!v->is_tensor() || v->tensor().dtype() != p->dtype) return false;
+// Whether `fed` feeds the pattern's inputs and no other, with their dtypes and ranks, and their
+// sizes where they are not -1.
+bool fits(const std::vector<std::pair<int, TypeShape>>& pattern,
+          const std::vector<const Value*>& fed) {
+  size_t fed_count = 0;
+  for (const Value* v : fed) fed_count += v != nullptr;
+  if (fed_count != pattern.size()) return false;
+  for (const auto& [id, p] : pattern) {
+    const Value* v = static_cast<size_t>(id) < fed.size() ? fed[static_cast<size_t>(id)] : nullptr;
+    if (!v || !v->is_tensor() || v->tensor().dtype() != p.dtype) return false;
     const auto& shape = v->tensor().shape();
-    if (shape.size() != p->shape.size()) return false;
+    if (shape.size() != p.shape.size()) return false;
     for (size_t i = 0; i < shape.size(); ++i)
-      if (p->shape[i] >= 0 && p->shape[i] != shape[i]) return false;
+      if (p.shape[i] >= 0 && p.shape[i] != shape[i]) return false;
   }
   return true;
 }
@@ -233,9 +234,9 @@ std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
     return nullptr;
   const Plan& last = *last_generic_;
   // The open axes: where the first plan's inputs and the last shape-generic plan's differ.
-  OpenPattern pattern(compiled_.names.size());
+  OpenPattern pattern;
   bool any_open = false;
-  for (size_t id = 0; id < pattern.size(); ++id) {
+  for (size_t id = 0; id < compiled_.names.size(); ++id) {
     const bool was_fed = last.placement[id] == Placement::Input;
     const bool is_fed = id < fed.size() && fed[id];
     if (was_fed != is_fed) return nullptr;
@@ -244,10 +245,10 @@ std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
     if (!fed[id]->is_tensor() || a.kind != ValueInfo::Kind::Tensor || !a.shape_known ||
         !b.shape_known || a.dtype != b.dtype || a.shape.size() != b.shape.size())
       return nullptr;
-    pattern[id] = b;
+    TypeShape& p = pattern.emplace_back(static_cast<int>(id), b).second;
     for (size_t i = 0; i < a.shape.size(); ++i)
       if (a.shape[i] != b.shape[i]) {
-        pattern[id].shape[i] = -1;
+        p.shape[i] = -1;
         any_open = true;
       }
   }
@@ -330,11 +331,10 @@ std::unique_ptr<Plan> GraphRunner::build_locked(const std::vector<const Value*>&
       ++initializer_changes_;
     };
   if (open) {
-    for (size_t id = 0; id < open->size(); ++id) {
-      const auto& dims = (*open)[id].shape;
-      if (std::find(dims.begin(), dims.end(), -1) == dims.end()) continue;
-      in.types[id].shape.clear();
-      in.types[id].shape_known = false;
+    for (const auto& [id, t] : *open) {
+      if (std::find(t.shape.begin(), t.shape.end(), -1) == t.shape.end()) continue;
+      in.types[static_cast<size_t>(id)].shape.clear();
+      in.types[static_cast<size_t>(id)].shape_known = false;
     }
     in.open_axes_witnesses[0] = &first_types_;
     in.open_axes_witnesses[1] = &last_generic_->types;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "runtime/compiled_graph.hpp"
@@ -74,8 +75,8 @@ class GraphRunner {
 
   // Puts the released weights back into the graph (before a plan is built).
   void restore_released() const;
-  // The fed inputs' types with the open axes' sizes -1 (by value id; Undefined where not fed).
-  using OpenPattern = std::vector<TypeShape>;
+  // The fed inputs, by value id, with their types: the open axes' sizes -1.
+  using OpenPattern = std::vector<std::pair<int, TypeShape>>;
   // Builds the plan for `fed` (under build_mutex_); `shape_generic`: see Plan::shape_generic.
   // With `open`: the plan for those open axes (Plan::serves_open_axes).
   std::unique_ptr<Plan> build_locked(const std::vector<const Value*>& fed, bool shape_generic,

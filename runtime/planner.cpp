@@ -255,6 +255,22 @@ bool refoldable(const Plan& previous, const std::vector<int>& step_of_node,
   return any && all_as_before(as_before, ids);
 }
 
+// Whether every kernel the node may take on its device outputs a view of input 0
+// (KernelDef::output_aliases_input: the Reshape family), for a step whose kernel is chosen at
+// run time: its output then lives in input 0's buffer, which must outlive it (a view of an
+// arena value read after the value's slot was reused would read another step's output).
+bool always_views_input(const CompiledGraph& cg, const Node& node, NodeMemo* memo) {
+  const std::string& device = cg.kernel_device(node);
+  auto matching = [&] { return KernelRegistry::instance().candidates(node, device); };
+  std::vector<const KernelDef*> unkept;
+  const std::vector<const KernelDef*>& defs =
+      memo ? memo->definitions(device, matching) : (unkept = matching());
+  if (defs.empty()) return false;
+  for (const KernelDef* def : defs)
+    if (!def->output_aliases_input) return false;
+  return true;
+}
+
 // The type value `id` had in both plans PlanInputs::open_axes_witnesses names, where it had one;
 // null otherwise.
 const TypeShape* witnessed_type(const PlanInputs& in, int id) {
@@ -536,7 +552,7 @@ std::unique_ptr<Plan> build_plan(const CompiledGraph& cg, const PlanInputs& in, 
     step.inputs = std::span<const int>(ids).first(node.inputs.size());
     step.outputs = cg.node_outputs[node_index];
     step.on_accelerator = c.deferred ? cg.on_accelerator(node) : c.on_accelerator;
-    step.output_is_view = c.def && c.def->output_aliases_input;
+    step.output_is_view = c.def ? c.def->output_aliases_input : always_views_input(cg, node, memo);
     if (c.deferred) {
       step.shapes_static = false;
       for (const int id : step.outputs) {

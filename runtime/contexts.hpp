@@ -89,7 +89,9 @@ class NodeInferContext final : public InferContext {
   std::vector<TypeShape> outputs;
   std::vector<Value> output_values;  // empty unless has_values
   bool has_values = false;
-  bool views_allowed = true;    // false at run time (the executor's contexts)
+  // At run time (the executor's contexts): only where input 0 outlives the run (a fed input,
+  // a heap value, a constant), the arena being laid out already.
+  bool views_allowed = true;
   bool output_is_view = false;  // see output_views_input
   std::vector<std::pair<int, size_t>> inputs_in_output;  // see input_may_live_in_output
   std::shared_ptr<void> state;

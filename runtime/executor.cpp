@@ -290,23 +290,23 @@ std::vector<Value> execute_plan(const Plan& plan, const std::vector<const Value*
           }
           for (const KernelDef* def : KernelRegistry::instance().named(node.op_type)) {
             if (!def->matches(node, *device) || !def->accepts(in_type_ptrs) ||
-                (plan.serves_open_axes && def->shape_specific))
+                (plan.shape_generic && def->shape_specific))
               continue;
             // (The node's memo keeps the kernel for the session.)
             const Kernel& k = *cg.memos[st.node].kernel(def, [&] { return def->create(node); });
-            // (A plan for open axes meets a new shape at most runs: its kernels set up what is
-            // cheap for one, as in a plan for several shapes, and shape-specific ones are not
-            // chosen.)
-            if (plan.serves_open_axes)
+            // (A plan for several shapes, a plan for open axes among them, meets new shapes:
+            // its kernels set up what is cheap for one, as the planner has them do, and
+            // shape-specific ones are not chosen.)
+            if (plan.shape_generic)
               run_infer.emplace(node, in_type_ptrs, ins, plan.threads, true,
                                 cg.memos ? &cg.memos[st.node] : nullptr);
             else
               run_infer.emplace(node, in_type_ptrs, ins, plan.threads);
-            // (The plan laid the arena out without it: a view of an arena value would outlive
-            // the buffer's next use. A view of a fed input, a heap value or a constant lives
-            // safely, as a reference to its buffer: in a plan for open axes, a decoder step's
-            // layers' pasts are views of the past fed, not copies.)
-            run_infer->views_allowed = plan.serves_open_axes && views_outlive_run(plan, st);
+            // (The plan laid the arena out without knowing of it: a view of an arena value would
+            // outlive the buffer's next use. A view of a fed input, a heap value or a constant
+            // lives safely, as a reference to its buffer: a decoder step's layers' pasts are
+            // views of the past fed, not copies.)
+            run_infer->views_allowed = views_outlive_run(plan, st);
             try {
               k.infer(*run_infer);
             } catch (const KernelUnsupported& u) {

@@ -38,8 +38,9 @@ struct ContiguousView {
 bool worth_a_view(const InferContext& ctx, const Shape& out);
 // Output 0, of shape `out`, as the view of input 0 from element `offset` on, where reading the
 // input at `strides` along `shape` (the output's elements in order) is one run (is_one_run) and
-// the planner places a view (InferContext::output_views_input: not for a step whose shapes are
-// known only at run time); the caller keeps it in the node's state. nullopt otherwise.
+// the planner places a view (InferContext::output_views_input: for a step whose shapes are
+// known only at run time, only of an input that outlives the run); the caller keeps it in the
+// node's state. nullopt otherwise.
 std::optional<ContiguousView> view_if_one_run(InferContext& ctx, int64_t offset,
                                               std::vector<int64_t> shape,
                                               std::vector<int64_t> strides, const Shape& out);

@@ -161,13 +161,17 @@ std::shared_ptr<const Plan> GraphRunner::plan_for(const std::vector<const Value*
   std::lock_guard<std::mutex> building(build_mutex_);
   if (auto p = plans_.find(own_key)) return p;  // built by another thread meanwhile
   if (open_allowed && !open_tried_ && built_a_plan_)
-    if (auto p = try_open_plan(own_key, fed)) return p;
+    if (auto p = try_open_plan(&own_key, fed)) return p;
   const bool first = !built_a_plan_;
   auto plan = plans_.insert(own_key, build_locked(fed, built_a_plan_));
   if (first && plan->graph == &compiled_) first_plan_ = plan;
   if (plan->shape_generic) {
     last_generic_ = plan;
     initializer_changes_at_last_generic_ = initializer_changes_;
+    // The plan for open axes is built with the first shape-generic plan, which tells them: the
+    // next new shape runs on it rather than paying its build. (Built at the shape after, GPT-2's
+    // step ran its third past length 1.5-1.6x slower than its next runs there.)
+    if (open_allowed && !open_tried_) try_open_plan(nullptr, fed);
   }
   return plan;
 }
@@ -226,7 +230,7 @@ std::shared_ptr<const Plan> GraphRunner::on_open_plan(const std::string& key,
   return specialize(key, fed, std::move(plan));
 }
 
-std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
+std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string* key,
                                                        const std::vector<const Value*>& fed) const {
   // (Host sessions only: run-time views and choices on an accelerator's plans are untried.)
   if (!last_generic_ || last_generic_->graph != &compiled_ || first_types_.empty() ||
@@ -278,7 +282,7 @@ std::shared_ptr<const Plan> GraphRunner::try_open_plan(const std::string& key,
   std::lock_guard<std::mutex> lock(open_mutex_);
   open_plan_ = plan;
   open_pattern_ = std::move(pattern);
-  open_runs_[key] = 1;
+  if (key) open_runs_[*key] = 1;
   return plan;
 }
 

@@ -87,8 +87,9 @@ class GraphRunner {
                                            const std::vector<const Value*>& fed) const;
   // Builds the plan for open axes for `fed` (under build_mutex_) where the session's first plan
   // and its last shape-generic one differ in some input axes, `fed` differs from them only
-  // there, and most of the graph does not depend on them; null otherwise.
-  std::shared_ptr<const Plan> try_open_plan(const std::string& key,
+  // there, and most of the graph does not depend on them; null otherwise. `key`: the input
+  // signature of `fed` where it is to run on the plan (its runs counted), else null.
+  std::shared_ptr<const Plan> try_open_plan(const std::string* key,
                                             const std::vector<const Value*>& fed) const;
   // Where a run of the plan for open axes met a shape it did not plan for: shapes run on plans
   // of their own from then on.

@@ -31,6 +31,10 @@ const std::vector<Pass>& optimization_passes() {
       // After the pass above, which recognizes the Loops by their shape arithmetic; before the
       // fusions, so that it sees ONNX's ops only. CPU sessions (untried on an accelerator).
       {"fold_shape_arithmetic", 1, fold_shape_arithmetic, on_cpu, /*main_graph_only=*/true},
+      // Reads the graph inputs' declared shapes; before the attention fusion, which then reads
+      // a decoder's keys and values as views of the one concatenation left.
+      {"interchange_stacked_concats", 2, interchange_stacked_concats, nullptr,
+       /*main_graph_only=*/true},
       {"fold_conv_batchnorm", 2, fold_conv_batchnorm},
       {"fold_pad_into_conv", 2, fold_pad_into_conv},
       // Before the layout passes, which keep pools (not ReduceMean) in the convolutions' layout.

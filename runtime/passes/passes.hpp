@@ -42,6 +42,10 @@ Graph fuse_embedding_bag(const Graph& graph);
 // Shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape) as one volt.ShapeFormula
 // node or an initializer per value read (fold_shape_arithmetic.cpp).
 Graph fold_shape_arithmetic(const Graph& graph);
+// A stack of concatenations of one tensor's slices with other parts (a decoder's present keys
+// and values) as one concatenation of the tensor with the stacked parts
+// (interchange_stacked_concats.cpp).
+Graph interchange_stacked_concats(const Graph& graph);
 Graph fuse_layer_norm(const Graph& graph);
 Graph fuse_attention(const Graph& graph);
 Graph fuse_matmul_epilogue(const Graph& graph);

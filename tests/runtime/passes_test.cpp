@@ -2431,5 +2431,95 @@ TEST(UseFp16, IsRefusedOnTheCpu) {
   EXPECT_THROW(Session::from_bytes(bytes.data(), bytes.size(), {.precision = "fp16"}), Error);
 }
 
+// A decoder's present keys and values, written as PyTorch exports them (per layer, the keys and
+// values are the past's slices concatenated with the new ones, stacked; then the layers
+// stacked), become one concatenation of the past with the stacked new entries, and each layer's
+// keys and values slices of its stack: the past is copied once, not three times. Layer 1's new
+// entries depend on what layer 0 read of its keys, so the stack of the layers cannot come
+// before them: the present reads the past and the new entries itself. Where the slices are not
+// the stack's parts in order, or the past holds more layers than the stack, that level stays as
+// it is. Every form computes what the unoptimized graph does, at three past lengths.
+TEST(Passes, StackedConcatenationsOfThePastBecomeOne) {
+  struct Case {
+    int opset;
+    bool slice_first;   // Concat(past slice, new) rather than Concat(new, past slice)
+    int64_t axis;       // the keys' concatenation axis, as written
+    int64_t layers;     // the past's layers (the present stacks 2)
+    bool values_first;  // each layer stacks (values, keys): slices out of order
+  };
+  const Case cases[] = {{13, true, 2, 2, false},
+                        {11, false, -2, 2, false},
+                        {13, true, 2, 3, false},
+                        {13, true, 2, 2, true}};
+  std::mt19937 rng(19);
+  for (const Case& k : cases) {
+    SCOPED_TRACE(::testing::Message() << "opset " << k.opset << " layers " << k.layers
+                                      << (k.values_first ? " values first" : ""));
+    ModelBuilder b(k.opset);
+    b.input("x", 1, {1, 2, 1, 4}).input("past", 1, {k.layers, 2, 1, 2, -1, 4});
+    b.output("y", 1, {1, 2, 1, 4}).output("present", 1, {2, 2, 1, 2, -1, 4});
+    b.initializer_i64("i0", {}, {0}).initializer_i64("i1", {}, {1});
+    b.initializer_i64("axis0", {1}, {0});
+    b.initializer("ck", {1}, {0.5f}).initializer("cv", {1}, {0.25f});
+    auto unsqueeze = [&](const std::string& in, const std::string& out) {
+      if (k.opset >= 13) {
+        b.node("Unsqueeze", {in, "axis0"}, {out});
+      } else {
+        b.node("Unsqueeze", {in}, {out}, [](auto& n) { ModelBuilder::set_ints(n, "axes", {0}); });
+      }
+    };
+    auto concat = [&](std::vector<std::string> ins, const std::string& out, int64_t axis) {
+      b.node("Concat", ins, {out}, [axis](auto& n) { ModelBuilder::set_int(n, "axis", axis); });
+    };
+    std::string h = "x";
+    for (int i = 0; i < 2; ++i) {
+      const std::string l = std::string{"l"} + std::to_string(i) + "_";
+      b.node("Mul", {h, "ck"}, {l + "k"}).node("Add", {h, "cv"}, {l + "v"});
+      b.node("Gather", {"past", i == 0 ? "i0" : "i1"}, {l + "past"});
+      for (const char* kv : {"k", "v"}) {
+        const std::string slice = l + "past_" + kv;
+        b.node("Gather", {l + "past", std::string(kv) == "k" ? "i0" : "i1"}, {slice});
+        concat(k.slice_first ? std::vector<std::string>{slice, l + kv}
+                             : std::vector<std::string>{l + kv, slice},
+               l + kv + "_all", k.axis);
+        unsqueeze(l + kv + "_all", l + kv + "_1");
+      }
+      concat(k.values_first ? std::vector<std::string>{l + "v_1", l + "k_1"}
+                            : std::vector<std::string>{l + "k_1", l + "v_1"},
+             l + "stack", 0);
+      unsqueeze(l + "stack", l + "stack_1");
+      // What the layer reads of its keys and values: the next layer's input.
+      b.node("Transpose", {l + "k_all"}, {l + "kt"}, [](auto& n) {
+        ModelBuilder::set_ints(n, "perm", {0, 1, 3, 2});
+      });
+      b.node("MatMul", {h, l + "kt"}, {l + "scores"});
+      h = i == 1 ? "y" : l + "out";
+      b.node("MatMul", {l + "scores", l + "v_all"}, {h});
+    }
+    concat({"l0_stack_1", "l1_stack_1"}, "present", 0);
+    const std::string bytes = b.bytes();
+    const Graph g = run_passes(load(bytes), test_options());
+    auto producer = [&](const std::string& v) -> const Node* {
+      for (const Node& n : g.nodes)
+        if (std::find(n.outputs.begin(), n.outputs.end(), v) != n.outputs.end()) return &n;
+      return nullptr;
+    };
+    const Node* present = producer("present");
+    ASSERT_NE(present, nullptr);
+    ASSERT_EQ(present->op_type, "Concat");
+    const bool stacks_rewritten = !k.values_first;
+    const bool layers_rewritten = stacks_rewritten && k.layers == 2;
+    EXPECT_EQ(present->inputs[k.slice_first ? 0 : 1] == "past", layers_rewritten);
+    for (const char* kv : {"l0_k_all", "l1_v_all"}) {
+      ASSERT_NE(producer(kv), nullptr);
+      EXPECT_EQ(producer(kv)->op_type, stacks_rewritten ? "Gather" : "Concat") << kv;
+    }
+    for (const int64_t length : {3, 1, 6})
+      expect_same_as_unoptimized(bytes,
+                                 {{"x", random_tensor({1, 2, 1, 4}, rng)},
+                                  {"past", random_tensor({k.layers, 2, 1, 2, length, 4}, rng)}});
+  }
+}
+
 }  // namespace
 }  // namespace volt

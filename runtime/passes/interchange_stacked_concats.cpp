@@ -36,13 +36,12 @@ std::optional<int64_t> normalized_axis(int64_t axis, int64_t rank) {
 // The single axis an Unsqueeze inserts, as written (before normalizing); nullopt for none or
 // several, or axes not a constant.
 std::optional<int64_t> unsqueeze_axis(const Graph& g, const Node& u) {
-  std::vector<int64_t> axes;
   if (u.opset >= 13) {
     const Tensor* t = u.has_input(1) ? constant_value(g, u.inputs[1]) : nullptr;
     if (!t || t->dtype() != DType::Int64 || t->numel() != 1) return std::nullopt;
     return t->data<int64_t>()[0];
   }
-  axes = u.attr_ints("axes");
+  const std::vector<int64_t> axes = u.attr_ints("axes");
   if (axes.size() != 1) return std::nullopt;
   return axes[0];
 }
@@ -96,7 +95,7 @@ std::optional<StackedConcats> match(const Graph& g, const ValueUses& uses,
     for (int k = 0; k < 2 && at < 0; ++k) {
       const auto s = uses.producer(concat.inputs[static_cast<size_t>(k)]);
       if (!s || !is_onnx_op(g.nodes[*s], "Gather") || !g.nodes[*s].has_input(0)) continue;
-      if (m.slice_at >= 0 ? k == m.slice_at : true) at = k;
+      if (m.slice_at < 0 || k == m.slice_at) at = k;
     }
     if (at < 0) return std::nullopt;
     const size_t s = *uses.producer(concat.inputs[static_cast<size_t>(at)]);

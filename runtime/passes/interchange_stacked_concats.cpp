@@ -142,8 +142,24 @@ int64_t made_by(const ValueUses& uses, const std::vector<std::string>& values) {
 }
 
 // Rewrites one match; false where none is found.
+// Whether some Concat stacks Unsqueezes only: the graphs without one (nearly all) skip the
+// symbolic shapes.
+bool has_stack(const Graph& g, const ValueUses& uses) {
+  for (const Node& n : g.nodes) {
+    if (!is_onnx_op(n, "Concat") || n.inputs.size() < 2) continue;
+    bool stack = true;
+    for (const std::string& in : n.inputs) {
+      const auto p = uses.producer(in);
+      stack = stack && p && is_onnx_op(g.nodes[*p], "Unsqueeze");
+    }
+    if (stack) return true;
+  }
+  return false;
+}
+
 bool rewrite_one(Graph& g) {
   const ValueUses uses(g);
+  if (!has_stack(g, uses)) return false;
   const SymbolicGraph shapes(g, /*trust_input_shapes=*/true);
   for (size_t o = 0; o < g.nodes.size(); ++o) {
     const auto m = match(g, uses, shapes, o);

@@ -141,7 +141,6 @@ int64_t made_by(const ValueUses& uses, const std::vector<std::string>& values) {
   return last;
 }
 
-// Rewrites one match; false where none is found.
 // Whether some Concat stacks Unsqueezes only: the graphs without one (nearly all) skip the
 // symbolic shapes.
 bool has_stack(const Graph& g, const ValueUses& uses) {
@@ -157,6 +156,7 @@ bool has_stack(const Graph& g, const ValueUses& uses) {
   return false;
 }
 
+// Rewrites one match; false where none is found.
 bool rewrite_one(Graph& g) {
   const ValueUses uses(g);
   if (!has_stack(g, uses)) return false;
@@ -218,8 +218,8 @@ bool rewrite_one(Graph& g) {
         added.push_back(std::move(slice));
         removed[m->concats[j]] = 1;
       }
-    // (At the outer Concat's place when nothing reads the Concats any more, else right after
-    // the last of the new parts is made.)
+    // (Where the Concats' readers take slices of the joined value: right after the last of the
+    // new parts is made, before any of those readers. Otherwise at the outer Concat's place.)
     const size_t at = redirect ? static_cast<size_t>(ready + 1) : o;
     std::vector<Node> nodes;
     nodes.reserve(g.nodes.size() + added.size());
